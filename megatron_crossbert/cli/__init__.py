@@ -1,0 +1,1 @@
+"""Console entry points: thin argparse front ends over importable functions."""

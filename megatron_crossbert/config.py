@@ -1,0 +1,357 @@
+"""Typed, validated configuration: one dataclass per concern, plus the run bundle.
+
+Nothing here imports torch or megatron, so configs can be built, validated and saved in any
+process. ``RunConfig`` is what gets written next to every checkpoint (``run_config.json``) and what
+the YAML files in ``examples/`` hold. Each ``__post_init__`` checks only its own fields; checks that
+span concerns (e.g. sequence length against the position table) live in ``RunConfig``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ValueError(message)
+
+
+def _positive(obj: Any, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        _require(value is not None and value > 0, f"{type(obj).__name__}.{name} must be > 0, got {value!r}")
+
+
+@dataclass
+class ModelConfig:
+    """Encoder (kept) and reconstruction decoder (discarded after pretraining) dimensions."""
+
+    arch: Literal["crossbert", "bert"] = "crossbert"
+    """'crossbert' = encoder on visible tokens + cross-attention decoder; 'bert' = megatron-core BertModel baseline."""
+    vocab_size: int = 32768
+    """Tokenizer vocabulary size; the embedding table is padded up (see make_vocab_size_divisible_by)."""
+    make_vocab_size_divisible_by: int = 128
+    """Embedding rows are padded to a multiple of this times the TP size (GEMM-friendly, TP-splittable)."""
+    hidden_size: int = 768
+    """Encoder width; also the width of the tied word embeddings."""
+    num_layers: int = 12
+    """Encoder layers (split across pipeline stages)."""
+    num_attention_heads: int = 12
+    """Encoder attention heads; must divide hidden_size."""
+    ffn_hidden_size: int | None = None
+    """Encoder MLP width; None means 4 * hidden_size."""
+    max_position_embeddings: int = 512
+    """Rows of the learned absolute position table; the packed sequence length must fit in it."""
+    decoder_num_layers: int = 2
+    """Reconstruction-branch layers (self-attn, cross-attn to the encoder, MLP). Ignored for 'bert'."""
+    decoder_hidden_size: int | None = None
+    """Decoder width; None means hidden_size. Must equal hidden_size so the LM head ties to the word embeddings."""
+    decoder_num_attention_heads: int | None = None
+    """Decoder heads; None means num_attention_heads."""
+    decoder_ffn_hidden_size: int | None = None
+    """Decoder MLP width; None means 4 * decoder width."""
+    layernorm_epsilon: float = 1e-5
+    """LayerNorm epsilon; exported verbatim to HF (whose default 1e-12 would be wrong)."""
+    hidden_dropout: float = 0.1
+    """Dropout after attention/MLP projections and on embeddings."""
+    attention_dropout: float = 0.1
+    """Dropout on attention probabilities."""
+    init_method_std: float = 0.02
+    """Std of the normal initialiser."""
+    bias_gelu_fusion: bool = False
+    """Fused bias+GELU uses the tanh approximation; exported as HF 'gelu_pytorch_tanh' when True."""
+    transformer_impl: Literal["auto", "local", "transformer_engine"] = "auto"
+    """Layer spec: 'auto' = Transformer Engine when CUDA and TE are present, else megatron-core's local spec."""
+
+    def __post_init__(self) -> None:
+        _require(self.arch in ("crossbert", "bert"), f"ModelConfig.arch must be 'crossbert' or 'bert', got {self.arch!r}")
+        _positive(self, "vocab_size", "make_vocab_size_divisible_by", "hidden_size", "num_layers",
+                  "num_attention_heads", "max_position_embeddings", "layernorm_epsilon")
+        _require(self.hidden_size % self.num_attention_heads == 0,
+                 f"num_attention_heads={self.num_attention_heads} must divide hidden_size={self.hidden_size}")
+        _require(self.decoder_num_layers >= (1 if self.arch == "crossbert" else 0),
+                 f"CrossBERT needs decoder_num_layers >= 1, got {self.decoder_num_layers}")
+        _require(self.decoder_hidden_size in (None, self.hidden_size),
+                 f"decoder_hidden_size={self.decoder_hidden_size} cannot be tied to word embeddings of width "
+                 f"{self.hidden_size}: the LM head output layer shares the embedding table, so the decoder "
+                 f"width must equal hidden_size (or be left unset)")
+        _require(self.dec_hidden % self.dec_heads == 0,
+                 f"decoder_num_attention_heads={self.dec_heads} must divide decoder width {self.dec_hidden}")
+        for name in ("hidden_dropout", "attention_dropout"):
+            _require(0.0 <= getattr(self, name) < 1.0, f"ModelConfig.{name} must be in [0, 1)")
+        _require(self.transformer_impl in ("auto", "local", "transformer_engine"),
+                 f"transformer_impl must be auto|local|transformer_engine, got {self.transformer_impl!r}")
+
+    @property
+    def ffn(self) -> int:
+        return self.ffn_hidden_size or 4 * self.hidden_size
+
+    @property
+    def dec_hidden(self) -> int:
+        return self.decoder_hidden_size or self.hidden_size
+
+    @property
+    def dec_heads(self) -> int:
+        return self.decoder_num_attention_heads or self.num_attention_heads
+
+    @property
+    def dec_ffn(self) -> int:
+        return self.decoder_ffn_hidden_size or 4 * self.dec_hidden
+
+    def padded_vocab_size(self, tensor_parallel_size: int = 1) -> int:
+        """Embedding rows: vocab_size rounded up so each TP rank holds an equal, aligned slice."""
+        multiple = self.make_vocab_size_divisible_by * tensor_parallel_size
+        return -(-self.vocab_size // multiple) * multiple
+
+
+@dataclass
+class MaskingConfig:
+    """How each packed sequence is split into visible and target positions."""
+
+    mask_ratio: float = 0.5
+    """CrossBERT masking ratio r; the encoder sees round((1-r)*L) tokens. Must be in [0.5, 1)."""
+    complementary: bool = True
+    """Two views with disjoint visible sets per sequence (every token is a target at least once)."""
+    pin_cls: bool = False
+    """Keep position 0 ([CLS]) visible in every view; only possible without complementary views."""
+    bert_mask_prob: float = 0.15
+    """BERT baseline: fraction of positions selected for prediction."""
+    bert_replace_mask: float = 0.8
+    """BERT baseline: of the selected, fraction replaced by [MASK]."""
+    bert_replace_random: float = 0.1
+    """BERT baseline: of the selected, fraction replaced by a random token (the rest stay unchanged)."""
+    seed: int = 1234
+    """Masks are a pure function of (seed, sample index); resumed runs see the same masks."""
+
+    def __post_init__(self) -> None:
+        _require(0.5 <= self.mask_ratio < 1.0, f"mask_ratio must be in [0.5, 1), got {self.mask_ratio}")
+        _require(0.0 < self.bert_mask_prob < 1.0, f"bert_mask_prob must be in (0, 1), got {self.bert_mask_prob}")
+        _require(self.bert_replace_mask >= 0 and self.bert_replace_random >= 0
+                 and self.bert_replace_mask + self.bert_replace_random <= 1.0,
+                 "bert_replace_mask + bert_replace_random must be within [0, 1]")
+        _require(not (self.pin_cls and self.complementary),
+                 "pin_cls=True is incompatible with complementary=True: a pinned position would be visible "
+                 "in both views, breaking disjointness")
+
+    @property
+    def num_views(self) -> int:
+        return 2 if self.complementary else 1
+
+    def visible_length(self, seq_length: int) -> int:
+        """Lv = round((1-r)*L): the encoder's input length for every view."""
+        return int(round((1.0 - self.mask_ratio) * seq_length))
+
+
+@dataclass
+class DataConfig:
+    """Where samples come from and how they are packed."""
+
+    data_path: list[str] = field(default_factory=list)
+    """Megatron blend: ['prefix'] or ['w1', 'prefix1', 'w2', 'prefix2', ...] (prefix without _document.bin)."""
+    split: str = "969,30,1"
+    """Train/valid/test proportions of each prefix's documents."""
+    seq_length: int = 512
+    """Packed sample length L (exactly L tokens, no padding)."""
+    tokenizer: str = ""
+    """Tokenizer directory written by crossbert-train-tokenizer (or any HF tokenizer dir)."""
+    static_masks: str | None = None
+    """Optional prefix of static mask pairs written by crossbert-preprocess --emit-mask-pairs."""
+    cache_dir: str | None = None
+    """Where megatron-core caches the sample index; None = next to the data."""
+    num_workers: int = 0
+    """DataLoader worker processes."""
+
+    def __post_init__(self) -> None:
+        _positive(self, "seq_length")
+        _require(self.num_workers >= 0, "DataConfig.num_workers must be >= 0")
+        parts = self.split.replace("/", ",").split(",")
+        _require(all(p.strip().replace(".", "", 1).isdigit() for p in parts) and 1 <= len(parts) <= 3,
+                 f"split must look like '969,30,1', got {self.split!r}")
+
+
+@dataclass
+class ParallelConfig:
+    """The parallel layout; chosen here and nowhere else."""
+
+    tensor_model_parallel_size: int = 1
+    """TP degree (heads, FFN and vocab split across ranks)."""
+    pipeline_model_parallel_size: int = 1
+    """PP degree; encoder layers are split across stages, decoder and LM head live on the last."""
+    sequence_parallel: bool = False
+    """Shard LayerNorm/dropout activations along the sequence across TP ranks (needs TP > 1)."""
+    use_distributed_optimizer: bool = False
+    """Shard optimizer state across data-parallel ranks (ZeRO-1)."""
+    overlap_grad_reduce: bool = False
+    """Overlap the data-parallel gradient reduce with the backward pass."""
+    recompute_activations: bool = False
+    """Full activation recompute per layer (trade compute for memory)."""
+
+    def __post_init__(self) -> None:
+        _positive(self, "tensor_model_parallel_size", "pipeline_model_parallel_size")
+        _require(not self.sequence_parallel or self.tensor_model_parallel_size > 1,
+                 "sequence_parallel needs tensor_model_parallel_size > 1")
+
+
+@dataclass
+class TrainingConfig:
+    """Optimisation, precision, logging and fault handling."""
+
+    micro_batch_size: int = 8
+    """Sequences per micro-batch per data-parallel rank (each yields num_views views)."""
+    global_batch_size: int = 256
+    """Sequences per optimizer step across all data-parallel ranks and micro-batches."""
+    train_iters: int = 1000
+    """Optimizer steps."""
+    lr: float = 1e-3
+    """Peak learning rate."""
+    min_lr: float = 1e-5
+    """Learning rate at the end of decay."""
+    lr_warmup_iters: int = 100
+    """Linear warmup steps."""
+    lr_decay_style: Literal["cosine", "linear", "constant"] = "cosine"
+    """Decay after warmup."""
+    weight_decay: float = 0.01
+    """AdamW weight decay."""
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.98
+    adam_eps: float = 1e-6
+    clip_grad: float = 1.0
+    """Global gradient-norm clip; 0 disables."""
+    precision: Literal["fp32", "bf16", "fp8"] = "fp32"
+    """fp32 on CPU; bf16 on GPU; fp8 = bf16 + Transformer Engine FP8 GEMMs (Hopper)."""
+    fp8_recipe: Literal["delayed", "tensorwise"] = "delayed"
+    """FP8 scaling recipe (hybrid E4M3/E5M2 format)."""
+    seed: int = 1234
+    """Seeds parameters init and dropout (masking has its own seed)."""
+    log_interval: int = 10
+    """Steps between console/TensorBoard log lines."""
+    eval_interval: int = 0
+    """Steps between validation-loss evaluations; 0 disables."""
+    eval_iters: int = 10
+    """Micro-batches per validation."""
+    tensorboard_dir: str | None = None
+    """TensorBoard event dir; None = <save_dir>/tensorboard when saving, else off."""
+    wandb_project: str | None = None
+    """Log to Weights & Biases under this project when wandb is installed."""
+    max_nonfinite_steps: int = 5
+    """Stop with an error after this many consecutive NaN/Inf losses or grad norms (each is skipped)."""
+    peak_tflops: float | None = None
+    """Per-device peak TFLOP/s for MFU; None = auto (known GPUs) or MFU not reported."""
+    probe_interval: int = 0
+    """Steps between in-training frozen probes; 0 disables."""
+    probe_tasks: list[str] = field(default_factory=list)
+    """Probe task specs for in-training probes (see crossbert-probe --help)."""
+
+    def __post_init__(self) -> None:
+        _positive(self, "micro_batch_size", "global_batch_size", "train_iters", "lr", "log_interval",
+                  "max_nonfinite_steps", "eval_iters")
+        _require(self.global_batch_size % self.micro_batch_size == 0,
+                 f"global_batch_size={self.global_batch_size} must be a multiple of "
+                 f"micro_batch_size={self.micro_batch_size}")
+        _require(0 <= self.min_lr <= self.lr, "min_lr must be in [0, lr]")
+        _require(0 <= self.lr_warmup_iters <= self.train_iters, "lr_warmup_iters must be in [0, train_iters]")
+        _require(self.precision in ("fp32", "bf16", "fp8"), f"precision must be fp32|bf16|fp8, got {self.precision!r}")
+        _require(self.fp8_recipe in ("delayed", "tensorwise"), "fp8_recipe must be delayed|tensorwise")
+        _require(self.lr_decay_style in ("cosine", "linear", "constant"), "lr_decay_style must be cosine|linear|constant")
+
+
+@dataclass
+class CheckpointConfig:
+    """Where and how often checkpoints are written and read."""
+
+    save_dir: str | None = None
+    """Checkpoint root: holds iter_XXXXXXX/ directories and the 'latest' pointer."""
+    save_interval: int = 0
+    """Steps between saves (a final save always happens when save_dir is set); 0 = only at the end."""
+    keep_last: int = 3
+    """Checkpoints kept; older iter_ dirs are deleted after a newer save completes. 0 keeps all."""
+    load_dir: str | None = None
+    """Resume from this root (its 'latest'); None = save_dir when it has a checkpoint."""
+    init_from: str | None = None
+    """Start from these model weights only (e.g. a converted HF model), with a fresh optimizer."""
+
+    def __post_init__(self) -> None:
+        _require(self.save_interval >= 0 and self.keep_last >= 0, "save_interval and keep_last must be >= 0")
+
+
+@dataclass
+class RunConfig:
+    """Everything one pretraining run needs; saved as run_config.json beside each checkpoint."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    masking: MaskingConfig = field(default_factory=MaskingConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+
+    def __post_init__(self) -> None:
+        seq, model, tp = self.data.seq_length, self.model, self.parallel.tensor_model_parallel_size
+        _require(seq <= model.max_position_embeddings,
+                 f"seq_length={seq} does not fit the position table (max_position_embeddings="
+                 f"{model.max_position_embeddings}); raise max_position_embeddings or shorten sequences")
+        visible = self.masking.visible_length(seq)
+        _require(model.arch == "bert" or 1 <= visible < seq,
+                 f"mask_ratio={self.masking.mask_ratio} leaves {visible} visible tokens of {seq}")
+        _require(model.num_attention_heads % tp == 0 and model.dec_heads % tp == 0,
+                 f"tensor_model_parallel_size={tp} must divide the attention heads")
+        _require(model.num_layers % self.parallel.pipeline_model_parallel_size == 0,
+                 f"pipeline_model_parallel_size={self.parallel.pipeline_model_parallel_size} must divide "
+                 f"num_layers={model.num_layers}")
+        _require(not self.parallel.sequence_parallel or (visible % tp == 0 and seq % tp == 0),
+                 f"sequence_parallel needs seq_length ({seq}) and visible length ({visible}) divisible by TP={tp}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> RunConfig:
+        unknown = set(raw) - {f.name for f in dataclasses.fields(cls)}
+        _require(not unknown, f"unknown config sections: {sorted(unknown)}")
+        parts = {}
+        for f in dataclasses.fields(cls):
+            section_cls = f.default_factory  # type: ignore[misc]
+            parts[f.name] = _build_section(section_cls, raw.get(f.name) or {}, f.name)
+        return cls(**parts)
+
+    def save_json(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+
+    @classmethod
+    def load_json(cls, path: str | Path) -> RunConfig:
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+
+def _build_section(section_cls: type, values: dict[str, Any], name: str) -> Any:
+    known = {f.name for f in dataclasses.fields(section_cls)}
+    unknown = set(values) - known
+    _require(not unknown, f"unknown keys in [{name}]: {sorted(unknown)}; valid keys: {sorted(known)}")
+    return section_cls(**values)
+
+
+def parse_override(text: str) -> tuple[str, str, Any]:
+    """'training.lr=3e-4' -> ('training', 'lr', 0.0003). Values are parsed as YAML scalars/lists."""
+    key, sep, value = text.partition("=")
+    section, dot, name = key.strip().partition(".")
+    _require(bool(sep and dot and section and name),
+             f"override {text!r} must look like section.key=value (e.g. training.lr=3e-4)")
+    return section, name, yaml.safe_load(value)
+
+
+def load_run_config(path: str | Path | None = None, overrides: list[str] = ()) -> RunConfig:
+    """YAML file (optional) plus 'section.key=value' overrides, validated as a whole."""
+    raw: dict[str, Any] = {}
+    if path is not None:
+        loaded = yaml.safe_load(Path(path).read_text())
+        _require(loaded is None or isinstance(loaded, dict), f"{path}: top level must be a mapping of sections")
+        raw = loaded or {}
+    for text in overrides:
+        section, name, value = parse_override(text)
+        raw.setdefault(section, {})[name] = value
+    return RunConfig.from_dict(raw)

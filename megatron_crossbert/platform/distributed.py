@@ -1,0 +1,88 @@
+"""Process-group and megatron-core parallel-state set-up, the one place the layout is applied.
+
+Works the same under torchrun (env:// rendezvous), under ``torch.multiprocessing.spawn`` in tests,
+and as a plain single process (world size 1 on a free local port).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+from datetime import timedelta
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from megatron_crossbert.config import ParallelConfig
+from megatron_crossbert.platform.cpu import apply_cpu_patches
+
+
+def free_port() -> int:
+    """An unused TCP port on localhost (for single-process and test rendezvous)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def device() -> torch.device:
+    """The device this rank computes on: its local GPU, or the CPU."""
+    if torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def init_process_group(timeout_minutes: int = 30) -> tuple[int, int]:
+    """Initialise torch.distributed (nccl on GPU, gloo on CPU); returns (rank, world_size)."""
+    if not dist.is_initialized():
+        if "RANK" not in os.environ:
+            os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+                              RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group(backend, timeout=timedelta(minutes=timeout_minutes))
+    return dist.get_rank(), dist.get_world_size()
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python, numpy, torch and megatron's model-parallel RNG streams (TP-aware)."""
+    from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    model_parallel_cuda_manual_seed(seed)
+
+
+def initialize(parallel: ParallelConfig, seed: int) -> None:
+    """Apply platform patches, join the process group, build TP/PP/DP groups and seed RNGs."""
+    from megatron.core import parallel_state
+
+    apply_cpu_patches()
+    _, world_size = init_process_group()
+    model_parallel = parallel.tensor_model_parallel_size * parallel.pipeline_model_parallel_size
+    if world_size % model_parallel:
+        raise ValueError(f"world size {world_size} is not divisible by TP*PP={model_parallel}")
+    if parallel_state.model_parallel_is_initialized():
+        parallel_state.destroy_model_parallel()
+    parallel_state.initialize_model_parallel(
+        tensor_model_parallel_size=parallel.tensor_model_parallel_size,
+        pipeline_model_parallel_size=parallel.pipeline_model_parallel_size,
+    )
+    seed_everything(seed)
+
+
+def destroy() -> None:
+    """Tear down megatron parallel state and the process group (safe to call twice)."""
+    from megatron.core import parallel_state
+
+    if parallel_state.model_parallel_is_initialized():
+        parallel_state.destroy_model_parallel()
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def is_rank_zero() -> bool:
+    return not dist.is_initialized() or dist.get_rank() == 0
