@@ -1,0 +1,47 @@
+"""CrossBERT and BERT-baseline models on megatron-core, their layer specs and FLOPs accounting.
+
+``build_model`` is the only entry point the training loop needs; which layer implementation (local
+or Transformer Engine) a run uses is resolved once, in ``specs.use_transformer_engine``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from megatron_crossbert.config import RunConfig
+from megatron_crossbert.models.bert_baseline import BaselineBertModel, bert_encode, build_bert_model
+from megatron_crossbert.models.crossbert import CrossBertModel
+from megatron_crossbert.models.flops import model_flops_per_sample
+from megatron_crossbert.models.specs import use_transformer_engine
+from megatron_crossbert.models.transformer_config import transformer_config
+
+
+def build_model(run_cfg: RunConfig, pre_process: bool = True, post_process: bool = True) -> torch.nn.Module:
+    """The model chunk of this pipeline stage (megatron parallel state must already be initialised).
+
+    Embedding rows are padded for the run's TP size; on a GPU the chunk is moved to the current device.
+    """
+    model_cfg = run_cfg.model
+    use_te = use_transformer_engine(model_cfg)
+    common = dict(vocab_size=model_cfg.padded_vocab_size(run_cfg.parallel.tensor_model_parallel_size),
+                  max_sequence_length=model_cfg.max_position_embeddings, use_te=use_te,
+                  pre_process=pre_process, post_process=post_process)
+    if model_cfg.arch == "bert":
+        model = build_bert_model(transformer_config(run_cfg), **common)
+    else:
+        model = CrossBertModel(transformer_config(run_cfg), transformer_config(run_cfg, decoder=True), **common)
+    if torch.cuda.is_available():
+        model = model.cuda(torch.cuda.current_device())
+    return model
+
+
+def model_encode(model: torch.nn.Module, input_ids: torch.Tensor,
+                 attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """``[b, s, h]`` encoder features of either architecture (evaluation treats both alike)."""
+    if isinstance(model, CrossBertModel):
+        return model.encode(input_ids, attention_mask)
+    return bert_encode(model, input_ids, attention_mask)
+
+
+__all__ = ["BaselineBertModel", "CrossBertModel", "bert_encode", "build_bert_model", "build_model",
+           "model_encode", "model_flops_per_sample", "transformer_config", "use_transformer_engine"]

@@ -1,0 +1,75 @@
+"""The baseline: megatron-core's own ``BertModel`` with CrossBERT's encoder dimensions and layer spec.
+
+It is megatron's class (a subclass only narrows the return value), so the baseline is not a
+home-made BERT. Masking (15%, 80/10/10) happens in the data pipeline; ``bert_mask_tokens`` below is
+a tiny torch version for tests. No NSP: ``add_binary_head=False``, ``num_tokentypes=0``.
+Known megatron bug avoided: ``return_embeddings=True`` raises, so ``bert_encode`` runs the
+embedding and encoder itself to give evaluation the same ``[b, s, h]`` features as ``encode``.
+"""
+
+from __future__ import annotations
+
+import torch
+from megatron.core.models.bert.bert_model import BertModel
+from megatron.core.transformer.transformer_config import TransformerConfig
+from torch import Tensor
+
+from megatron_crossbert.models.specs import local_encoder_layer_spec, te_encoder_layer_spec
+
+
+class BaselineBertModel(BertModel):
+    """megatron BertModel whose forward returns only the per-token loss ``[b, L]`` when labels are given.
+
+    BertModel returns ``(lm_loss, binary_logits)``; with no binary head the second is always None,
+    and the training loop's contract (docs/architecture.md) is a single loss tensor.
+    """
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor, tokentype_ids: Tensor | None = None,
+                lm_labels: Tensor | None = None, **kwargs):
+        out = super().forward(input_ids, attention_mask, tokentype_ids=tokentype_ids, lm_labels=lm_labels,
+                              **kwargs)
+        if isinstance(out, tuple) and lm_labels is not None:
+            return out[0].float()
+        return out
+
+
+def build_bert_model(config: TransformerConfig, *, vocab_size: int, max_sequence_length: int, use_te: bool,
+                     pre_process: bool = True, post_process: bool = True) -> BaselineBertModel:
+    """megatron BertModel with the tied LM head (as Megatron-LM's BERT pretraining builds it)."""
+    spec = te_encoder_layer_spec() if use_te else local_encoder_layer_spec()
+    return BaselineBertModel(
+        config=config, num_tokentypes=0, transformer_layer_spec=spec, vocab_size=vocab_size,
+        max_sequence_length=max_sequence_length, pre_process=pre_process, post_process=post_process,
+        parallel_output=True, share_embeddings_and_output_weights=True,
+        position_embedding_type="learned_absolute", add_binary_head=False)
+
+
+def bert_encode(model: BertModel, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
+    """Final-LayerNorm encoder output ``[b, s, h]`` of a BertModel, like ``CrossBertModel.encode`` (PP=1)."""
+    if not (model.pre_process and model.post_process):
+        raise RuntimeError("bert_encode needs the whole encoder on one stage (PP=1)")
+    if attention_mask is None:
+        attention_mask = torch.ones_like(input_ids)
+    embedded = model.embedding(input_ids=input_ids, position_ids=model.bert_position_ids(input_ids))
+    hidden = model.encoder(hidden_states=embedded,
+                           attention_mask=model.bert_extended_attention_mask(attention_mask))
+    if model.config.sequence_parallel:
+        from megatron.core import tensor_parallel
+
+        hidden = tensor_parallel.gather_from_sequence_parallel_region(
+            hidden, tensor_parallel_output_grad=False, group=model.tp_group)
+    return hidden.transpose(0, 1).contiguous()
+
+
+def bert_mask_tokens(tokens: Tensor, *, mask_id: int, vocab_size: int, mask_prob: float = 0.15,
+                     generator: torch.Generator | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """Test helper: BERT 80/10/10 masking -> (masked tokens, labels, float loss mask), each [b, L]."""
+    draw = torch.rand(tokens.shape, generator=generator)
+    selected = draw < mask_prob
+    action = torch.rand(tokens.shape, generator=generator)
+    masked = tokens.clone()
+    masked[selected & (action < 0.8)] = mask_id
+    random_ids = torch.randint(0, vocab_size, tokens.shape, generator=generator)
+    swap = selected & (action >= 0.8) & (action < 0.9)
+    masked[swap] = random_ids[swap]
+    return masked, tokens.clone(), selected.float()

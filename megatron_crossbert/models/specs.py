@@ -1,0 +1,199 @@
+"""megatron-core layer specs for the CrossBERT encoder, its reconstruction decoder and the BERT baseline.
+
+Two families: the local spec (megatron-core modules only; runs on CPU and on GPU) and the Transformer
+Engine spec (fused LayerNorm+GEMM, FP8-capable; GPU only). Which one a run uses is decided once, in
+``use_transformer_engine``; everything else asks it. Transformer Engine is imported lazily so that a
+CPU process never touches it (a half-installed TE even breaks ``import megatron.core``).
+
+All attention is bidirectional and padding-free during pretraining (every view has exactly Lv visible
+and T target positions), so no mask is built in training. The local spec keeps ``AttnMaskType.padding``
+so ``encode`` can still pass a key-padding mask for ragged evaluation batches; the TE spec uses
+``no_mask`` so TE can pick its flash/fused kernels without a mask tensor.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import torch
+from megatron.core.fusions.fused_bias_dropout import get_bias_dropout_add
+from megatron.core.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
+from megatron.core.transformer.attention import (
+    CrossAttention,
+    CrossAttentionSubmodules,
+    SelfAttention,
+    SelfAttentionSubmodules,
+)
+from megatron.core.transformer.dot_product_attention import DotProductAttention
+from megatron.core.transformer.enums import AttnMaskType
+from megatron.core.transformer.identity_op import IdentityOp
+from megatron.core.transformer.mlp import MLP, MLPSubmodules
+from megatron.core.transformer.spec_utils import ModuleSpec
+from megatron.core.transformer.transformer_block import TransformerBlockSubmodules
+from megatron.core.transformer.transformer_config import TransformerConfig
+from megatron.core.transformer.transformer_layer import TransformerLayer, TransformerLayerSubmodules
+
+from megatron_crossbert.config import ModelConfig
+
+
+def transformer_engine_available() -> bool:
+    """TE is usable only with CUDA present and the package importable (never imported on CPU)."""
+    if not torch.cuda.is_available():
+        return False
+    try:
+        import transformer_engine  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def use_transformer_engine(model_cfg: ModelConfig) -> bool:
+    """The single place that resolves ``transformer_impl`` ('auto' = TE only when CUDA and TE are present)."""
+    if model_cfg.transformer_impl == "local":
+        return False
+    if model_cfg.transformer_impl == "transformer_engine":
+        if not transformer_engine_available():
+            raise RuntimeError("transformer_impl='transformer_engine' needs CUDA and an importable "
+                               "transformer_engine; use 'local' or 'auto' on this machine")
+        return True
+    return transformer_engine_available()
+
+
+class SequenceParallelLayerNorm(torch.nn.LayerNorm):
+    """torch LayerNorm that tolerates sequence parallelism.
+
+    LayerNorm acts per token, so a sequence-sharded input needs no communication in forward; each TP
+    rank however sees different tokens, so its weight/bias gradients differ. Tagging the parameters
+    with ``sequence_parallel`` makes megatron's ``finalize_model_grads`` all-reduce them across TP,
+    exactly as it does for apex/TE norms (megatron's own torch fallback refuses SP instead).
+    """
+
+    def __init__(self, config: TransformerConfig, hidden_size: int, eps: float = 1e-5, **_unused) -> None:
+        if config.normalization != "LayerNorm":
+            raise ValueError(f"only LayerNorm is supported, got {config.normalization}")
+        super().__init__(hidden_size, eps=eps)
+        for param in self.parameters():
+            param.sequence_parallel = config.sequence_parallel
+
+
+def _local_mlp() -> partial:
+    return partial(MLP.as_mlp_submodule,
+                   submodules=MLPSubmodules(linear_fc1=ColumnParallelLinear, linear_fc2=RowParallelLinear))
+
+
+def _local_self_attention() -> ModuleSpec:
+    return ModuleSpec(
+        module=SelfAttention,
+        params={"attn_mask_type": AttnMaskType.padding},
+        submodules=SelfAttentionSubmodules(
+            linear_qkv=ColumnParallelLinear, core_attention=DotProductAttention,
+            linear_proj=RowParallelLinear, q_layernorm=IdentityOp, k_layernorm=IdentityOp),
+    )
+
+
+def _local_cross_attention() -> ModuleSpec:
+    return ModuleSpec(
+        module=CrossAttention,
+        params={"attn_mask_type": AttnMaskType.padding},
+        submodules=CrossAttentionSubmodules(
+            linear_q=ColumnParallelLinear, linear_kv=ColumnParallelLinear,
+            core_attention=DotProductAttention, linear_proj=RowParallelLinear),
+    )
+
+
+# Checkpoints are written with TE-style key names for fused norms, as megatron's own BERT/GPT local
+# specs do, so a local-spec checkpoint and a TE-spec checkpoint are interchangeable.
+_LOCAL_KEYS_MAP = {
+    "input_layernorm.": "self_attention.linear_qkv.layer_norm_",
+    "pre_mlp_layernorm.": "mlp.linear_fc1.layer_norm_",
+}
+
+
+def local_encoder_layer_spec() -> ModuleSpec:
+    """Pre-LN BERT layer (maps onto HF MegatronBert), bidirectional, megatron-core modules only."""
+    return ModuleSpec(module=TransformerLayer, submodules=TransformerLayerSubmodules(
+        input_layernorm=SequenceParallelLayerNorm,
+        self_attention=_local_self_attention(),
+        self_attn_bda=get_bias_dropout_add,
+        pre_mlp_layernorm=SequenceParallelLayerNorm,
+        mlp=_local_mlp(),
+        mlp_bda=get_bias_dropout_add,
+        sharded_state_dict_keys_map=dict(_LOCAL_KEYS_MAP),
+    ))
+
+
+def local_decoder_layer_spec() -> ModuleSpec:
+    """Query self-attention, cross-attention to the encoder output, MLP; all pre-LN."""
+    return ModuleSpec(module=TransformerLayer, submodules=TransformerLayerSubmodules(
+        input_layernorm=SequenceParallelLayerNorm,
+        self_attention=_local_self_attention(),
+        self_attn_bda=get_bias_dropout_add,
+        pre_cross_attn_layernorm=SequenceParallelLayerNorm,
+        cross_attention=_local_cross_attention(),
+        cross_attn_bda=get_bias_dropout_add,
+        pre_mlp_layernorm=SequenceParallelLayerNorm,
+        mlp=_local_mlp(),
+        mlp_bda=get_bias_dropout_add,
+        sharded_state_dict_keys_map=dict(_LOCAL_KEYS_MAP),
+    ))
+
+
+def te_encoder_layer_spec() -> ModuleSpec:
+    """Same layer with TE fused LayerNorm+QKV and LayerNorm+FC1 (FP8-capable)."""
+    from megatron.core.extensions.transformer_engine import (
+        TEDotProductAttention,
+        TELayerNormColumnParallelLinear,
+        TERowParallelLinear,
+    )
+
+    return ModuleSpec(module=TransformerLayer, submodules=TransformerLayerSubmodules(
+        self_attention=ModuleSpec(
+            module=SelfAttention, params={"attn_mask_type": AttnMaskType.no_mask},
+            submodules=SelfAttentionSubmodules(
+                linear_qkv=TELayerNormColumnParallelLinear, core_attention=TEDotProductAttention,
+                linear_proj=TERowParallelLinear, q_layernorm=IdentityOp, k_layernorm=IdentityOp)),
+        self_attn_bda=get_bias_dropout_add,
+        mlp=partial(MLP.as_mlp_submodule, submodules=MLPSubmodules(
+            linear_fc1=TELayerNormColumnParallelLinear, linear_fc2=TERowParallelLinear)),
+        mlp_bda=get_bias_dropout_add,
+    ))
+
+
+def te_decoder_layer_spec() -> ModuleSpec:
+    """TE decoder layer; the cross-attention LayerNorm stays a separate TENorm (q and kv differ in input)."""
+    from megatron.core.extensions.transformer_engine import (
+        TEColumnParallelLinear,
+        TEDotProductAttention,
+        TENorm,
+    )
+
+    layer = te_encoder_layer_spec()
+    layer.submodules.pre_cross_attn_layernorm = TENorm
+    layer.submodules.cross_attention = ModuleSpec(
+        module=CrossAttention, params={"attn_mask_type": AttnMaskType.no_mask},
+        submodules=CrossAttentionSubmodules(
+            linear_q=TEColumnParallelLinear, linear_kv=TEColumnParallelLinear,
+            core_attention=TEDotProductAttention,
+            linear_proj=layer.submodules.self_attention.submodules.linear_proj))
+    layer.submodules.cross_attn_bda = get_bias_dropout_add
+    return layer
+
+
+def final_norm(use_te: bool):
+    """The block-final LayerNorm class (exported to HF as ``encoder.ln``)."""
+    if use_te:
+        from megatron.core.extensions.transformer_engine import TENorm
+
+        return TENorm
+    return SequenceParallelLayerNorm
+
+
+def encoder_block_spec(use_te: bool, num_layers: int) -> TransformerBlockSubmodules:
+    """Block spec for the layers this pipeline stage builds (caller computes ``num_layers``)."""
+    layer = te_encoder_layer_spec() if use_te else local_encoder_layer_spec()
+    return TransformerBlockSubmodules(layer_specs=[layer] * num_layers, layer_norm=final_norm(use_te))
+
+
+def decoder_block_spec(use_te: bool, num_layers: int) -> TransformerBlockSubmodules:
+    layer = te_decoder_layer_spec() if use_te else local_decoder_layer_spec()
+    return TransformerBlockSubmodules(layer_specs=[layer] * num_layers, layer_norm=final_norm(use_te))
