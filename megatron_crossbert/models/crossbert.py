@@ -58,6 +58,7 @@ class CrossBertModel(LanguageModule):
         self.pre_process, self.post_process = pre_process, post_process
         self.vocab_size, self.max_sequence_length = vocab_size, max_sequence_length
         self.share_embeddings_and_output_weights = True
+        self.use_te = use_te
         self.model_type = ModelType.encoder_or_decoder
         if pre_process:
             self.embedding = LanguageModelEmbedding(config=config, vocab_size=vocab_size,
@@ -141,6 +142,9 @@ class CrossBertModel(LanguageModule):
         embedded = self.embedding(input_ids=input_ids, position_ids=positions)
         mask = None
         if attention_mask is not None and not bool(attention_mask.bool().all()):
+            if self.use_te:
+                raise NotImplementedError("padded encode() batches need the local spec: the TE spec is "
+                                          "built mask-free for pretraining speed")
             mask = (attention_mask < 0.5)[:, None, None, :]           # megatron: True = masked out
         hidden = self.encoder(hidden_states=embedded, attention_mask=mask)
         if self.config.sequence_parallel:

@@ -1,3 +1,80 @@
-"""placeholder"""
-def model_flops_per_sample(run_cfg):
-    raise NotImplementedError
+"""Model FLOPs per packed sequence (forward + backward), the numerator of MFU.
+
+Conventions (the usual "model FLOPs", as in the Megatron-LM / PaLM MFU papers):
+- only matrix multiplications count, 2 FLOPs per multiply-add; LayerNorm, softmax, GELU, dropout,
+  embedding lookups and the cross-entropy are ignored;
+- backward = 2x forward, so the total is 3x the forward count; activation recompute is NOT added
+  (it is hardware work, not model work);
+- attention counts both ``Q K^T`` and ``P V`` over the full (unmasked, bidirectional) score matrix;
+- the LM output projection uses the padded vocabulary at the run's TP size (the GEMM that runs).
+
+Per architecture:
+- CrossBERT, per view: encoder over Lv tokens; decoder over T = L - Lv queries (self-attention among
+  queries, cross-attention to the Lv encoder states incl. their K/V projection, MLP); LM head
+  (dense + output projection) over the T targets only. Times the number of views.
+- BERT (megatron BertModel): encoder over all L tokens; LM head over ALL L positions, because
+  megatron's BertModel computes logits for every position and masks only the loss.
+"""
+
+from __future__ import annotations
+
+from megatron_crossbert.config import RunConfig
+
+BACKWARD_FACTOR = 3.0
+
+
+def self_attention_flops(seq: int, hidden: int) -> float:
+    """QKV projection, scores, weighted values and output projection for ``seq`` tokens."""
+    return 2.0 * seq * hidden * 3 * hidden + 4.0 * seq * seq * hidden + 2.0 * seq * hidden * hidden
+
+
+def cross_attention_flops(queries: int, memory: int, hidden: int) -> float:
+    """Q projection of the queries, K/V projection of the memory, scores, values, output projection."""
+    projections = 2.0 * queries * hidden * hidden * 2 + 2.0 * memory * hidden * 2 * hidden
+    return projections + 4.0 * queries * memory * hidden
+
+
+def mlp_flops(seq: int, hidden: int, ffn: int) -> float:
+    return 4.0 * seq * hidden * ffn
+
+
+def encoder_forward_flops(run_cfg: RunConfig, seq: int) -> float:
+    """One forward pass of the whole encoder stack over ``seq`` tokens."""
+    model = run_cfg.model
+    layer = self_attention_flops(seq, model.hidden_size) + mlp_flops(seq, model.hidden_size, model.ffn)
+    return model.num_layers * layer
+
+
+def decoder_forward_flops(run_cfg: RunConfig, queries: int, memory: int) -> float:
+    """One forward pass of the reconstruction decoder (``queries`` targets over ``memory`` visible states)."""
+    model = run_cfg.model
+    hidden = model.dec_hidden
+    layer = (self_attention_flops(queries, hidden) + cross_attention_flops(queries, memory, hidden)
+             + mlp_flops(queries, hidden, model.dec_ffn))
+    return model.decoder_num_layers * layer
+
+
+def lm_head_forward_flops(run_cfg: RunConfig, positions: int) -> float:
+    """Dense (h x h) plus the tied output projection (h x padded vocab) at ``positions`` tokens."""
+    model = run_cfg.model
+    vocab = model.padded_vocab_size(run_cfg.parallel.tensor_model_parallel_size)
+    return 2.0 * positions * model.hidden_size * (model.hidden_size + vocab)
+
+
+def forward_flops_per_view(run_cfg: RunConfig) -> float:
+    """CrossBERT forward FLOPs for one view of one packed sequence."""
+    seq = run_cfg.data.seq_length
+    visible = run_cfg.masking.visible_length(seq)
+    targets = seq - visible
+    return (encoder_forward_flops(run_cfg, visible) + decoder_forward_flops(run_cfg, targets, visible)
+            + lm_head_forward_flops(run_cfg, targets))
+
+
+def model_flops_per_sample(run_cfg: RunConfig) -> float:
+    """Forward + backward model FLOPs for one packed sequence of ``data.seq_length`` tokens (all views)."""
+    seq = run_cfg.data.seq_length
+    if run_cfg.model.arch == "bert":
+        forward = encoder_forward_flops(run_cfg, seq) + lm_head_forward_flops(run_cfg, seq)
+    else:
+        forward = run_cfg.masking.num_views * forward_flops_per_view(run_cfg)
+    return BACKWARD_FACTOR * forward
