@@ -1,0 +1,48 @@
+"""``crossbert-train-tokenizer``: train a vocabulary from JSONL(.gz) and save a tokenizer directory.
+
+The directory loads with ``megatron_crossbert.data.tokenizer.load_tokenizer`` (every project tool)
+and with ``transformers.AutoTokenizer.from_pretrained`` (no remote code), giving the same ids.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="crossbert-train-tokenizer", description=__doc__,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--input", nargs="+", required=True, help="JSONL or JSONL.gz files or globs")
+    parser.add_argument("--output-dir", required=True, help="tokenizer directory to write")
+    parser.add_argument("--json-keys", nargs="+", default=["text"],
+                        help="JSON key holding the text (the first key is used for training)")
+    parser.add_argument("--model", choices=("unigram", "bpe", "wordpiece"), default="unigram",
+                        help="sentencepiece unigram/BPE, or HF tokenizers WordPiece")
+    parser.add_argument("--vocab-size", type=int, default=32768,
+                        help="target vocabulary size, special tokens included")
+    parser.add_argument("--max-docs", type=int, default=None, help="train on at most this many documents")
+    parser.add_argument("--lowercase", action="store_true", help="lowercase + strip accents (wordpiece only)")
+    parser.add_argument("--force", action="store_true", help="overwrite an existing tokenizer directory")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    out = Path(args.output_dir)
+    if (out / "tokenizer.json").exists() and not args.force:
+        print(f"error: {out} already holds a tokenizer; pass --force to overwrite", file=sys.stderr)
+        return 2
+    from megatron_crossbert.data.tokenizer_training import train_tokenizer
+
+    tokenizer = train_tokenizer(args.input, out, model_type=args.model, vocab_size=args.vocab_size,
+                                json_key=args.json_keys[0], max_docs=args.max_docs, lowercase=args.lowercase)
+    print(f"saved {args.model} tokenizer with {tokenizer.vocab_size} tokens to {out} "
+          f"(special ids: {tokenizer.special_ids})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
