@@ -1,0 +1,92 @@
+"""RunConfig validation: each bad value fails early with a ValueError that names the problem."""
+
+from __future__ import annotations
+
+import pytest
+
+from megatron_crossbert.config import (
+    MaskingConfig,
+    ModelConfig,
+    ParallelConfig,
+    RunConfig,
+    TrainingConfig,
+    load_run_config,
+    parse_override,
+)
+
+
+@pytest.mark.parametrize("ratio", [0.49, 0.0, 1.0, 1.2])
+def test_mask_ratio_outside_range(ratio):
+    with pytest.raises(ValueError, match="mask_ratio"):
+        MaskingConfig(mask_ratio=ratio)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(hidden_size=100, num_attention_heads=12), "must divide hidden_size"),
+    (dict(decoder_hidden_size=512), "cannot be tied"),
+    (dict(decoder_num_attention_heads=5), "must divide decoder width"),
+    (dict(decoder_num_layers=0), "decoder_num_layers"),
+    (dict(hidden_dropout=1.0), "hidden_dropout"),
+    (dict(vocab_size=0), "vocab_size"),
+    (dict(arch="gpt"), "arch"),
+    (dict(transformer_impl="apex"), "transformer_impl"),
+])
+def test_bad_model_values(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        ModelConfig(**kwargs)
+
+
+def test_cross_section_checks():
+    with pytest.raises(ValueError, match="position table"):
+        load_run_config(None, ["data.seq_length=1024"])
+    with pytest.raises(ValueError, match="must divide the attention heads"):
+        load_run_config(None, ["parallel.tensor_model_parallel_size=5"])
+    with pytest.raises(ValueError, match="must divide num_layers"):
+        load_run_config(None, ["parallel.pipeline_model_parallel_size=5"])
+    with pytest.raises(ValueError, match="sequence_parallel needs seq_length"):
+        load_run_config(None, ["parallel.tensor_model_parallel_size=4", "parallel.sequence_parallel=true",
+                               "data.seq_length=510"])
+
+
+def test_other_sections():
+    with pytest.raises(ValueError, match="sequence_parallel needs tensor_model_parallel_size"):
+        ParallelConfig(sequence_parallel=True)
+    with pytest.raises(ValueError, match="multiple of"):
+        TrainingConfig(micro_batch_size=3, global_batch_size=8)
+    with pytest.raises(ValueError, match="precision"):
+        TrainingConfig(precision="fp16")
+    with pytest.raises(ValueError, match="pin_cls"):
+        MaskingConfig(pin_cls=True, complementary=True)
+
+
+def test_unknown_keys_and_bad_overrides():
+    with pytest.raises(ValueError, match="unknown keys in \\[model\\]"):
+        load_run_config(None, ["model.hiden_size=64"])
+    with pytest.raises(ValueError, match="unknown config sections"):
+        RunConfig.from_dict({"modle": {}})
+    with pytest.raises(ValueError, match="section.key=value"):
+        parse_override("lr=3")
+
+
+def test_yaml_overrides_json_round_trip(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("model:\n  hidden_size: 64\n  num_attention_heads: 4\n  num_layers: 2\n"
+                    "data:\n  seq_length: 128\nmasking:\n  mask_ratio: 0.75\n")
+    cfg = load_run_config(path, ["training.lr=0.0003", "masking.complementary=false", "data.data_path=[a, b]"])
+    assert (cfg.model.hidden_size, cfg.data.seq_length, cfg.training.lr) == (64, 128, 3e-4)
+    assert cfg.masking.num_views == 1 and cfg.masking.visible_length(128) == 32
+    assert cfg.data.data_path == ["a", "b"]
+    cfg.save_json(tmp_path / "run_config.json")
+    assert RunConfig.load_json(tmp_path / "run_config.json") == cfg
+
+
+def test_padded_vocab_is_tp_splittable():
+    model = ModelConfig(vocab_size=1000, make_vocab_size_divisible_by=128)
+    assert model.padded_vocab_size(1) == 1024 and model.padded_vocab_size(2) == 1024
+    assert model.padded_vocab_size(3) == 1152 and model.padded_vocab_size(3) % 3 == 0
+
+
+@pytest.mark.xfail(strict=True, reason="config.parse_override uses yaml.safe_load (YAML 1.1): '3e-4' stays a "
+                   "string and TrainingConfig then raises TypeError; owner of config.py to fix")
+def test_exponent_override_parses_as_float():
+    assert load_run_config(None, ["training.lr=3e-4"]).training.lr == 3e-4

@@ -1,0 +1,208 @@
+"""Single-process model tests: shapes, what the encoder sees, coverage, encode, checkpoints, training.
+
+Every test builds a tiny model (h=32..64) with dropout 0 on a world of size 1; multi-rank TP/PP
+equivalence lives in test_model_multirank.py.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from megatron_crossbert import platform
+from megatron_crossbert.config import RunConfig, load_run_config
+from megatron_crossbert.models import CrossBertModel, bert_encode, build_model, model_encode
+from megatron_crossbert.models.bert_baseline import bert_mask_tokens
+
+SEQ = 16
+
+
+def tiny_config(*overrides: str, arch: str = "crossbert") -> RunConfig:
+    base = [f"model.arch={arch}", "model.vocab_size=200", "model.make_vocab_size_divisible_by=64",
+            "model.hidden_size=32", "model.num_layers=2", "model.num_attention_heads=4",
+            "model.max_position_embeddings=32", "model.decoder_num_layers=1", "model.hidden_dropout=0.0",
+            "model.attention_dropout=0.0", f"data.seq_length={SEQ}", "model.transformer_impl=local"]
+    return load_run_config(None, base + list(overrides))
+
+
+def build(cfg: RunConfig, seed: int = 1) -> torch.nn.Module:
+    platform.initialize(cfg.parallel, seed)
+    return build_model(cfg)
+
+
+def make_batch(cfg: RunConfig, batch: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Random tokens and random complementary views (view B's visible set = view A's targets)."""
+    gen = torch.Generator().manual_seed(seed)
+    seq, visible = cfg.data.seq_length, cfg.masking.visible_length(cfg.data.seq_length)
+    tokens = torch.randint(0, cfg.model.vocab_size, (batch, seq), generator=gen)
+    perms = torch.stack([torch.randperm(seq, generator=gen) for _ in range(batch)])
+    vis_a, tgt_a = perms[:, :visible].sort(-1).values, perms[:, visible:].sort(-1).values
+    views = [(vis_a, tgt_a), (tgt_a[:, :visible], torch.cat([vis_a, tgt_a[:, visible:]], 1).sort(-1).values)]
+    views = views[:cfg.masking.num_views]
+    return {"tokens": tokens, "visible": torch.stack([v for v, _ in views], 1),
+            "targets": torch.stack([t for _, t in views], 1)}
+
+
+def capture_encoder_output(model: CrossBertModel, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """(encoder input, encoder output) of one forward, via hooks on megatron's TransformerBlock."""
+    seen = {}
+    hook = model.encoder.register_forward_hook(
+        lambda mod, args, kwargs, out: seen.update(inp=kwargs["hidden_states"], out=out), with_kwargs=True)
+    try:
+        with torch.no_grad():
+            model(**batch)
+    finally:
+        hook.remove()
+    return seen["inp"], seen["out"]
+
+
+def test_forward_shapes_and_encoder_length():
+    cfg = tiny_config("masking.mask_ratio=0.75")
+    model = build(cfg)
+    batch = make_batch(cfg, batch=3)
+    lv, targets = cfg.masking.visible_length(SEQ), SEQ - cfg.masking.visible_length(SEQ)
+    encoder_in, encoder_out = capture_encoder_output(model, batch)
+    assert encoder_in.shape == (lv, 3 * 2, 32) and encoder_out.shape == (lv, 6, 32)
+    loss = model(**batch)
+    assert loss.shape == (3 * 2, targets) and loss.dtype == torch.float32 and torch.isfinite(loss).all()
+    assert abs(loss.mean().item() - torch.log(torch.tensor(256.0)).item()) < 1.0   # ~uniform at init
+
+    single = tiny_config("masking.complementary=false")
+    one_view = make_batch(single, batch=2)
+    assert one_view["visible"].shape == (2, 1, SEQ // 2)
+    assert build(single)(**one_view).shape == (2, SEQ // 2)
+
+
+def test_encoder_sees_only_visible_tokens():
+    cfg = tiny_config()
+    model = build(cfg).eval()
+    batch = make_batch(cfg, batch=2)
+    _, reference = capture_encoder_output(model, batch)
+    masked_pos, visible_pos = batch["targets"][0, 0, 0], batch["visible"][0, 0, 0]
+    changed = {**batch, "tokens": batch["tokens"].clone()}
+    changed["tokens"][0, masked_pos] = (changed["tokens"][0, masked_pos] + 1) % 200
+    _, out = capture_encoder_output(model, changed)
+    assert torch.equal(out[:, 0], reference[:, 0]), "a masked token leaked into view A's encoder"
+    assert not torch.equal(out[:, 1], reference[:, 1]), "view B sees that position, so its output must change"
+    changed["tokens"][0, visible_pos] = (changed["tokens"][0, visible_pos] + 1) % 200
+    _, out = capture_encoder_output(model, changed)
+    assert not torch.equal(out[:, 0], reference[:, 0])
+    assert torch.equal(out[:, 2:], reference[:, 2:]), "other sequences must not be affected"
+
+
+def test_complementary_views_reach_every_position():
+    """Each position is a target in exactly one view, and its loss term has a nonzero logits gradient."""
+    cfg = tiny_config()
+    model = build(cfg)
+    batch = make_batch(cfg, batch=2)
+    logits = {}
+    hook = model.output_layer.register_forward_hook(lambda mod, args, out: logits.update(t=out[0]))
+    loss = model(**batch)
+    hook.remove()
+    logits["t"].retain_grad()
+    loss.sum().backward()
+    grad_per_target = logits["t"].grad.abs().sum(-1).transpose(0, 1)          # [b*V, T]
+    assert (grad_per_target > 0).all()
+    targets = batch["targets"]
+    for seq in range(2):
+        covered = torch.cat([targets[seq, v] for v in range(2)]).sort().values
+        assert torch.equal(covered, torch.arange(SEQ)), "every position must be a target exactly once"
+        assert not set(batch["visible"][seq, 0].tolist()) & set(batch["visible"][seq, 1].tolist())
+
+
+def test_encode_matches_forward_encoder_and_respects_padding():
+    cfg = tiny_config()
+    model = build(cfg).eval()
+    batch = make_batch(cfg, batch=2)
+    lv = SEQ // 2
+    batch["visible"][:, 0] = torch.arange(lv)                                  # view A = prefix 0..Lv-1
+    _, encoder_out = capture_encoder_output(model, batch)
+    with torch.no_grad():
+        encoded = model.encode(batch["tokens"][:, :lv])
+        assert encoded.shape == (2, lv, 32)
+        torch.testing.assert_close(encoded, encoder_out[:, 0::2].transpose(0, 1), atol=1e-6, rtol=0)
+        mask = torch.ones(2, SEQ, dtype=torch.long)
+        mask[1, 5:] = 0
+        padded = model.encode(batch["tokens"], mask)
+        alone = model.encode(batch["tokens"][1:, :5])
+        torch.testing.assert_close(padded[1, :5], alone[0], atol=1e-5, rtol=0)
+        assert torch.equal(model_encode(model, batch["tokens"]), model.encode(batch["tokens"], torch.ones_like(mask)))
+
+
+ENCODER_KEYS = ["embedding.word_embeddings.weight", "embedding.position_embeddings.weight",
+                "encoder.layers.0.self_attention.linear_qkv.weight", "encoder.layers.1.mlp.linear_fc2.bias",
+                "encoder.final_layernorm.weight", "encoder.final_layernorm.bias", "lm_head.dense.weight",
+                "lm_head.layer_norm.bias", "output_layer.bias"]
+
+
+def test_state_dict_keys_follow_the_contract():
+    cross = set(build(tiny_config()).state_dict())
+    bert = set(build(tiny_config(arch="bert")).state_dict())
+    assert set(ENCODER_KEYS) <= cross and set(ENCODER_KEYS) <= bert
+    assert {"mask_embedding", "decoder_position_embedding.weight", "decoder.final_layernorm.weight",
+            "decoder.layers.0.cross_attention.linear_kv.weight"} <= cross
+    assert not any(k.startswith(("decoder", "mask_embedding")) for k in bert)
+    assert "output_layer.weight" not in cross, "output layer must be tied to the word embeddings"
+
+
+def test_dist_checkpoint_round_trip(tmp_path):
+    from megatron.core import dist_checkpointing
+
+    cfg = tiny_config()
+    model = build(cfg, seed=1)
+    batch = make_batch(cfg, batch=2)
+    with torch.no_grad():
+        reference = model(**batch)
+    dist_checkpointing.save(model.sharded_state_dict(), str(tmp_path))
+    fresh = build(cfg, seed=2)
+    with torch.no_grad():
+        assert not torch.equal(fresh(**batch), reference)
+        fresh.load_state_dict(dist_checkpointing.load(fresh.sharded_state_dict(), str(tmp_path)))
+        assert torch.equal(fresh(**batch), reference)
+
+
+def test_bert_baseline_loss_and_encode():
+    cfg = tiny_config(arch="bert")
+    model = build(cfg).eval()
+    tokens = make_batch(cfg, batch=2)["tokens"]
+    masked, labels, loss_mask = bert_mask_tokens(tokens, mask_id=3, vocab_size=200,
+                                                 generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        loss = model(masked, torch.ones_like(tokens), lm_labels=labels)
+        assert loss.shape == (2, SEQ) and loss.dtype == torch.float32
+        assert bert_encode(model, tokens).shape == (2, SEQ, 32)
+    assert 0 < loss_mask.sum() < loss_mask.numel()
+
+
+def _train_steps(cfg: RunConfig, batch: dict, step_loss, steps: int) -> list[float]:
+    """megatron DDP + get_megatron_optimizer (AdamW) on one fixed batch; returns the loss per step."""
+    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+
+    module = build(cfg)
+    ddp = DistributedDataParallel(module.config, DistributedDataParallelConfig(), module)
+    optimizer = get_megatron_optimizer(
+        OptimizerConfig(optimizer="adam", lr=1e-2, weight_decay=0.01, clip_grad=1.0), [ddp])
+    losses = []
+    for _ in range(steps):
+        ddp.zero_grad_buffer()
+        optimizer.zero_grad()
+        loss = step_loss(ddp, batch)
+        loss.backward()
+        ddp.finish_grad_sync()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+def test_optimizer_steps_reduce_loss_for_both_architectures():
+    cfg = tiny_config()
+    cross = _train_steps(cfg, make_batch(cfg, batch=4), lambda m, b: m(**b).mean(), steps=20)
+    bert_cfg = tiny_config(arch="bert")
+    tokens = make_batch(bert_cfg, batch=4)["tokens"]
+    masked, labels, loss_mask = bert_mask_tokens(tokens, mask_id=3, vocab_size=200, mask_prob=0.3,
+                                                 generator=torch.Generator().manual_seed(0))
+    bert_batch = {"input_ids": masked, "attention_mask": torch.ones_like(tokens), "lm_labels": labels}
+    bert = _train_steps(bert_cfg, bert_batch,
+                        lambda m, b: (m(**b) * loss_mask).sum() / loss_mask.sum(), steps=20)
+    assert cross[-1] < 0.7 * cross[0], cross
+    assert bert[-1] < 0.7 * bert[0], bert
