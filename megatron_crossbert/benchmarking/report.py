@@ -1,0 +1,63 @@
+"""Markdown tables and JSON files for benchmark reports (no torch import: usable by plotting code)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+
+def fmt(value: Any, digits: int = 2, scale: float = 1.0, suffix: str = "") -> str:
+    """A table cell: numbers rounded, missing values as an em dash."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    if isinstance(value, (int, float)):
+        return f"{value * scale:,.{digits}f}{suffix}"
+    return str(value)
+
+
+def markdown_table(headers: list[str], rows: list[list[Any]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join(" --- " for _ in headers) + "|"]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+THROUGHPUT_HEADERS = ["model", "step ms (median)", "samples/s", "× BERT", "input tok/s", "supervised tok/s",
+                      "× BERT (supervised)", "step peak mem MB", "params M", "GFLOP/sample",
+                      "TFLOP/s", "MFU"]
+
+
+def throughput_rows(results: list[dict]) -> list[list[str]]:
+    rows = []
+    for r in results:
+        rows.append([
+            r["name"], fmt(r["step_time_s"]["median"], 0, 1e3), fmt(r["samples_per_s"]),
+            fmt(r.get("samples_per_s_vs_bert"), 2, suffix="x"), fmt(r["input_tokens_per_s"], 0),
+            fmt(r["supervised_tokens_per_s"], 0), fmt(r.get("supervised_tokens_per_s_vs_bert"), 2, suffix="x"),
+            fmt(r.get("peak_step_bytes"), 0, 1 / 2**20), fmt(r.get("num_parameters"), 2, 1e-6),
+            fmt(r.get("model_flops_per_sample"), 2, 1e-9), fmt(r.get("achieved_tflops"), 3),
+            fmt(r.get("mfu"), 1, 100, "%"),
+        ])
+    return rows
+
+
+def throughput_markdown(report: dict) -> str:
+    """The stdout/docs table plus the facts needed to read it (shape, device, methods)."""
+    meta = report["meta"]
+    shape = meta["shape"]
+    header = (f"Throughput on {meta['device']} ({meta['device_name']}, {meta['torch_threads']} torch threads), "
+              f"precision {meta['options']['precision']}; encoder h={shape['hidden_size']}, "
+              f"layers={shape['num_layers']}, heads={shape['num_attention_heads']}, L={shape['seq_length']}, "
+              f"vocab={shape['vocab_size']}, micro-batch={shape['micro_batch_size']}, CrossBERT decoder "
+              f"layers={shape['decoder_num_layers']}; {meta['options']['steps']} timed rounds after "
+              f"{meta['options']['warmup']} warm-up rounds.")
+    notes = (f"Timing: {meta['timing']}.\nMemory: {meta['memory_method']}.\nData: {meta['data']}.")
+    return "\n\n".join([header, markdown_table(THROUGHPUT_HEADERS, throughput_rows(report["results"])), notes])
+
+
+def write_json(path: str | Path, payload: dict) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, indent=2, sort_keys=False, default=str) + "\n")
+    return path

@@ -1,0 +1,164 @@
+"""Interleaved training-step throughput: CrossBERT settings against megatron-core's BertModel.
+
+Why interleaved: on a shared machine the available compute drifts by tens of percent within a
+minute, so timing one model after another would measure the neighbours, not the models. All
+models are built in one process, warmed up, then timed round-robin: in every round each model
+runs one full training step (forward, backward, grad finalisation, optimizer update), and the
+order rotates between rounds. Ratios to BERT are medians of the per-round ratios, so drift that
+affects a whole round cancels. Samples/s use the median step time.
+"""
+
+from __future__ import annotations
+
+import platform as py_platform
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from megatron_crossbert.benchmarking.batches import make_batches
+from megatron_crossbert.benchmarking.cases import BenchCase, default_cases, size_overrides
+from megatron_crossbert.benchmarking.memory import measure_step_memory, persistent_bytes
+from megatron_crossbert.benchmarking.step import StepRunner, build_runner
+
+
+@dataclass
+class ThroughputOptions:
+    """What to run; defaults are sized for a 2-core CPU (~2 minutes)."""
+
+    size: str = "cpu"
+    warmup: int = 2
+    steps: int = 6
+    precision: str = "fp32"
+    transformer_impl: str = "auto"
+    peak_tflops: float | None = None
+    seq_length: int | None = None
+    micro_batch_size: int | None = None
+    num_layers: int | None = None
+    only: list[str] = field(default_factory=list)
+    """Restrict to these case names (BERT is always kept as the reference)."""
+    seed: int = 1234
+    profile: bool = False
+    """Add a per-component time breakdown of one extra step per model (see benchmarking.profile)."""
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _timed_step(runner: StepRunner, batch: dict, device: torch.device) -> float:
+    _sync(device)
+    start = time.perf_counter()
+    runner.step(batch)
+    _sync(device)
+    return time.perf_counter() - start
+
+
+def select_cases(options: ThroughputOptions) -> list[BenchCase]:
+    cases = default_cases(options.size, options.precision, options.transformer_impl,
+                          seq_length=options.seq_length, micro_batch_size=options.micro_batch_size,
+                          num_layers=options.num_layers)
+    if options.only:
+        cases = [c for c in cases if c.arch == "bert" or c.name in options.only]
+    return cases
+
+
+def time_interleaved(runners: list[StepRunner], batches: dict[str, list], warmup: int, steps: int,
+                     device: torch.device) -> dict[str, list[float]]:
+    """Warm every model up, then time ``steps`` rounds, rotating the order each round."""
+    for round_index in range(warmup):
+        for runner in runners:
+            runner.step(batches[runner.case.name][round_index % len(batches[runner.case.name])])
+    times: dict[str, list[float]] = {r.case.name: [] for r in runners}
+    for round_index in range(steps):
+        shift = round_index % len(runners)
+        for runner in runners[shift:] + runners[:shift]:
+            pool = batches[runner.case.name]
+            times[runner.case.name].append(_timed_step(runner, pool[round_index % len(pool)], device))
+    return times
+
+
+def _flops_per_sample(case: BenchCase) -> float | None:
+    from megatron_crossbert.models import model_flops_per_sample
+
+    try:
+        return float(model_flops_per_sample(case.run_cfg))
+    except NotImplementedError:
+        return None
+
+
+def _case_metrics(case: BenchCase, step_times: list[float], peak_tflops: float | None) -> dict:
+    median = statistics.median(step_times)
+    samples_s = case.micro_batch_size / median
+    flops = _flops_per_sample(case)
+    achieved = flops * samples_s / 1e12 if flops else None
+    return {
+        "name": case.name, "arch": case.arch, "mask_ratio": case.run_cfg.masking.mask_ratio if case.arch != "bert" else None,
+        "views": case.run_cfg.masking.num_views if case.arch != "bert" else 1,
+        "step_time_s": {"median": median, "min": min(step_times), "all": step_times},
+        "samples_per_s": samples_s,
+        "input_tokens_per_s": samples_s * case.input_tokens_per_sample(),
+        "supervised_tokens_per_sample": case.supervised_tokens_per_sample(),
+        "supervised_tokens_per_s": samples_s * case.supervised_tokens_per_sample(),
+        "model_flops_per_sample": flops,
+        "achieved_tflops": achieved,
+        "mfu": achieved / peak_tflops if achieved and peak_tflops else None,
+    }
+
+
+def _add_ratios(results: list[dict], times: dict[str, list[float]]) -> None:
+    """Per-round ratios to BERT (same round, so shared drift cancels), summarised by the median."""
+    ref = next(r for r in results if r["arch"] == "bert")
+    ref_times = times[ref["name"]]
+    for result in results:
+        own = times[result["name"]]
+        rounds = [b / o for b, o in zip(ref_times, own)]
+        result["samples_per_s_vs_bert"] = statistics.median(rounds)
+        result["supervised_tokens_per_s_vs_bert"] = (result["samples_per_s_vs_bert"]
+                                                     * result["supervised_tokens_per_sample"]
+                                                     / ref["supervised_tokens_per_sample"])
+        result["samples_per_s_vs_bert_per_round"] = rounds
+
+
+def _meta(options: ThroughputOptions, cases: list[BenchCase], device: torch.device, memory_method: str) -> dict:
+    return {
+        "benchmark": "throughput", "options": asdict(options), "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else py_platform.processor() or "cpu",
+        "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
+        "shape": size_overrides(options.size, seq_length=options.seq_length,
+                                micro_batch_size=options.micro_batch_size, num_layers=options.num_layers),
+        "timing": "round-robin interleaved full training steps (fwd+bwd+optimizer), median step time; "
+                  "ratios = median of per-round ratios to BERT",
+        "memory_method": memory_method,
+        "data": "synthetic random tokens, masks from megatron_crossbert.masking, pre-built before timing",
+        "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def run_throughput(options: ThroughputOptions) -> dict:
+    """Build every model, time them interleaved, measure memory; returns the JSON-ready report."""
+    from megatron_crossbert.config import ParallelConfig
+    from megatron_crossbert.platform import device as current_device, initialize
+
+    initialize(ParallelConfig(), options.seed)
+    device = current_device()
+    cases = select_cases(options)
+    runners = [build_runner(case, device) for case in cases]
+    batches = {c.name: make_batches(c, 2, device, seed=options.seed) for c in cases}
+    times = time_interleaved(runners, batches, options.warmup, options.steps, device)
+    results, memory_method = [], ""
+    for runner in runners:
+        metrics = _case_metrics(runner.case, times[runner.case.name], options.peak_tflops)
+        memory = measure_step_memory(lambda: runner.step(batches[runner.case.name][0]), device)
+        memory_method = memory.pop("method")
+        metrics.update(memory, **persistent_bytes(runner.unwrapped, options.precision))
+        results.append(metrics)
+    _add_ratios(results, times)
+    report = {"meta": _meta(options, cases, device, memory_method), "results": results}
+    if options.profile:
+        from megatron_crossbert.benchmarking.profile import profile_step
+
+        report["profile"] = {r.case.name: profile_step(r, batches[r.case.name][0]) for r in runners}
+    return report

@@ -1,0 +1,123 @@
+"""crossbert-bench: throughput, sample-efficiency and GPU-check benchmarks (thin argparse layer).
+
+Each subcommand parses options into the importable function that does the work
+(``megatron_crossbert.benchmarking``), prints a markdown table on stdout and writes JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def _add_throughput(sub) -> None:
+    p = sub.add_parser("throughput", help="interleaved training-step throughput, CrossBERT vs megatron BertModel")
+    p.add_argument("--size", default="cpu", choices=["tiny", "cpu", "base", "large"],
+                   help="shared encoder shape (cpu = BERT-base shape ratios scaled down; base/large for GPU)")
+    p.add_argument("--steps", type=int, default=6, help="timed round-robin rounds (each model one step per round)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed rounds first")
+    p.add_argument("--precision", default=None, choices=["fp32", "bf16", "fp8"],
+                   help="default: fp32 on CPU, bf16 on GPU")
+    p.add_argument("--transformer-impl", default="auto", choices=["auto", "local", "transformer_engine"])
+    p.add_argument("--seq-length", type=int, default=None, help="override the size's sequence length L")
+    p.add_argument("--micro-batch-size", type=int, default=None, help="override the size's micro-batch")
+    p.add_argument("--num-layers", type=int, default=None, help="override the size's encoder depth")
+    p.add_argument("--only", nargs="*", default=[], help="CrossBERT case names to keep (BERT always runs)")
+    p.add_argument("--peak-tflops", type=float, default=None, help="device peak TFLOP/s for MFU")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
+    p.add_argument("--profile", action="store_true",
+                   help="also break one step per model into embedding/encoder/decoder/LM head/optimizer time")
+    p.add_argument("--out", default="benchmarks/results/throughput.json", help="JSON report path")
+
+
+def _add_sample_efficiency(sub) -> None:
+    p = sub.add_parser("sample-efficiency",
+                       help="small-scale replication: probe score vs samples and vs FLOPs (resumable)")
+    p.add_argument("--work-dir", default="benchmarks/results/sample_efficiency",
+                   help="tokenizer, data, checkpoints, probe results (every stage skips what is done)")
+    p.add_argument("--plan", default="cpu", choices=["tiny", "cpu"], help="experiment size preset")
+    p.add_argument("--corpus", default="/work/shared/data/corpus", help="JSONL(.gz) file or directory")
+    p.add_argument("--glue-dir", default="/work/shared/data/glue")
+    p.add_argument("--probe-dir", default="/work/shared/data/probe")
+    p.add_argument("--results-md", default="docs/results.md", help="markdown results page to (re)write")
+    p.add_argument("--figures-dir", default="docs/figures")
+    p.add_argument("--stages", nargs="*", default=None,
+                   help="subset of: data train probe report (default: all, in order)")
+    p.add_argument("--threads", type=int, default=None)
+
+
+def _add_gpu_check(sub) -> None:
+    p = sub.add_parser("gpu-check", help="H200 validation: bf16 (and FP8 if TE) throughput and MFU, base and large")
+    p.add_argument("--peak-tflops", type=float, default=790.0,
+                   help="bf16 dense peak for MFU (790 = measured 8192^3 GEMM on an H200)")
+    p.add_argument("--sizes", nargs="*", default=["base", "large"])
+    p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--out", default="benchmarks/results/gpu_check.json")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="crossbert-bench", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_throughput(sub)
+    _add_sample_efficiency(sub)
+    _add_gpu_check(sub)
+    return parser
+
+
+def _set_threads(threads: int | None) -> None:
+    import torch
+
+    torch.set_num_threads(threads or max(1, os.cpu_count() or 1))
+
+
+def run_throughput_command(args) -> int:
+    import torch
+
+    from megatron_crossbert.benchmarking.report import throughput_markdown, write_json
+    from megatron_crossbert.benchmarking.throughput import ThroughputOptions, run_throughput
+
+    precision = args.precision or ("bf16" if torch.cuda.is_available() else "fp32")
+    options = ThroughputOptions(size=args.size, warmup=args.warmup, steps=args.steps, precision=precision,
+                                transformer_impl=args.transformer_impl, peak_tflops=args.peak_tflops,
+                                seq_length=args.seq_length, micro_batch_size=args.micro_batch_size,
+                                num_layers=args.num_layers, only=args.only, profile=args.profile)
+    report = run_throughput(options)
+    write_json(args.out, report)
+    print(throughput_markdown(report))
+    if "profile" in report:
+        from megatron_crossbert.benchmarking.profile import profile_markdown
+
+        print("\nWhere one step's time goes (ms, share of step; hooks add a little overhead):\n")
+        print(profile_markdown(report["profile"]))
+    print(f"\nJSON written to {args.out}")
+    return 0
+
+
+def run_sample_efficiency_command(args) -> int:
+    from megatron_crossbert.benchmarking.sample_efficiency.pipeline import ExperimentPaths, run_experiment
+
+    paths = ExperimentPaths(work_dir=args.work_dir, corpus=args.corpus, glue_dir=args.glue_dir,
+                            probe_dir=args.probe_dir, results_md=args.results_md, figures_dir=args.figures_dir)
+    run_experiment(paths, plan_name=args.plan, stages=args.stages)
+    return 0
+
+
+def run_gpu_check_command(args) -> int:
+    from megatron_crossbert.benchmarking.gpu_check import run_gpu_check
+
+    return run_gpu_check(peak_tflops=args.peak_tflops, sizes=args.sizes, steps=args.steps,
+                         warmup=args.warmup, out=args.out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _set_threads(getattr(args, "threads", None))
+    handlers = {"throughput": run_throughput_command, "sample-efficiency": run_sample_efficiency_command,
+                "gpu-check": run_gpu_check_command}
+    return handlers[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
