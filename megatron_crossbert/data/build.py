@@ -1,0 +1,117 @@
+"""``build_datasets``: the one entry point the training loop calls to get train/valid/test datasets.
+
+Builds through megatron's ``BlendedMegatronDatasetBuilder`` so weighted blends, split strings and
+the rank-0-first construction under ``torch.distributed`` (gloo or NCCL) come from megatron-core.
+Without an initialised process group everything is built in the calling process.
+
+``DataConfig.data_path`` is a megatron blend: ``[prefix]`` or ``[w1, prefix1, w2, prefix2, ...]``;
+a prefix is the path of the ``.bin``/``.idx`` pair without extension (``out/corpus_text_document``)
+or the preprocess ``--output-prefix`` (``out/corpus``), which resolves to ``<prefix>_text_document``.
+The data seed (packing order) and the mask seed are both ``MaskingConfig.seed``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import torch
+from megatron.core.datasets.blended_dataset import BlendedDataset
+from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
+
+from megatron_crossbert.config import RunConfig
+from megatron_crossbert.data.dataset import BertDataset, CrossBertDataset, CrossBertDatasetConfig
+from megatron_crossbert.data.static_masks import StaticCrossBertDataset
+from megatron_crossbert.data.tokenizer import SPECIAL_TOKENS, Tokenizer, load_tokenizer
+
+logger = logging.getLogger(__name__)
+
+_DEFAULT_IDS = {role: i for i, role in enumerate(SPECIAL_TOKENS)}
+
+
+def parse_blend(data_path: list[str]) -> tuple[list[str], list[float] | None]:
+    """``['p']`` -> (['p'], None); ``['0.7', 'a', '0.3', 'b']`` -> (['a', 'b'], [0.7, 0.3])."""
+    if not data_path:
+        raise ValueError("DataConfig.data_path is empty: give at least one preprocessed prefix")
+    if len(data_path) == 1:
+        return [str(data_path[0])], None
+    if len(data_path) % 2 == 0:
+        try:
+            weights = [float(w) for w in data_path[0::2]]
+        except ValueError:
+            weights = None
+        if weights is not None:
+            if any(w < 0 for w in weights) or sum(weights) <= 0:
+                raise ValueError(f"blend weights must be >= 0 with a positive sum, got {weights}")
+            return [str(p) for p in data_path[1::2]], weights
+    return [str(p) for p in data_path], None
+
+
+class GlobalIndexDataset(torch.utils.data.Dataset):
+    """Blends index their constituents locally; this puts the global sample index back in ``"index"``."""
+
+    def __init__(self, dataset: BlendedDataset) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, idx: int) -> dict:
+        sample = dict(self.dataset[idx])
+        sample["constituent_index"] = sample.get("index")
+        sample["index"] = np.int64(idx)
+        return sample
+
+
+def _resolve_tokenizer(run_cfg: RunConfig, tokenizer: Tokenizer | None) -> tuple[dict[str, int], int]:
+    """Special ids and vocabulary size; falls back to the project's standard ids when no tokenizer."""
+    if tokenizer is None and run_cfg.data.tokenizer:
+        tokenizer = load_tokenizer(run_cfg.data.tokenizer)
+    if tokenizer is None:
+        logger.warning("no tokenizer given: assuming the standard special ids %s and vocab_size=%d",
+                       _DEFAULT_IDS, run_cfg.model.vocab_size)
+        return dict(_DEFAULT_IDS), run_cfg.model.vocab_size
+    if tokenizer.vocab_size > run_cfg.model.vocab_size:
+        raise ValueError(f"tokenizer has {tokenizer.vocab_size} tokens but model.vocab_size is "
+                         f"{run_cfg.model.vocab_size}: set model.vocab_size >= the tokenizer's size")
+    return dict(tokenizer.special_ids), tokenizer.vocab_size
+
+
+def make_dataset_config(run_cfg: RunConfig, tokenizer: Tokenizer | None = None) -> CrossBertDatasetConfig:
+    """Translate the run config into megatron's dataset config (plus our packing/masking fields)."""
+    data, masking = run_cfg.data, run_cfg.masking
+    ids, vocab_size = _resolve_tokenizer(run_cfg, tokenizer)
+    blend = ([data.static_masks], None) if data.static_masks else parse_blend(data.data_path)
+    return CrossBertDatasetConfig(
+        random_seed=masking.seed, sequence_length=data.seq_length, blend=blend, split=data.split,
+        path_to_cache=data.cache_dir, tokenizer=None, arch=run_cfg.model.arch,
+        cls_id=ids["cls"], sep_id=ids["sep"], mask_id=ids["mask"], special_ids=tuple(sorted(set(ids.values()))),
+        vocab_size=vocab_size, mask_ratio=masking.mask_ratio, complementary=masking.complementary,
+        pin_cls=masking.pin_cls, bert_mask_prob=masking.bert_mask_prob,
+        bert_replace_mask=masking.bert_replace_mask, bert_replace_random=masking.bert_replace_random)
+
+
+def _dataset_class(run_cfg: RunConfig) -> type:
+    if run_cfg.data.static_masks:
+        if run_cfg.model.arch != "crossbert" or run_cfg.masking.pin_cls:
+            raise ValueError("static_masks hold CrossBERT views without pinned positions; unset "
+                             "data.static_masks for arch='bert' or masking.pin_cls=True")
+        if run_cfg.data.data_path:
+            logger.warning("data.static_masks is set: samples come from %s, data.data_path is ignored",
+                           run_cfg.data.static_masks)
+        return StaticCrossBertDataset
+    return CrossBertDataset if run_cfg.model.arch == "crossbert" else BertDataset
+
+
+def build_datasets(run_cfg: RunConfig, train_valid_test_num_samples: tuple[int, int, int],
+                   tokenizer: Tokenizer | None = None):
+    """Return ``(train, valid, test)``: torch-style datasets (or None for an empty split).
+
+    Each yields the sample dicts of docs/architecture.md for ``run_cfg.model.arch``. Call on every
+    rank; under torch.distributed rank 0 builds (and caches) first, then the others.
+    """
+    config = make_dataset_config(run_cfg, tokenizer)
+    sizes = [int(n) if n is not None else None for n in train_valid_test_num_samples]
+    builder = BlendedMegatronDatasetBuilder(_dataset_class(run_cfg), sizes, lambda: True, config)
+    datasets = builder.build()
+    return tuple(GlobalIndexDataset(d) if isinstance(d, BlendedDataset) else d for d in datasets)

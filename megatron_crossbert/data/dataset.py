@@ -1,0 +1,160 @@
+"""CrossBERT and BERT pretraining datasets on ``megatron.core.datasets``.
+
+``CrossBertDataset`` is a ``MegatronDataset``: ``BlendedMegatronDatasetBuilder`` builds it per
+split (document ranges from strings like ``969,30,1``) and blends several prefixes by weight.
+Samples are packed to exactly ``L`` tokens with the layout documented in
+:mod:`megatron_crossbert.data.packing` ([CLS] at position 0, documents joined by [SEP], long
+documents continuing into the next sample).
+
+Every sample is a pure function of ``(seed, index)`` (packing order from ``random_seed``, masks
+from ``complementary_views(random_seed, index, ...)``), so a resumed run sees identical samples.
+Returned dicts follow docs/architecture.md:
+
+* CrossBERT: ``{"tokens": int64 [L], "visible": int64 [V, Lv], "targets": int64 [V, L-Lv], "index"}``
+* BERT: ``{"tokens" (after 80/10/10), "labels" (original ids), "loss_mask" float32, "padding_mask"
+  int64 all ones, "index"}``
+
+Sample-index cache: the packing index is saved as ``<hash>-<Class>-<split>-packing.npz`` under
+``config.path_to_cache`` (default ``<data dir>/cache/crossbert_indices``), where ``<hash>`` is
+megatron's ``unique_description_hash`` (class, path, num_samples, split, seed, L). If the directory
+is not writable the index is simply rebuilt in memory (it is cheap: vectorised numpy).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+
+import numpy as np
+from megatron.core.datasets.blended_megatron_dataset_config import BlendedMegatronDatasetConfig
+from megatron.core.datasets.indexed_dataset import IndexedDataset
+from megatron.core.datasets.megatron_dataset import MegatronDataset
+from megatron.core.datasets.utils import Split
+
+from megatron_crossbert.data.indexed import (
+    check_vocab, document_lengths, document_reader, open_indexed, resolve_prefix,
+)
+from megatron_crossbert.data.packing import PackingIndex, assemble_sample, build_packing_index
+from megatron_crossbert.masking import bert_mask, complementary_views
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(kw_only=True)
+class CrossBertDatasetConfig(BlendedMegatronDatasetConfig):
+    """megatron's dataset config plus what packing and masking need (ids, vocab, masking)."""
+
+    arch: str = "crossbert"
+    cls_id: int = 2
+    sep_id: int = 3
+    mask_id: int = 4
+    special_ids: tuple[int, ...] = (0, 1, 2, 3, 4, 5)
+    vocab_size: int = 32768
+    mask_ratio: float = 0.5
+    complementary: bool = True
+    pin_cls: bool = False
+    bert_mask_prob: float = 0.15
+    bert_replace_mask: float = 0.8
+    bert_replace_random: float = 0.1
+    json_key: str = "text"
+
+
+class CrossBertDataset(MegatronDataset):
+    """Packed samples of one prefix's split, with complementary CrossBERT views."""
+
+    def __init__(self, dataset: IndexedDataset, dataset_path: str | None, indices: np.ndarray,
+                 num_samples: int | None, index_split: Split, config: CrossBertDatasetConfig) -> None:
+        super().__init__(dataset, dataset_path, indices, num_samples, index_split, config)
+        if indices.size == 0 and num_samples:
+            raise ValueError(f"{dataset_path}: the {index_split.name} split ({config.split}) has 0 of "
+                             f"{self.numel_low_level_dataset(dataset)} documents but {num_samples} samples "
+                             "were requested; use a split that gives it documents, or request 0 samples")
+        self.doc_lengths = document_lengths(dataset)
+        self._read = document_reader(dataset)
+        self.packing = self._load_or_build_packing()
+        if self.packing.num_samples == 0 and num_samples:
+            raise ValueError(f"{dataset_path}: the {index_split.name} split holds fewer than "
+                             f"{config.sequence_length - 1} tokens, too few for one sample")
+
+    @staticmethod
+    def numel_low_level_dataset(low_level_dataset: IndexedDataset) -> int:
+        return int(low_level_dataset.document_indices.shape[0] - 1)
+
+    @staticmethod
+    def build_low_level_dataset(dataset_path: str, config: CrossBertDatasetConfig) -> IndexedDataset:
+        prefix = resolve_prefix(dataset_path, config.json_key)
+        dataset = open_indexed(prefix, mmap=config.mmap_bin_files)
+        check_vocab(dataset, config.vocab_size, prefix)
+        return dataset
+
+    @staticmethod
+    def _key_config_attributes() -> list[str]:
+        return ["random_seed", "sequence_length", "split", "split_matrix"]
+
+    def _cache_path(self) -> str:
+        root = self.config.path_to_cache or os.path.join(
+            os.path.dirname(os.path.abspath(self.dataset_path or ".")), "cache", "crossbert_indices")
+        name = f"{self.unique_description_hash}-{type(self).__name__}-{self.index_split.name}-packing"
+        return os.path.join(root, name)
+
+    def _load_or_build_packing(self) -> PackingIndex:
+        path = self._cache_path()
+        if os.path.exists(path + ".npz"):
+            return PackingIndex.load(path + ".npz")
+        packing = build_packing_index(self.indices, self.doc_lengths, self.config.sequence_length,
+                                      self.config.random_seed, self.num_samples)
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = f"{path}.tmp-{os.getpid()}"
+            packing.save(tmp)  # np.savez appends .npz
+            with open(path + ".json", "w") as handle:
+                handle.write(self.unique_description)
+            os.replace(tmp + ".npz", path + ".npz")
+        except OSError as exc:
+            logger.warning("packing index cache not writable (%s); using the in-memory index", exc)
+        return packing
+
+    def __len__(self) -> int:
+        return self.num_samples if self.num_samples is not None else self.packing.num_samples
+
+    def packed_tokens(self, idx: int) -> np.ndarray:
+        """Tokens of served sample ``idx`` (int64 ``[L]``), checked against the vocabulary."""
+        packed = int(self.packing.shuffle[idx % self.packing.num_samples])
+        cfg = self.config
+        tokens = assemble_sample(self.packing, packed, cfg.sequence_length, self._read, self.doc_lengths,
+                                 cfg.cls_id, cfg.sep_id)
+        if tokens.max() >= cfg.vocab_size:
+            raise ValueError(f"{self.dataset_path}: sample {idx} holds token id {int(tokens.max())} >= vocab "
+                             f"size {cfg.vocab_size} (data and tokenizer do not match)")
+        return tokens
+
+    def __getitem__(self, idx: int) -> dict[str, np.ndarray]:
+        idx = int(idx)
+        cfg = self.config
+        views = complementary_views(cfg.random_seed, idx, cfg.sequence_length, cfg.mask_ratio,
+                                    complementary=cfg.complementary, pinned=(0,) if cfg.pin_cls else ())
+        return {"tokens": self.packed_tokens(idx), "visible": views.visible, "targets": views.targets,
+                "index": np.int64(idx)}
+
+
+class BertDataset(CrossBertDataset):
+    """The same packed samples with BERT 80/10/10 masking (baseline)."""
+
+    def __getitem__(self, idx: int) -> dict[str, np.ndarray]:
+        idx = int(idx)
+        cfg = self.config
+        tokens = self.packed_tokens(idx)
+        masked, labels, loss_mask = bert_mask(
+            cfg.random_seed, idx, tokens, mask_prob=cfg.bert_mask_prob, replace_mask=cfg.bert_replace_mask,
+            replace_random=cfg.bert_replace_random, mask_id=cfg.mask_id, vocab_size=cfg.vocab_size,
+            special_ids=cfg.special_ids)
+        return {"tokens": masked, "labels": labels, "loss_mask": loss_mask,
+                "padding_mask": np.ones_like(tokens), "index": np.int64(idx)}
+
+
+def describe(dataset: MegatronDataset) -> str:
+    """One line for logs: class, path, split and size."""
+    return json.dumps({"class": type(dataset).__name__, "path": dataset.dataset_path,
+                       "split": dataset.index_split.name, "samples": len(dataset)})

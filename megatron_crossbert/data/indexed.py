@@ -1,0 +1,145 @@
+"""Safe access to Megatron indexed datasets (``.bin``/``.idx``): validation with clear errors,
+document-level reads, and atomic writing.
+
+Reading and writing go through ``megatron.core.datasets.indexed_dataset`` (so files written by
+Megatron-LM's own preprocessor load unchanged); this module adds what it does not check: missing
+files named explicitly, a bad header, a truncated index, a ``.bin`` whose size disagrees with the
+index, and token ids outside the tokenizer's vocabulary.
+
+Atomic writing (:class:`AtomicIndexedWriter`): data goes to ``<prefix>.tmp-<pid>.bin/.idx``; on
+commit the old ``.idx`` is removed first, then ``.bin`` and finally ``.idx`` are renamed into
+place. A crash at any point leaves either the old pair, no ``.idx`` at all, or the new pair,
+never an index that describes the wrong data.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+
+import numpy as np
+from megatron.core.datasets.indexed_dataset import (
+    _INDEX_HEADER, DType, IndexedDataset, IndexedDatasetBuilder, get_bin_path, get_idx_path,
+)
+
+
+class CorruptDatasetError(ValueError):
+    """A .bin/.idx pair that cannot be what it claims to be."""
+
+
+def resolve_prefix(prefix: str, key: str = "text") -> str:
+    """Accept ``out/corpus_text_document`` or the shorter ``out/corpus`` (preprocess prefix)."""
+    if os.path.exists(get_idx_path(prefix)) or os.path.exists(get_bin_path(prefix)):
+        return prefix
+    for level in ("document", "sentence"):
+        candidate = f"{prefix}_{key}_{level}"
+        if os.path.exists(get_idx_path(candidate)):
+            return candidate
+    return prefix
+
+
+def _check_header(idx_path: str) -> None:
+    with open(idx_path, "rb") as handle:
+        head = handle.read(len(_INDEX_HEADER) + 8 + 1 + 8 + 8)
+    if len(head) < len(_INDEX_HEADER) + 8 + 1 + 16 or not head.startswith(_INDEX_HEADER):
+        raise CorruptDatasetError(f"{idx_path}: not a Megatron indexed-dataset index (bad or truncated header)")
+    version = struct.unpack("<Q", head[9:17])[0]
+    if version != 1:
+        raise CorruptDatasetError(f"{idx_path}: unsupported index version {version}")
+    try:
+        DType.dtype_from_code(head[17])
+    except (KeyError, ValueError) as exc:
+        raise CorruptDatasetError(f"{idx_path}: unknown token dtype code {head[17]}") from exc
+
+
+def open_indexed(prefix: str, mmap: bool = True) -> IndexedDataset:
+    """Open ``prefix.bin/.idx`` after checking they exist, the header, and the sizes agree."""
+    idx_path, bin_path = get_idx_path(prefix), get_bin_path(prefix)
+    missing = [p for p in (idx_path, bin_path) if not os.path.isfile(p)]
+    if missing:
+        raise FileNotFoundError(f"indexed dataset {prefix!r} is incomplete; missing: {', '.join(missing)} "
+                                "(run crossbert-preprocess, or pass the prefix without .bin/.idx)")
+    _check_header(idx_path)
+    try:
+        dataset = IndexedDataset(prefix, multimodal=False, mmap=mmap)
+    except (AssertionError, ValueError, struct.error, OSError) as exc:
+        raise CorruptDatasetError(f"{idx_path}: corrupt or truncated index ({exc!r})") from exc
+    expected = int(dataset.index.sequence_lengths.astype(np.int64).sum()) * dataset.index.dtype_size
+    actual = os.path.getsize(bin_path)
+    if actual != expected:
+        raise CorruptDatasetError(f"{bin_path}: size {actual} bytes, but {idx_path} describes {expected} bytes "
+                                  "(truncated or mismatched .bin/.idx pair)")
+    return dataset
+
+
+def document_lengths(dataset: IndexedDataset) -> np.ndarray:
+    """Tokens per document (sum of its sequences; sentence-split documents have several)."""
+    seq = np.concatenate([[0], np.cumsum(dataset.index.sequence_lengths, dtype=np.int64)])
+    docs = np.asarray(dataset.index.document_indices, dtype=np.int64)
+    return seq[docs[1:]] - seq[docs[:-1]]
+
+
+def document_reader(dataset: IndexedDataset):
+    """``read(doc, offset, count)``: a document's tokens are contiguous in the .bin (as written by
+    ``IndexedDatasetBuilder``), so one read from its first sequence's pointer suffices."""
+    pointers = dataset.index.sequence_pointers
+    first_seq = np.asarray(dataset.index.document_indices, dtype=np.int64)
+    dtype, itemsize = dataset.index.dtype, dataset.index.dtype_size
+
+    def read(doc: int, offset: int, count: int) -> np.ndarray:
+        start = int(pointers[first_seq[doc]]) + offset * itemsize
+        return dataset.bin_reader.read(dtype=dtype, count=count, offset=start)
+
+    return read
+
+
+def check_vocab(dataset: IndexedDataset, vocab_size: int, prefix: str, max_tokens: int = 1 << 26) -> None:
+    """Raise if token ids reach ``vocab_size`` (data made with another tokenizer). Scans at most
+    ``max_tokens`` tokens from each end of the file; samples are also checked when read."""
+    total = int(dataset.index.sequence_lengths.astype(np.int64).sum())
+    if total == 0:
+        return
+    data = np.memmap(get_bin_path(prefix), dtype=dataset.index.dtype, mode="r", shape=(total,))
+    parts = [data] if total <= 2 * max_tokens else [data[:max_tokens], data[-max_tokens:]]
+    top = max(int(part.max()) for part in parts)
+    if top >= vocab_size:
+        raise ValueError(f"{prefix}: token id {top} >= tokenizer vocab size {vocab_size}; the data was "
+                         "tokenized with a different (larger) vocabulary than the configured tokenizer")
+
+
+class AtomicIndexedWriter:
+    """``IndexedDatasetBuilder`` writing to temporary names, renamed into place by :meth:`commit`."""
+
+    def __init__(self, prefix: str, vocab_size: int | None, dtype=None) -> None:
+        self.prefix = prefix
+        self.tmp_prefix = f"{prefix}.tmp-{os.getpid()}"
+        self.dtype = dtype if dtype is not None else DType.optimal_dtype(vocab_size)
+        Path(prefix).parent.mkdir(parents=True, exist_ok=True)
+        self.builder = IndexedDatasetBuilder(get_bin_path(self.tmp_prefix), dtype=self.dtype)
+        self.finalized = False
+
+    def add_document(self, tokens: np.ndarray, lengths: list[int]) -> None:
+        self.builder.add_document(tokens, lengths)
+
+    def finalize(self) -> None:
+        """Write the temporary .idx (data complete, still under the temporary name)."""
+        self.builder.finalize(get_idx_path(self.tmp_prefix))
+        self.finalized = True
+
+    def commit(self) -> None:
+        if not self.finalized:
+            self.finalize()
+        final_idx = get_idx_path(self.prefix)
+        if os.path.exists(final_idx):
+            os.remove(final_idx)
+        os.replace(get_bin_path(self.tmp_prefix), get_bin_path(self.prefix))
+        os.replace(get_idx_path(self.tmp_prefix), final_idx)
+
+    def abort(self) -> None:
+        """Remove temporary files (after an error or Ctrl-C); final names are left untouched."""
+        if not self.builder.data_file.closed:
+            self.builder.data_file.close()
+        for path in (get_bin_path(self.tmp_prefix), get_idx_path(self.tmp_prefix)):
+            if os.path.exists(path):
+                os.remove(path)
