@@ -1,0 +1,101 @@
+"""Our side of the conversion: build a TP=1/PP=1 model and load or save native checkpoints.
+
+A checkpoint saved at any TP/PP is loaded in one process at TP=1/PP=1 through
+``checkpoint_format.load_model_weights`` (dist_checkpointing reshards). Two details make that exact:
+- the embedding table keeps the height it was saved with: rows are padded to a multiple of
+  ``make_vocab_size_divisible_by * TP``, so the TP=1 build multiplies the multiple by the saved TP;
+- the model is built with the local layer spec in fp32 (checkpoint keys are spec-independent), so a
+  GPU/TE/bf16 run exports on a CPU-only machine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+
+from megatron_crossbert.checkpoint_format import CheckpointError, load_model_weights, read_run_config, save_model_only
+from megatron_crossbert.config import CheckpointConfig, ParallelConfig, RunConfig
+from megatron_crossbert.convert.errors import ConversionError
+
+
+def read_checkpoint_config(checkpoint: str | Path) -> RunConfig:
+    """The checkpoint's RunConfig, with checkpoint-layout problems reported as ``ConversionError``."""
+    try:
+        return read_run_config(checkpoint)
+    except CheckpointError as err:
+        raise ConversionError(f"cannot export {checkpoint}: {err}") from err
+
+
+def single_process_config(run_cfg: RunConfig) -> RunConfig:
+    """The same model at TP=1/PP=1, local spec, fp32, with the saved embedding-table height."""
+    tp = run_cfg.parallel.tensor_model_parallel_size
+    model = dataclasses.replace(run_cfg.model, transformer_impl="local",
+                                make_vocab_size_divisible_by=run_cfg.model.make_vocab_size_divisible_by * tp)
+    training = dataclasses.replace(run_cfg.training, precision="fp32")
+    return dataclasses.replace(run_cfg, model=model, training=training, parallel=ParallelConfig(),
+                               checkpoint=CheckpointConfig())
+
+
+@contextmanager
+def tp1_parallel_state(seed: int):
+    """Reuse a TP=1/PP=1 parallel state when the caller has one; else create one and tear it down after.
+
+    A caller at TP/PP > 1 must export from a separate process: re-initialising its groups would break it.
+    """
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+
+    from megatron_crossbert.platform import destroy, initialize
+
+    if parallel_state.model_parallel_is_initialized():
+        if (parallel_state.get_tensor_model_parallel_world_size() != 1
+                or parallel_state.get_pipeline_model_parallel_world_size() != 1):
+            raise ConversionError("HF conversion needs TP=1/PP=1; run it in a separate (single) process")
+        yield
+        return
+    if dist.is_initialized() and dist.get_world_size() != 1:
+        raise ConversionError("HF conversion runs in one process; call it outside the multi-rank job")
+    initialize(ParallelConfig(), seed)
+    try:
+        yield
+    finally:
+        destroy()
+
+
+def build_single_process_model(run_cfg: RunConfig) -> torch.nn.Module:
+    """``models.build_model`` for ``single_process_config(run_cfg)``, in eval mode (caller holds TP=1 state)."""
+    from megatron_crossbert.models import build_model
+
+    return build_model(single_process_config(run_cfg)).eval()
+
+
+def load_native_state(checkpoint: str | Path, run_cfg: RunConfig) -> dict[str, torch.Tensor]:
+    """Every tensor of the checkpoint's model at TP=1 (CPU copies; ``_extra_state`` dropped)."""
+    with tp1_parallel_state(run_cfg.training.seed):
+        model = build_single_process_model(run_cfg)
+        try:
+            load_model_weights(model, checkpoint)
+        except CheckpointError as err:
+            raise ConversionError(f"cannot export {checkpoint}: {err}") from err
+        return {key: value.detach().cpu().clone() for key, value in model.state_dict().items()
+                if isinstance(value, torch.Tensor) and not key.endswith("_extra_state")}
+
+
+def save_native(run_cfg: RunConfig, weights: dict[str, torch.Tensor], out_root: Path) -> Path:
+    """Build a fresh TP=1 model (CrossBERT decoder randomly initialised from ``training.seed``), overwrite
+    it with ``weights`` (all encoder tensors must be present) and write a model-only checkpoint."""
+    with tp1_parallel_state(run_cfg.training.seed):
+        model = build_single_process_model(run_cfg)
+        state = model.state_dict()
+        unknown = sorted(set(weights) - set(state))
+        if unknown:
+            raise ConversionError(f"converted tensors not in the native model: {unknown[:6]}")
+        for key, value in weights.items():
+            if tuple(state[key].shape) != tuple(value.shape):
+                raise ConversionError(f"{key}: HF shape {tuple(value.shape)}, native {tuple(state[key].shape)}")
+            state[key] = value.to(state[key].dtype)
+        model.load_state_dict(state, strict=True)
+        return save_model_only(model, run_cfg, out_root)

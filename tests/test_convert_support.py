@@ -1,0 +1,106 @@
+"""Helpers for the HF conversion tests (no tests here): tiny configs, tokenizers and checkpoints.
+
+Weights are randomised, including LayerNorm gammas/betas and biases: megatron initialises those to
+1/0, which would hide a swapped or mis-mapped LayerNorm or bias.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from megatron_crossbert import platform
+from megatron_crossbert.config import DataConfig, ModelConfig, ParallelConfig, RunConfig, TrainingConfig
+
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+def tiny_run_config(arch: str = "crossbert", tokenizer: str = "", tp: int = 1, **model_overrides) -> RunConfig:
+    """A 2-layer h=32 model; vocab 300 pads to 384 rows at TP=1 and 512 at TP=2 (multiple 128*TP)."""
+    model = dict(arch=arch, vocab_size=300, hidden_size=32, num_layers=2, num_attention_heads=4,
+                 ffn_hidden_size=64, max_position_embeddings=64, decoder_num_layers=1,
+                 hidden_dropout=0.0, attention_dropout=0.0, transformer_impl="local")
+    model.update(model_overrides)
+    return RunConfig(model=ModelConfig(**model), data=DataConfig(seq_length=32, tokenizer=tokenizer),
+                     parallel=ParallelConfig(tensor_model_parallel_size=tp),
+                     training=TrainingConfig(micro_batch_size=2, global_batch_size=2, train_iters=1,
+                                             lr_warmup_iters=0, seed=7))
+
+
+def make_tokenizer(directory: Path, num_words: int = 120) -> Path:
+    """A WordPiece tokenizer over words w0..w{n-1} saved as an HF fast-tokenizer directory."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {tok: i for i, tok in enumerate(SPECIALS + [f"w{i}" for i in range(num_words)])}
+    backend = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    backend.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])])
+    fast = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="[PAD]", unk_token="[UNK]",
+                                   cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]", model_max_length=64)
+    fast.save_pretrained(str(directory))
+    return directory
+
+
+def randomize_(model: torch.nn.Module, seed: int = 3) -> None:
+    """Non-trivial values everywhere: LN gamma ~ 1 +- 0.2, betas/biases and weights ~ N(0, 0.1)."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            base = 1.0 if name.endswith("norm.weight") else 0.0
+            param.copy_(base + 0.1 * torch.randn(param.shape, generator=gen))
+
+
+def build_tp1(run_cfg: RunConfig) -> torch.nn.Module:
+    """build_model at TP=1 (caller holds a TP=1 parallel state)."""
+    from megatron_crossbert.models import build_model
+
+    return build_model(run_cfg).eval()
+
+
+def make_checkpoint(root: Path, run_cfg: RunConfig, seed: int = 3) -> dict[str, torch.Tensor]:
+    """Save a randomised TP=1 model-only checkpoint under ``root``; returns its state dict."""
+    from megatron_crossbert.checkpoint_format import save_model_only
+
+    platform.initialize(ParallelConfig(), run_cfg.training.seed)
+    try:
+        model = build_tp1(run_cfg)
+        randomize_(model, seed)
+        save_model_only(model, run_cfg, root)
+        return {k: v.clone() for k, v in model.state_dict().items() if isinstance(v, torch.Tensor)}
+    finally:
+        platform.destroy()
+
+
+def load_native(checkpoint: Path, run_cfg: RunConfig | None = None) -> torch.nn.Module:
+    """A TP=1 model with the checkpoint's weights (caller holds a TP=1 parallel state)."""
+    from megatron_crossbert.checkpoint_format import load_model_weights, read_run_config
+    from megatron_crossbert.convert.native import single_process_config
+
+    model = build_tp1(single_process_config(run_cfg or read_run_config(checkpoint)))
+    load_model_weights(model, checkpoint)
+    return model
+
+
+def padded_batch(vocab: int, lengths: list[int], seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded ids (pad id 0) and the HF attention mask (1 = keep)."""
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, vocab, (len(lengths), max(lengths)), generator=gen)
+    mask = torch.zeros_like(ids)
+    for row, length in enumerate(lengths):
+        mask[row, :length] = 1
+    return ids.masked_fill(mask == 0, 0), mask
+
+
+def read_safetensors(directory: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(directory / "model.safetensors"))
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(path.read_text())
