@@ -1,0 +1,215 @@
+"""Save and resume full training state with megatron-core ``dist_checkpointing``.
+
+Layout and the 'latest' pointer come from ``megatron_crossbert.checkpoint_format``. A save is
+complete only once every rank has written its shards AND rank 0 has written ``run_config.json``;
+'latest' is replaced atomically after that. A crash (or SIGKILL) mid-save therefore leaves the
+previous checkpoint as the one readers resolve. The partial directory is removed by the next save
+of the same iteration or pruned later.
+
+What is saved: model and optimizer as sharded tensors (reshardable across TP/PP, and across DP
+with the distributed optimizer's ``dp_reshardable`` format), the LR scheduler, consumed samples and
+iteration as common state, and RNG states as one ShardedObject per (PP, TP) rank. RNG states can
+only be restored under the same TP/PP layout; on a different layout they are re-seeded instead.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from megatron.core import dist_checkpointing, parallel_state, tensor_parallel
+from megatron.core.dist_checkpointing.mapping import ShardedObject
+
+from megatron_crossbert.checkpoint_format import (
+    ITER_PREFIX,
+    LATEST_FILE,
+    RUN_CONFIG_FILE,
+    CheckpointError,
+    atomic_write_text,
+    iteration_dir_name,
+    latest_iteration,
+    load_model_weights,
+    read_run_config,
+    resolve_checkpoint_dir,
+)
+from megatron_crossbert.config import RunConfig
+
+SLEEP_IN_SAVE_ENV = "CROSSBERT_TEST_SLEEP_IN_SAVE"
+"""Test hook: seconds to sleep after the shards are written but before the save is committed."""
+
+# Fields that fix parameter shapes or the meaning of positions: a mismatch makes a resume wrong.
+_MODEL_FIELDS = ("arch", "vocab_size", "hidden_size", "num_layers", "num_attention_heads", "ffn",
+                 "max_position_embeddings", "decoder_num_layers", "dec_hidden", "dec_heads", "dec_ffn")
+
+
+@dataclass
+class Progress:
+    """Where training stands: optimizer steps done and samples consumed by the whole job."""
+
+    iteration: int = 0
+    consumed_samples: int = 0
+
+
+def _barrier() -> None:
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def _rank0() -> bool:
+    return not dist.is_initialized() or dist.get_rank() == 0
+
+
+def config_mismatches(saved: RunConfig, current: RunConfig, *, weights_only: bool = False) -> list[str]:
+    """Human-readable differences that make ``saved`` unusable for ``current``."""
+    diffs = [f"model.{name}: checkpoint {getattr(saved.model, name)!r} vs run {getattr(current.model, name)!r}"
+             for name in _MODEL_FIELDS if getattr(saved.model, name) != getattr(current.model, name)]
+    if not weights_only and saved.data.seq_length != current.data.seq_length:
+        diffs.append(f"data.seq_length: checkpoint {saved.data.seq_length} vs run {current.data.seq_length}")
+    return diffs
+
+
+def check_compatible(ckpt_dir: Path, current: RunConfig, *, weights_only: bool = False) -> RunConfig:
+    """Raise CheckpointError naming every incompatible field; returns the saved config."""
+    saved = read_run_config(ckpt_dir)
+    diffs = config_mismatches(saved, current, weights_only=weights_only)
+    if diffs:
+        raise CheckpointError(f"checkpoint {ckpt_dir} is incompatible with this run:\n  " + "\n  ".join(diffs))
+    return saved
+
+
+def get_rng_state() -> dict:
+    """Every RNG stream that affects training: python, numpy, torch (CPU/CUDA), megatron tracker."""
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+             "tracker": tensor_parallel.get_cuda_rng_tracker().get_states()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if torch.cuda.is_available() and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"])
+    tensor_parallel.get_cuda_rng_tracker().set_states(state["tracker"])
+
+
+def _sharded_rng() -> ShardedObject:
+    """One RNG object per (PP, TP) rank; DP replicas hold identical streams, so DP rank 0 saves."""
+    shape = (parallel_state.get_pipeline_model_parallel_world_size(),
+             parallel_state.get_tensor_model_parallel_world_size())
+    offset = (parallel_state.get_pipeline_model_parallel_rank(), parallel_state.get_tensor_model_parallel_rank())
+    replica = parallel_state.get_data_parallel_rank(with_context_parallel=True)
+    return ShardedObject("rng_state", get_rng_state(), shape, offset, replica_id=replica)
+
+
+def _optimizer_metadata(run_cfg: RunConfig) -> dict | None:
+    if run_cfg.parallel.use_distributed_optimizer:
+        return {"distrib_optim_sharding_type": "dp_reshardable"}
+    return None
+
+
+def _state_dict(model, optimizer, scheduler, progress: Progress, run_cfg: RunConfig,
+                is_loading: bool, with_rng: bool = True) -> dict:
+    """The sharded state dict for save or load (``model`` is the unwrapped module, not DDP)."""
+    model_sd = model.sharded_state_dict()
+    state = {
+        "model": model_sd,
+        "optimizer": optimizer.sharded_state_dict(model_sd, is_loading=is_loading,
+                                                  metadata=_optimizer_metadata(run_cfg)),
+        "scheduler": scheduler.state_dict(),
+        "data": {"consumed_samples": progress.consumed_samples},
+        "iteration": progress.iteration,
+    }
+    if with_rng:
+        state["rng"] = _sharded_rng()
+    return state
+
+
+def _prepare_dir(ckpt_dir: Path) -> None:
+    """Remove a stale partial save of the same iteration (its shards would clash), then create."""
+    if _rank0():
+        if ckpt_dir.exists():
+            shutil.rmtree(ckpt_dir)
+        ckpt_dir.mkdir(parents=True)
+    _barrier()
+
+
+def prune_checkpoints(root: Path, keep_last: int) -> list[Path]:
+    """Delete complete checkpoints beyond the newest ``keep_last`` and stale partial ones (rank 0)."""
+    if keep_last <= 0:
+        return []
+    current = latest_iteration(root)
+    dirs = sorted(p for p in root.glob(f"{ITER_PREFIX}*") if p.is_dir())
+    complete = [p for p in dirs if (p / RUN_CONFIG_FILE).is_file()]
+    stale = [p for p in dirs if p not in complete and current is not None and p.name < iteration_dir_name(current)]
+    doomed = complete[:-keep_last] + stale
+    doomed = [p for p in doomed if current is None or p.name != iteration_dir_name(current)]
+    for path in doomed:
+        shutil.rmtree(path, ignore_errors=True)
+    return doomed
+
+
+def save_checkpoint(root: str | Path, model, optimizer, scheduler, progress: Progress,
+                    run_cfg: RunConfig) -> Path:
+    """Collective: write ``root/iter_XXXXXXX`` on all ranks, then commit it (run_config, 'latest')."""
+    root = Path(root)
+    ckpt_dir = root / iteration_dir_name(progress.iteration)
+    _prepare_dir(ckpt_dir)
+    state = _state_dict(model, optimizer, scheduler, progress, run_cfg, is_loading=False)
+    dist_checkpointing.save(state, str(ckpt_dir))
+    if os.environ.get(SLEEP_IN_SAVE_ENV):
+        time.sleep(float(os.environ[SLEEP_IN_SAVE_ENV]))
+    _barrier()
+    if _rank0():
+        run_cfg.save_json(ckpt_dir / RUN_CONFIG_FILE)
+        atomic_write_text(root / LATEST_FILE, ckpt_dir.name)
+        prune_checkpoints(root, run_cfg.checkpoint.keep_last)
+    _barrier()
+    return ckpt_dir
+
+
+def load_checkpoint(path: str | Path, model, optimizer, scheduler, run_cfg: RunConfig) -> tuple[Progress, Path]:
+    """Collective: restore model, optimizer, scheduler, RNG and progress from ``path`` (root or iter dir)."""
+    ckpt_dir = resolve_checkpoint_dir(path)
+    saved = check_compatible(ckpt_dir, run_cfg)
+    same_layout = (saved.parallel.tensor_model_parallel_size == run_cfg.parallel.tensor_model_parallel_size
+                   and saved.parallel.pipeline_model_parallel_size == run_cfg.parallel.pipeline_model_parallel_size)
+    request = _state_dict(model, optimizer, scheduler, Progress(), run_cfg, is_loading=True, with_rng=same_layout)
+    try:
+        with torch.no_grad():
+            loaded = dist_checkpointing.load(request, str(ckpt_dir))
+    except Exception as err:  # megatron raises several types for corrupt or mismatched checkpoints
+        raise CheckpointError(f"cannot resume from {ckpt_dir}: {err}") from err
+    model.load_state_dict(loaded["model"])
+    optimizer.load_state_dict(loaded["optimizer"])
+    scheduler.load_state_dict(loaded["scheduler"])
+    progress = Progress(int(loaded["iteration"]), int(loaded["data"]["consumed_samples"]))
+    if same_layout:
+        set_rng_state(loaded["rng"])
+    return progress, ckpt_dir
+
+
+def init_from_weights(path: str | Path, model, run_cfg: RunConfig) -> Path:
+    """Load model weights only (fresh optimizer/progress), after checking shapes are compatible."""
+    check_compatible(resolve_checkpoint_dir(path), run_cfg, weights_only=True)
+    return load_model_weights(model, path)
+
+
+def resume_source(run_cfg: RunConfig) -> Path | None:
+    """The checkpoint root to resume from: load_dir (must hold one), else save_dir if it holds one."""
+    ckpt = run_cfg.checkpoint
+    if ckpt.load_dir:
+        resolve_checkpoint_dir(ckpt.load_dir)  # raises a clear error when there is nothing to load
+        return Path(ckpt.load_dir)
+    if ckpt.save_dir and latest_iteration(ckpt.save_dir) is not None:
+        return Path(ckpt.save_dir)
+    return None

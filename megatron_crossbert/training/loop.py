@@ -1,0 +1,149 @@
+"""The pretraining loop: ``train(run_cfg) -> summary``, importable and CLI-independent.
+
+Per step: forward/backward over the global batch on megatron's schedule, skip on non-finite
+values, optimizer + scheduler step, then (at the step boundary, where state is consistent)
+logging, validation, probes, periodic checkpoints and the job-wide stop check (SIGTERM/SIGINT or
+``exit_at_iteration``). A stop saves a checkpoint and returns normally, so the process exits 0.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch.distributed as dist
+
+from megatron_crossbert.config import RunConfig
+from megatron_crossbert.training.checkpointing import save_checkpoint
+from megatron_crossbert.training.hooks import ProbeHook
+from megatron_crossbert.training.logging import MetricsLogger
+from megatron_crossbert.training.optimizer import current_lr
+from megatron_crossbert.training.setup import Session, build_data, build_session, valid_iterator
+from megatron_crossbert.training.signals import StopSignal
+from megatron_crossbert.training.steps import StepResult, evaluate, train_step
+
+
+class NonFiniteLossError(RuntimeError):
+    """Too many consecutive steps with Inf/NaN loss or gradients."""
+
+
+@dataclass
+class LoopState:
+    """Per-run bookkeeping that is not part of the checkpoint."""
+
+    losses: list[float] = field(default_factory=list)
+    grad_norms: list[float | None] = field(default_factory=list)
+    step_times: list[float] = field(default_factory=list)
+    valid_losses: dict[int, float] = field(default_factory=dict)
+    nonfinite_in_a_row: int = 0
+    skipped_steps: int = 0
+    last_saved: int | None = None
+    checkpoint: str | None = None
+    stopped_by_signal: bool = False
+
+
+def _model_flops(run_cfg: RunConfig) -> float | None:
+    try:
+        from megatron_crossbert.models import model_flops_per_sample
+    except ImportError:
+        return None
+    return float(model_flops_per_sample(run_cfg))
+
+
+def _save(session: Session, state: LoopState) -> None:
+    root = session.run_cfg.checkpoint.save_dir
+    if not root or state.last_saved == session.progress.iteration:
+        return
+    path = save_checkpoint(root, session.model, session.optimizer, session.scheduler, session.progress,
+                           session.run_cfg)
+    state.last_saved, state.checkpoint = session.progress.iteration, str(path)
+
+
+def _account(result: StepResult, state: LoopState, max_nonfinite: int, iteration: int) -> None:
+    """Track losses and the consecutive non-finite count; raise once it reaches the limit."""
+    state.losses.append(result.loss)
+    state.grad_norms.append(result.grad_norm)
+    state.skipped_steps += int(result.skipped)
+    state.nonfinite_in_a_row = state.nonfinite_in_a_row + 1 if result.nonfinite else 0
+    if state.nonfinite_in_a_row >= max_nonfinite:
+        raise NonFiniteLossError(
+            f"stopping at step {iteration}: {state.nonfinite_in_a_row} consecutive steps had a non-finite "
+            f"loss or gradient norm (max_nonfinite_steps={max_nonfinite}); last loss {result.loss}. "
+            f"Lower the learning rate, check the data, or resume from an earlier checkpoint.")
+
+
+def _after_step(session: Session, state: LoopState, logger: MetricsLogger, probes: ProbeHook, valid_ds) -> None:
+    """Logging, validation, probes and periodic saves at a step boundary."""
+    cfg, it = session.run_cfg, session.progress.iteration
+    if it % cfg.training.log_interval == 0 or it == cfg.training.train_iters:
+        logger.log_step(it, current_lr(session.optimizer), state.grad_norms[-1])
+    if valid_ds is not None and it % cfg.training.eval_interval == 0:
+        loss = evaluate(session.ddp, valid_iterator(session, valid_ds), cfg, cfg.training.eval_iters, session.device)
+        state.valid_losses[it] = loss
+        logger.log_validation(it, loss)
+    if probes.due(it):
+        probes(session.model, it)
+    interval = cfg.checkpoint.save_interval
+    if interval and it % interval == 0:
+        _save(session, state)
+
+
+def _should_stop(session: Session, stop: StopSignal, state: LoopState, exit_at: int | None) -> bool:
+    """Job-wide: a signal on any rank, or the requested exit iteration (collective every step)."""
+    state.stopped_by_signal = stop.requested(device=session.device)
+    return state.stopped_by_signal or (exit_at is not None and session.progress.iteration >= exit_at)
+
+
+def run_loop(session: Session, exit_at_iteration: int | None = None) -> LoopState:
+    cfg, state = session.run_cfg, LoopState()
+    train_iter, valid_ds = build_data(session)
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    logger = MetricsLogger(cfg, world_size=world, flops_per_sample=_model_flops(cfg),
+                           enabled=_is_rank0(), start_iteration=session.progress.iteration)
+    probes = ProbeHook(cfg, logger)
+    if session.resumed_from is not None:
+        logger.print(f"resumed from {session.resumed_from} at step {session.progress.iteration}, "
+                     f"{session.progress.consumed_samples} samples consumed")
+    with StopSignal() as stop:
+        try:
+            while session.progress.iteration < cfg.training.train_iters:
+                start = time.perf_counter()
+                result = train_step(session.ddp, session.optimizer, session.scheduler, train_iter, cfg,
+                                    session.num_micro, session.device)
+                session.progress.iteration += 1
+                session.progress.consumed_samples += cfg.training.global_batch_size
+                state.step_times.append(time.perf_counter() - start)
+                logger.record(result.loss_sum, result.num_tokens, result.skipped)
+                _account(result, state, cfg.training.max_nonfinite_steps, session.progress.iteration)
+                _after_step(session, state, logger, probes, valid_ds)
+                if _should_stop(session, stop, state, exit_at_iteration):
+                    logger.print(f"stopping at step {session.progress.iteration}; saving a checkpoint")
+                    break
+            _save(session, state)
+        finally:
+            logger.close()
+    return state
+
+
+def _is_rank0() -> bool:
+    return not dist.is_initialized() or dist.get_rank() == 0
+
+
+def train(run_cfg: RunConfig, *, exit_at_iteration: int | None = None) -> dict:
+    """Pretrain according to ``run_cfg``; resumes from the configured checkpoint when there is one.
+
+    ``exit_at_iteration`` stops (with a checkpoint) after that many total steps without changing
+    the LR schedule, like a preemption. Returns a summary dict (identical on every rank).
+    """
+    session = build_session(run_cfg)
+    start_iteration = session.progress.iteration
+    state = run_loop(session, exit_at_iteration)
+    return {
+        "iteration": session.progress.iteration, "start_iteration": start_iteration,
+        "consumed_samples": session.progress.consumed_samples, "losses": state.losses,
+        "final_loss": state.losses[-1] if state.losses else None, "grad_norms": state.grad_norms,
+        "valid_losses": state.valid_losses, "skipped_steps": state.skipped_steps,
+        "step_times": state.step_times, "checkpoint": state.checkpoint,
+        "stopped_by_signal": state.stopped_by_signal,
+        "resumed_from": str(session.resumed_from) if session.resumed_from else None,
+    }

@@ -1,0 +1,114 @@
+"""Build everything a training run needs, in megatron's order, from one RunConfig.
+
+Order matters: the platform (process groups, CPU patches, RNG seeding) first, then the model chunk
+of this pipeline stage, DDP, optimizer and scheduler, then the checkpoint (which restores RNG and
+the data position), and only then the data loaders, whose samplers start at the restored
+consumed-sample count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from megatron.core import parallel_state
+
+from megatron_crossbert import platform
+from megatron_crossbert.config import RunConfig
+from megatron_crossbert.training.checkpointing import Progress, init_from_weights, load_checkpoint, resume_source
+from megatron_crossbert.training.optimizer import build_optimizer, build_scheduler, install_schedule_hooks, wrap_ddp
+from megatron_crossbert.training.sampler import PretrainingSampler, num_microbatches
+
+
+@dataclass
+class Session:
+    """The live objects of one run on this rank."""
+
+    run_cfg: RunConfig
+    ddp: torch.nn.Module
+    model: torch.nn.Module
+    optimizer: object
+    scheduler: object
+    progress: Progress
+    device: torch.device
+    num_micro: int
+    dp_size: int
+    resumed_from: Path | None = None
+
+
+def build_model_chunk(run_cfg: RunConfig) -> torch.nn.Module:
+    """This stage's model (embeddings on the first stage, heads on the last)."""
+    from megatron_crossbert.models import build_model
+
+    return build_model(run_cfg, pre_process=parallel_state.is_pipeline_first_stage(),
+                       post_process=parallel_state.is_pipeline_last_stage())
+
+
+def restore(session: Session) -> None:
+    """Resume full state if a checkpoint is available, else optionally load init_from weights."""
+    cfg = session.run_cfg
+    source = resume_source(cfg)
+    if source is not None:
+        session.progress, session.resumed_from = load_checkpoint(
+            source, session.model, session.optimizer, session.scheduler, cfg)
+    elif cfg.checkpoint.init_from:
+        init_from_weights(cfg.checkpoint.init_from, session.model, cfg)
+        # DDP keeps fp32 main params inside the optimizer for bf16; refresh them from the new weights.
+        reload = getattr(session.optimizer, "reload_model_params", None)
+        if reload is not None:
+            reload()
+
+
+def build_session(run_cfg: RunConfig) -> Session:
+    """Initialise the platform and build model, DDP, optimizer and scheduler; restore state."""
+    platform.initialize(run_cfg.parallel, run_cfg.training.seed)
+    dp_size = parallel_state.get_data_parallel_world_size()
+    num_micro = num_microbatches(run_cfg.training.global_batch_size, run_cfg.training.micro_batch_size, dp_size)
+    model = build_model_chunk(run_cfg)
+    ddp = wrap_ddp(model, run_cfg)
+    install_schedule_hooks(ddp, run_cfg)
+    optimizer = build_optimizer(ddp, run_cfg)
+    scheduler = build_scheduler(optimizer, run_cfg)
+    session = Session(run_cfg, ddp, model, optimizer, scheduler, Progress(), platform.device(), num_micro, dp_size)
+    restore(session)
+    return session
+
+
+def dataset_sizes(run_cfg: RunConfig, dp_size: int) -> tuple[int, int, int]:
+    """(train, valid, test) samples to request: the whole schedule, and one fixed validation set."""
+    train = run_cfg.training
+    n_train = train.train_iters * train.global_batch_size
+    n_valid = train.eval_iters * train.micro_batch_size * dp_size if train.eval_interval > 0 else 0
+    return n_train, n_valid, 0
+
+
+def _loader(dataset, sampler: PretrainingSampler, run_cfg: RunConfig):
+    """A DataLoader with its own generator: creating an iterator otherwise draws from the global
+    torch RNG, which would shift the dropout stream of a resumed run against an uninterrupted one."""
+    workers = run_cfg.data.num_workers
+    generator = torch.Generator().manual_seed(run_cfg.training.seed)
+    return torch.utils.data.DataLoader(dataset, batch_sampler=sampler, num_workers=workers, generator=generator,
+                                       pin_memory=torch.cuda.is_available(), persistent_workers=workers > 0)
+
+
+def build_data(session: Session):
+    """(train iterator, valid dataset or None). The train sampler starts at the restored position."""
+    from megatron_crossbert.data import build_datasets
+
+    cfg = session.run_cfg
+    sizes = dataset_sizes(cfg, session.dp_size)
+    train_ds, valid_ds, _ = build_datasets(cfg, sizes)
+    dp_rank = parallel_state.get_data_parallel_rank()
+    sampler = PretrainingSampler(sizes[0], session.progress.consumed_samples, cfg.training.micro_batch_size,
+                                 dp_rank, session.dp_size)
+    return iter(_loader(train_ds, sampler, cfg)), (valid_ds if sizes[1] else None)
+
+
+def valid_iterator(session: Session, valid_ds):
+    """A fresh pass over the same fixed validation samples (comparable across evaluations)."""
+    cfg = session.run_cfg
+    total = cfg.training.eval_iters * cfg.training.micro_batch_size * session.dp_size
+    sampler = PretrainingSampler(total, 0, cfg.training.micro_batch_size,
+                                 parallel_state.get_data_parallel_rank(), session.dp_size)
+    return iter(_loader(valid_ds, sampler, cfg))
