@@ -81,8 +81,8 @@ class CrossBertModel(LanguageModule):
         if cfg.perform_initialization:
             dec_cfg.init_method(self.mask_embedding.data.view(1, -1))
             dec_cfg.init_method(self.decoder_position_embedding.weight.data)
-        for param in (self.mask_embedding, self.decoder_position_embedding.weight):
-            param.sequence_parallel = cfg.sequence_parallel
+        # Not tagged ``sequence_parallel``: queries are built whole on every TP rank and only then
+        # scattered, so the scatter's backward (all-gather) already gives each rank the full gradient.
         self.decoder = TransformerBlock(config=dec_cfg,
                                         spec=decoder_block_spec(use_te, dec_cfg.num_layers))
         self.lm_head = CrossBertLMHead(cfg, use_te)

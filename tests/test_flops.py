@@ -1,0 +1,50 @@
+"""FLOPs accounting against a hand count, and the encoder saving that motivates CrossBERT."""
+
+from __future__ import annotations
+
+import pytest
+
+from megatron_crossbert.config import load_run_config
+from megatron_crossbert.models.flops import (
+    decoder_forward_flops,
+    encoder_forward_flops,
+    model_flops_per_sample,
+)
+
+TINY = ["model.vocab_size=100", "model.make_vocab_size_divisible_by=128", "model.hidden_size=8",
+        "model.num_layers=2", "model.num_attention_heads=2", "model.max_position_embeddings=16",
+        "model.decoder_num_layers=1", "data.seq_length=4"]
+
+
+def test_crossbert_matches_hand_count():
+    cfg = load_run_config(None, TINY)        # L=4, Lv=2, T=2, h=8, ffn=32, padded vocab 128, 2 views
+    h, f, lv, t, vocab = 8, 32, 2, 2, 128
+    enc_layer = (2 * lv * h * 3 * h) + (2 * lv * lv * h) * 2 + (2 * lv * h * h) + (2 * lv * h * f) * 2
+    self_attn = (2 * t * h * 3 * h) + (2 * t * t * h) * 2 + (2 * t * h * h)
+    cross_attn = (2 * t * h * h) + (2 * lv * h * 2 * h) + (2 * t * lv * h) * 2 + (2 * t * h * h)
+    dec_layer = self_attn + cross_attn + (2 * t * h * f) * 2
+    head = 2 * t * h * h + 2 * t * h * vocab
+    per_view = 2 * enc_layer + 1 * dec_layer + head
+    assert encoder_forward_flops(cfg, lv) == 2 * enc_layer
+    assert decoder_forward_flops(cfg, t, lv) == dec_layer
+    assert model_flops_per_sample(cfg) == 3 * 2 * per_view
+    single = load_run_config(None, TINY + ["masking.complementary=false"])
+    assert model_flops_per_sample(single) == 3 * per_view
+
+
+def test_bert_counts_logits_at_all_positions():
+    cfg = load_run_config(None, TINY + ["model.arch=bert"])
+    h, f, seq, vocab = 8, 32, 4, 128
+    layer = 2 * seq * h * 3 * h + 4 * seq * seq * h + 2 * seq * h * h + 4 * seq * h * f
+    assert model_flops_per_sample(cfg) == 3 * (2 * layer + 2 * seq * h * (h + vocab))
+
+
+@pytest.mark.parametrize("seq, hidden", [(512, 768), (128, 256)])
+def test_half_masking_halves_encoder_cost_per_view(seq, hidden):
+    """At r=0.5 one view's encoder costs about half of BERT's (a bit less: attention is quadratic)."""
+    args = [f"data.seq_length={seq}", f"model.hidden_size={hidden}", "model.num_attention_heads=4",
+            "model.max_position_embeddings=512"]
+    cross, bert = load_run_config(None, args), load_run_config(None, args + ["model.arch=bert"])
+    ratio = encoder_forward_flops(cross, seq // 2) / encoder_forward_flops(bert, seq)
+    assert 0.45 < ratio <= 0.5
+    assert model_flops_per_sample(cross) > 0 and model_flops_per_sample(bert) > 0

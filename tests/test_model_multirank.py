@@ -1,0 +1,146 @@
+"""TP=2 (with and without sequence parallel) and PP=2 give the TP=1/PP=1 loss and gradients.
+
+One spawn of 2 gloo ranks runs every layout in turn (each spawn costs ~10 s of imports): the
+TP=1/PP=1 model is built on both ranks from one seed, its weights and gradients are kept, and each
+parallel layout is loaded from those same weights by slicing along megatron's ``partition_dim``
+(or by pipeline stage) and compared.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import pytest
+import torch
+
+from test_model import make_batch, tiny_config
+
+pytestmark = pytest.mark.multirank
+TOL = dict(atol=1e-5, rtol=1e-5)
+
+
+def _layout(cfg_overrides):
+    from megatron_crossbert import platform
+    from megatron_crossbert.models import build_model
+
+    cfg = tiny_config(*cfg_overrides)
+    platform.initialize(cfg.parallel, 7)
+    from megatron.core import parallel_state as ps
+
+    model = build_model(cfg, pre_process=ps.is_pipeline_first_stage(), post_process=ps.is_pipeline_last_stage())
+    return cfg, model
+
+
+def _reference(batch):
+    """TP=1/PP=1 weights, per-token loss and gradients of loss.sum() (identical on both ranks)."""
+    _, model = _layout([])
+    loss = model(**batch)
+    loss.sum().backward()
+    weights = {k: v.detach().clone() for k, v in model.state_dict().items() if torch.is_tensor(v)}
+    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+    return weights, loss.detach(), grads
+
+
+def _tp_shard(full: torch.Tensor, param: torch.Tensor, tp_rank: int) -> torch.Tensor:
+    if getattr(param, "tensor_model_parallel", False):
+        return full.chunk(2, dim=param.partition_dim)[tp_rank]
+    return full
+
+
+def _check_tensor_parallel(batch, weights, ref_loss, ref_grads, sequence_parallel: bool) -> float:
+    from megatron.core import parallel_state as ps
+
+    extra = ["parallel.tensor_model_parallel_size=2", f"parallel.sequence_parallel={sequence_parallel}"]
+    _, model = _layout(extra)
+    tp_rank = ps.get_tensor_model_parallel_rank()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            param.copy_(_tp_shard(weights[name], param, tp_rank))
+    loss = model(**batch)
+    loss.sum().backward()
+    torch.testing.assert_close(loss, ref_loss, **TOL)
+    worst = 0.0
+    for name, param in model.named_parameters():
+        grad = param.grad
+        if getattr(param, "sequence_parallel", False):          # what finalize_model_grads does under SP
+            torch.distributed.all_reduce(grad, group=ps.get_tensor_model_parallel_group())
+        expected = _tp_shard(ref_grads[name], param, tp_rank)
+        torch.testing.assert_close(grad, expected, **TOL, msg=lambda m: f"{name}: {m}")
+        worst = max(worst, (grad - expected).abs().max().item())
+    return worst
+
+
+def _loss_func(per_token_loss):
+    """The contract's calculate_per_token_loss convention: (sum, count, {'lm loss': [sum, count]})."""
+    loss_sum = per_token_loss.sum()
+    count = torch.tensor(per_token_loss.numel(), dtype=torch.int)
+    return loss_sum, count, {"lm loss": torch.stack([loss_sum.detach(), count.float()])}
+
+
+def _forward_step(data_iterator, model):
+    return model(**next(data_iterator)), _loss_func
+
+
+def _global_name(name: str, pp_rank: int, layers_per_stage: int) -> str:
+    """Stage-local module name -> the PP=1 name (encoder layers are renumbered per stage)."""
+    if name == "output_layer.weight":
+        return "embedding.word_embeddings.weight"
+    if name.startswith("encoder.layers."):
+        index, rest = name[len("encoder.layers."):].split(".", 1)
+        return f"encoder.layers.{int(index) + pp_rank * layers_per_stage}.{rest}"
+    return name
+
+
+def _check_pipeline_parallel(batch, weights, ref_loss, ref_grads) -> float:
+    from megatron.core import parallel_state as ps
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+
+    cfg, model = _layout(["parallel.pipeline_model_parallel_size=2"])
+    pp_rank = ps.get_pipeline_model_parallel_rank()
+    names = {n: _global_name(n, pp_rank, 1) for n, _ in model.named_parameters()}
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            param.copy_(weights[names[name]])
+    micro = [{k: v[i:i + 1] for k, v in batch.items()} for i in range(2)]
+    reports = get_forward_backward_func()(
+        forward_step_func=_forward_step, data_iterator=iter(micro), model=[model], num_microbatches=2,
+        seq_length=cfg.masking.visible_length(cfg.data.seq_length),
+        micro_batch_size=cfg.masking.num_views, forward_only=False)
+    if ps.is_pipeline_last_stage():
+        total = torch.stack([r["lm loss"] for r in reports]).sum(0)
+        torch.testing.assert_close(total[0], ref_loss.sum(), **TOL)
+        assert int(total[1]) == ref_loss.numel()
+    return _compare_pipeline_grads(model, names, ref_grads)
+
+
+def _compare_pipeline_grads(model, names, ref_grads) -> float:
+    """Stage grads equal the PP=1 grads; the tied embedding's two halves sum to the PP=1 grad."""
+    worst, tied = 0.0, None
+    for name, param in model.named_parameters():
+        if names[name] == "embedding.word_embeddings.weight":
+            tied = param.grad.clone()
+            continue
+        torch.testing.assert_close(param.grad, ref_grads[names[name]], **TOL, msg=lambda m: f"{name}: {m}")
+        worst = max(worst, (param.grad - ref_grads[names[name]]).abs().max().item())
+    torch.distributed.all_reduce(tied)                           # stage 0 embedding + stage 1 output layer
+    torch.testing.assert_close(tied, ref_grads["embedding.word_embeddings.weight"], **TOL)
+    return worst
+
+
+def _worker(rank: int, world_size: int) -> dict:
+    cfg = tiny_config()
+    batch = make_batch(cfg, batch=2, seed=3)
+    weights, ref_loss, ref_grads = _reference(batch)
+    return {
+        "tp2": _check_tensor_parallel(batch, weights, ref_loss, ref_grads, sequence_parallel=False),
+        "tp2_sp": _check_tensor_parallel(batch, weights, ref_loss, ref_grads, sequence_parallel=True),
+        "pp2": _check_pipeline_parallel(batch, weights, ref_loss, ref_grads),
+    }
+
+
+def test_tensor_and_pipeline_parallel_match_single_rank():
+    from multirank import run_ranks
+
+    results = run_ranks(_worker, 2)
+    for result in results:
+        assert max(result.values()) < 1e-5, results
