@@ -1,0 +1,82 @@
+"""``crossbert-probe``: frozen linear probes of an encoder on GLUE and JSONL tasks.
+
+Examples::
+
+    crossbert-probe --model runs/tiny --glue-dir ../shared/data/glue --out results/probe
+    crossbert-probe --model path/to/hf_dir --glue-dir glue_data --glue-tasks CoLA,STS-B \\
+        --jsonl ../shared/data/probe --layers all --max-train 2000
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from megatron_crossbert.evaluation.probes import ProbeConfig
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="crossbert-probe", description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--model", required=True,
+                   help="native checkpoint (root or iter_* dir), HF encoder directory, or hub name (online)")
+    p.add_argument("--glue-dir", help="glue_data directory (<TASK>/train.tsv, dev.tsv)")
+    p.add_argument("--glue-tasks", help="comma list, e.g. CoLA,SST-2,MRPC,STS-B,RTE (default: all present)")
+    p.add_argument("--jsonl", action="append", default=[],
+                   help="JSONL task dir (train.jsonl/test.jsonl) or a dir of them; repeatable")
+    p.add_argument("--hf-glue", default="", help="comma list of nyu-mll/glue configs via `datasets` (online)")
+    p.add_argument("--pooling", choices=("mean", "cls"), default="mean")
+    p.add_argument("--layers", choices=("last", "all"), default="last",
+                   help="'all' probes every hidden layer and writes a per-layer table and PNG plot")
+    p.add_argument("--max-len", type=int, default=128, help="max tokens per text")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--max-train", type=int, help="subsample each train split to N rows (seeded)")
+    p.add_argument("--max-test", type=int, help="subsample each test split to N rows (seeded)")
+    p.add_argument("--cv-folds", type=int, default=3, help="folds for choosing C")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", help="torch device (default: cuda if available)")
+    p.add_argument("--cache-dir", help="feature / export cache (default $CROSSBERT_EVAL_CACHE or "
+                                       "~/.cache/megatron_crossbert/eval); 'none' disables")
+    p.add_argument("--out", default="probe_results", help="output directory for JSON, markdown and plot")
+    return p
+
+
+def _split_list(text: str | None) -> list[str]:
+    return [item.strip() for item in (text or "").split(",") if item.strip()]
+
+
+def _cache_dir(arg: str | None) -> str | None:
+    from megatron_crossbert.evaluation.encoders import default_cache_dir
+
+    if arg and arg.lower() == "none":
+        return None
+    return arg or str(default_cache_dir())
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    from megatron_crossbert.evaluation.probing import ProbeRunConfig, collect_tasks, run_probing
+    from megatron_crossbert.evaluation.report import render_markdown, write_report
+
+    tasks = collect_tasks(glue_dir=args.glue_dir, glue_tasks=_split_list(args.glue_tasks) or None,
+                          jsonl=args.jsonl, hf_glue=_split_list(args.hf_glue))
+    if not tasks:
+        print("no tasks: give --glue-dir, --jsonl or --hf-glue", file=sys.stderr)
+        return 2
+    config = ProbeRunConfig(pooling=args.pooling, layers=args.layers, max_len=args.max_len,
+                            batch_size=args.batch_size, max_train=args.max_train, max_test=args.max_test,
+                            seed=args.seed, cache_dir=_cache_dir(args.cache_dir), device=args.device,
+                            probe=ProbeConfig(folds=args.cv_folds, seed=args.seed))
+    report = run_probing(args.model, tasks, config)
+    paths = write_report(report, args.out)
+    print(render_markdown(report))
+    print("wrote " + ", ".join(str(p) for p in paths.values()))
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""Frozen text encoders for evaluation: resolve a model reference and embed texts.
+
+One code path for every model: a native megatron-crossbert checkpoint is first exported to a
+Hugging Face ``MegatronBertModel`` directory (``megatron_crossbert.convert.export_to_hf``, cached by
+checkpoint identity), then everything is loaded with ``transformers.AutoModel``/``AutoTokenizer``.
+Accepted references:
+- a native checkpoint root (has ``latest``) or ``iter_*`` directory (has ``run_config.json``);
+- a local HF encoder directory (has ``config.json``; a SentenceTransformer dir works too);
+- a hub name (only when online; with ``HF_HUB_OFFLINE=1`` transformers fails with its own message).
+
+Embeddings are pooled per layer: ``mean`` over attended tokens or the ``cls`` (first) token, for
+the last layer or for every hidden state (embedding output + each layer; ``layers="all"``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Literal, Sequence
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+Pooling = Literal["mean", "cls"]
+Layers = Literal["last", "all"]
+_WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    """An HF-loadable location plus a stable identity string (used in feature-cache keys)."""
+
+    hf_path: str
+    identity: str
+    native_checkpoint: str | None = None
+
+
+def is_native_checkpoint(path: str | Path) -> bool:
+    path = Path(path)
+    return path.is_dir() and ((path / "run_config.json").is_file() or (path / "latest").is_file())
+
+
+def _file_digest(path: Path, chunk: int = 1 << 22) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def hf_dir_identity(path: str | Path) -> str:
+    """Content hash of config + weights, so a rewritten model never reuses stale cached features."""
+    path = Path(path)
+    digest = hashlib.sha256((path / "config.json").read_bytes() if (path / "config.json").is_file() else b"")
+    for name in _WEIGHT_FILES:
+        if (path / name).is_file():
+            digest.update(_file_digest(path / name).encode())
+    return f"hf-dir:{path.name}:{digest.hexdigest()[:16]}"
+
+
+def native_checkpoint_identity(path: str | Path) -> str:
+    """Resolved iteration dir + its run config + file sizes/mtimes (weights are sharded, not hashed)."""
+    from megatron_crossbert.checkpoint_format import RUN_CONFIG_FILE, resolve_checkpoint_dir
+
+    ckpt = resolve_checkpoint_dir(path).resolve()
+    digest = hashlib.sha256(str(ckpt).encode())
+    digest.update((ckpt / RUN_CONFIG_FILE).read_bytes())
+    for item in sorted(ckpt.rglob("*")):
+        if item.is_file():
+            stat = item.stat()
+            digest.update(f"{item.relative_to(ckpt)}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+    return f"native:{ckpt.parent.name}/{ckpt.name}:{digest.hexdigest()[:16]}"
+
+
+def default_cache_dir() -> Path:
+    """``$CROSSBERT_EVAL_CACHE`` or ``~/.cache/megatron_crossbert/eval``."""
+    env = os.environ.get("CROSSBERT_EVAL_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "megatron_crossbert" / "eval"
+
+
+def export_native(checkpoint: str | Path, cache_dir: str | Path | None = None,
+                  tokenizer_dir: str | Path | None = None) -> ResolvedModel:
+    """Export a native checkpoint to an HF dir under the cache (reused when the checkpoint is unchanged)."""
+    from megatron_crossbert.convert import export_to_hf
+
+    identity = native_checkpoint_identity(checkpoint)
+    out_dir = Path(cache_dir or default_cache_dir()) / "hf_export" / hashlib.sha256(identity.encode()).hexdigest()[:16]
+    if not (out_dir / "config.json").is_file():
+        export_to_hf(checkpoint, out_dir, tokenizer_dir=tokenizer_dir, force=True)
+    return ResolvedModel(hf_path=str(out_dir), identity=identity, native_checkpoint=str(checkpoint))
+
+
+def resolve_model(ref: str | Path, cache_dir: str | Path | None = None,
+                  tokenizer_dir: str | Path | None = None) -> ResolvedModel:
+    """Map a checkpoint / HF directory / hub name to an HF-loadable path and an identity."""
+    path = Path(ref)
+    if is_native_checkpoint(path):
+        return export_native(path, cache_dir, tokenizer_dir)
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(f"{path} is neither a native checkpoint (run_config.json / latest) "
+                                    "nor a Hugging Face model directory (config.json)")
+        return ResolvedModel(hf_path=str(path), identity=hf_dir_identity(path))
+    return ResolvedModel(hf_path=str(ref), identity=f"hub:{ref}")
+
+
+def pool_hidden(hidden: torch.Tensor, mask: torch.Tensor, pooling: Pooling) -> torch.Tensor:
+    """[..., b, s, h] -> [..., b, h]: masked mean over tokens, or the first token."""
+    if pooling == "cls":
+        return hidden[..., 0, :]
+    if pooling != "mean":
+        raise ValueError(f"pooling must be 'mean' or 'cls', not {pooling!r}")
+    weights = mask.to(hidden.dtype).unsqueeze(-1)
+    return (hidden * weights).sum(-2) / weights.sum(-2).clamp(min=1.0)
+
+
+class HFEncoder:
+    """A frozen HF encoder that embeds text lists in length-sorted batches (fp32, eval mode, no grad)."""
+
+    def __init__(self, model: ResolvedModel | str, *, device: str | None = None, max_len: int = 128,
+                 batch_size: int = 32) -> None:
+        from transformers import AutoModel, AutoTokenizer
+
+        self.resolved = model if isinstance(model, ResolvedModel) else resolve_model(model)
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.tokenizer = AutoTokenizer.from_pretrained(self.resolved.hf_path)
+        self.model = AutoModel.from_pretrained(self.resolved.hf_path).to(self.device).eval()
+        self.max_len, self.batch_size = max_len, batch_size
+        self.num_layers = int(self.model.config.num_hidden_layers)
+
+    @property
+    def identity(self) -> str:
+        return self.resolved.identity
+
+    @torch.inference_mode()
+    def _embed_batch(self, texts: list[str], pooling: Pooling, layers: Layers) -> np.ndarray:
+        batch = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_len, return_tensors="pt")
+        batch = {k: v.to(self.device) for k, v in batch.items()}
+        out = self.model(**batch, output_hidden_states=layers == "all")
+        hidden = torch.stack(out.hidden_states) if layers == "all" else out.last_hidden_state.unsqueeze(0)
+        return pool_hidden(hidden.float(), batch["attention_mask"], pooling).cpu().numpy()
+
+    def embed(self, texts: Sequence[str], pooling: Pooling = "mean", layers: Layers = "last",
+              desc: str = "embedding", progress: bool = True) -> np.ndarray:
+        """``[n_layers, n, h]`` float32 (n_layers = 1 for ``last``, num_hidden_layers + 1 for ``all``)."""
+        order = np.argsort([-len(t) for t in texts], kind="stable")
+        chunks = []
+        starts = range(0, len(texts), self.batch_size)
+        for start in tqdm(starts, desc=desc, disable=not progress, leave=False):
+            chunk = [texts[i] for i in order[start:start + self.batch_size]]
+            chunks.append(self._embed_batch(chunk, pooling, layers))
+        if not chunks:
+            n_layers = 1 if layers == "last" else self.num_layers + 1
+            return np.zeros((n_layers, 0, int(self.model.config.hidden_size)), np.float32)
+        stacked = np.concatenate(chunks, axis=1).astype(np.float32)
+        result = np.empty_like(stacked)
+        result[:, order] = stacked
+        return result
+
+
+def model_card(resolved: ResolvedModel) -> dict:
+    """A JSON-able description of the evaluated model for result files."""
+    return asdict(resolved)

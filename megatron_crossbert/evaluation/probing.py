@@ -1,0 +1,113 @@
+"""Frozen-encoder probing of a model on a set of tasks (what ``crossbert-probe`` runs).
+
+``run_probing(model_ref, tasks, config)`` resolves the model (native checkpoints are exported to
+HF first), extracts cached features per task, fits one probe per layer (only the last layer unless
+``layers="all"``) and returns a JSON-able report::
+
+    {"model": {...}, "config": {...},
+     "tasks": {name: {"spec", "n_train", "n_test", "metrics", "score", "chosen", "per_layer"?}},
+     "summary": {"glue_average", "glue_tasks", "average", "tasks"}}
+
+Headline metrics are always the last layer's; ``per_layer`` (layer 0 = embedding output) is present
+with ``layers="all"``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from megatron_crossbert.evaluation.encoders import HFEncoder, Layers, Pooling, model_card, resolve_model
+from megatron_crossbert.evaluation.features import FeatureCache, TaskFeatures, extract_task_features
+from megatron_crossbert.evaluation.glue import available_glue_tasks, load_glue_task
+from megatron_crossbert.evaluation.metrics import average_scores
+from megatron_crossbert.evaluation.probes import ProbeConfig, ProbeResult, probe_features
+from megatron_crossbert.evaluation.tasks import ProbeTask, find_jsonl_tasks, load_jsonl_task
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ProbeRunConfig:
+    """Everything that shapes a probing run besides the model and the tasks."""
+
+    pooling: Pooling = "mean"
+    layers: Layers = "last"
+    max_len: int = 128
+    batch_size: int = 32
+    max_train: int | None = None
+    max_test: int | None = None
+    seed: int = 0
+    cache_dir: str | None = None
+    device: str | None = None
+    probe: ProbeConfig = field(default_factory=ProbeConfig)
+
+
+def collect_tasks(*, glue_dir: str | Path | None = None, glue_tasks: Sequence[str] | None = None,
+                  jsonl: Sequence[str | Path] = (), hf_glue: Sequence[str] = ()) -> list[ProbeTask]:
+    """Load tasks from a glue_data directory, JSONL task dirs and (online) HF GLUE configs.
+
+    Without ``glue_tasks`` every GLUE task that has both train and dev files is used; a named
+    task that lacks a file raises, so a typo never silently shrinks the benchmark.
+    """
+    tasks: list[ProbeTask] = []
+    if glue_dir is not None:
+        names = list(glue_tasks) if glue_tasks else available_glue_tasks(glue_dir)
+        tasks += [load_glue_task(glue_dir, name) for name in names]
+    for root in jsonl:
+        tasks += [load_jsonl_task(path) for path in find_jsonl_tasks(root)]
+    if hf_glue:
+        from megatron_crossbert.evaluation.glue import load_hf_glue_task
+
+        tasks += [load_hf_glue_task(config) for config in hf_glue]
+    names = [t.spec.name for t in tasks]
+    duplicates = {n for n in names if names.count(n) > 1}
+    if duplicates:
+        raise ValueError(f"duplicate task names {sorted(duplicates)}; rename a JSONL task directory")
+    return tasks
+
+
+def probe_layers(task: ProbeTask, feats: TaskFeatures, config: ProbeConfig) -> list[ProbeResult]:
+    """One probe per layer of the features (index 0 .. n_layers-1)."""
+    return [probe_features(task.spec, feats.train[i], task.train.labels, feats.test[i], task.test.labels, config)
+            for i in range(feats.train.shape[0])]
+
+
+def task_entry(task: ProbeTask, results: list[ProbeResult], with_layers: bool) -> dict:
+    """The report entry for one task; headline numbers come from the last layer."""
+    last = results[-1]
+    entry = {"spec": asdict(task.spec), "source": task.source, "n_train": last.n_train, "n_test": last.n_test,
+             "metrics": last.metrics, "score": last.score, "chosen": last.chosen}
+    if with_layers:
+        entry["per_layer"] = [{"layer": i, "metrics": r.metrics, "score": r.score, "chosen": r.chosen}
+                              for i, r in enumerate(results)]
+    return entry
+
+
+def summarize(task_entries: dict[str, dict]) -> dict:
+    """GLUE-style average over GLUE tasks present, plus the mean score over all tasks."""
+    glue = {name: e["score"] for name, e in task_entries.items() if e["spec"]["glue"]}
+    every = {name: e["score"] for name, e in task_entries.items()}
+    return {"glue_average": average_scores(glue), "glue_tasks": sorted(glue),
+            "average": average_scores(every), "tasks": list(every)}
+
+
+def run_probing(model_ref: str | Path, tasks: Sequence[ProbeTask], config: ProbeRunConfig | None = None,
+                encoder: HFEncoder | None = None) -> dict:
+    """Probe ``model_ref`` (or an already-built ``encoder``) on ``tasks``; returns the report dict."""
+    config = config or ProbeRunConfig()
+    if encoder is None:
+        resolved = resolve_model(model_ref, cache_dir=config.cache_dir)
+        encoder = HFEncoder(resolved, device=config.device, max_len=config.max_len, batch_size=config.batch_size)
+    cache = FeatureCache(config.cache_dir)
+    entries = {}
+    for task in tasks:
+        task = task.subsample(config.max_train, config.max_test, config.seed)
+        feats = extract_task_features(encoder, task, pooling=config.pooling, layers=config.layers, cache=cache)
+        logger.info("probing %s (%d train / %d test, %d layer(s))", task.spec.name, len(task.train),
+                    len(task.test), feats.train.shape[0])
+        entries[task.spec.name] = task_entry(task, probe_layers(task, feats, config.probe), config.layers == "all")
+    return {"model": model_card(encoder.resolved), "config": asdict(config), "tasks": entries,
+            "summary": summarize(entries)}

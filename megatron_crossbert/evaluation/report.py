@@ -1,0 +1,101 @@
+"""Probe reports: JSON, a markdown table and (per-layer runs) a PNG plot of score against depth.
+
+Everything here reads the report dict that ``probing.run_probing`` returns, so the CLI, the
+benchmarks and notebooks render identical tables.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+_METRIC_LABELS = {"accuracy": "acc", "f1": "F1", "macro_f1": "macro-F1", "matthews": "MCC",
+                  "pearson": "Pearson", "spearman": "Spearman"}
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1f}"
+
+
+def metrics_text(metrics: dict[str, float]) -> str:
+    """``'F1 81.2 / acc 72.3'`` in the task's metric order."""
+    return " / ".join(f"{_METRIC_LABELS.get(k, k)} {_fmt(v)}" for k, v in metrics.items())
+
+
+def markdown_table(report: dict) -> str:
+    """One row per task (metrics, score, sizes, chosen regularisation) and summary rows."""
+    lines = ["| task | metrics | score | train | test | probe reg. |", "|---|---|---:|---:|---:|---|"]
+    for name, entry in report["tasks"].items():
+        chosen = ", ".join(f"{k}={v:g}" for k, v in entry["chosen"].items())
+        lines.append(f"| {name} | {metrics_text(entry['metrics'])} | {_fmt(entry['score'])} | "
+                     f"{entry['n_train']} | {entry['n_test']} | {chosen} |")
+    summary = report["summary"]
+    if summary["glue_tasks"]:
+        label = "GLUE average" if len(summary["glue_tasks"]) >= 9 else "GLUE-style average (tasks run)"
+        lines.append(f"| **{label}** | {', '.join(summary['glue_tasks'])} | **{_fmt(summary['glue_average'])}** | | | |")
+    lines.append(f"| **average (all tasks)** | | **{_fmt(summary['average'])}** | | | |")
+    return "\n".join(lines)
+
+
+def layer_table(report: dict) -> str:
+    """Task score per layer (layer 0 = embedding output); empty string when no per-layer results."""
+    tasks = {name: e["per_layer"] for name, e in report["tasks"].items() if "per_layer" in e}
+    if not tasks:
+        return ""
+    n_layers = max(len(v) for v in tasks.values())
+    lines = ["| layer | " + " | ".join(tasks) + " |", "|---:|" + "---:|" * len(tasks)]
+    for i in range(n_layers):
+        cells = [_fmt(v[i]["score"]) if i < len(v) else "" for v in tasks.values()]
+        lines.append(f"| {i} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot_layers(report: dict, path: str | Path) -> Path | None:
+    """Line plot of each task's score against layer index; None when there is nothing per-layer."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = {name: e["per_layer"] for name, e in report["tasks"].items() if "per_layer" in e}
+    if not tasks:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name, layers in tasks.items():
+        ax.plot([r["layer"] for r in layers], [r["score"] for r in layers], marker="o", label=name)
+    ax.set_xlabel("layer (0 = embeddings)")
+    ax.set_ylabel("probe score (0-100)")
+    ax.set_title(f"Frozen probes per layer: {Path(report['model']['hf_path']).name}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def render_markdown(report: dict) -> str:
+    """The full markdown document: model line, main table and the per-layer table when present."""
+    parts = [f"# Frozen probes: `{report['model']['hf_path']}`", "",
+             f"pooling={report['config']['pooling']}, layers={report['config']['layers']}, "
+             f"max_len={report['config']['max_len']}, max_train={report['config']['max_train']}, "
+             f"max_test={report['config']['max_test']}", "", markdown_table(report)]
+    layers = layer_table(report)
+    if layers:
+        parts += ["", "## Score per layer", "", layers]
+    return "\n".join(parts) + "\n"
+
+
+def write_report(report: dict, out_dir: str | Path, stem: str = "probe_results") -> dict[str, Path]:
+    """Write ``<stem>.json``, ``<stem>.md`` and (per-layer runs) ``<stem>_layers.png``; returns the paths."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out_dir / f"{stem}.json", "markdown": out_dir / f"{stem}.md"}
+    paths["json"].write_text(json.dumps(report, indent=2, default=str) + "\n")
+    paths["markdown"].write_text(render_markdown(report))
+    plot = plot_layers(report, out_dir / f"{stem}_layers.png")
+    if plot is not None:
+        paths["plot"] = plot
+    return paths

@@ -1,0 +1,100 @@
+"""In-training probes: score the LIVE model on small probe tasks every N steps.
+
+Signature the training loop calls (rank 0, PP=1, model in eval mode, under ``torch.no_grad``)::
+
+    from megatron_crossbert.evaluation.suite import run_probe_suite, make_encode_embed_fn, load_suite_tasks
+
+    tasks = load_suite_tasks(glue_dir=..., glue_tasks=["SST-2", "STS-B"], jsonl=[...],
+                             max_train=2000, max_test=1000)          # once, at start-up
+    embed = make_encode_embed_fn(model.encode, hf_tokenizer, pooling="mean", max_len=128)
+    scores = run_probe_suite(embed, tasks)    # {"probe/SST-2/accuracy": 81.2, ..., "probe/avg": 74.0}
+
+- ``embed_fn(texts: list[str]) -> np.ndarray`` returns ``[n, h]`` sentence embeddings. It may also
+  return ``[n_layers, n, h]``; then every layer is probed and keys gain ``/layer{i}``, while the
+  plain keys (and ``probe/avg``) use the last layer.
+- Values are on a 0-100 scale; the dict is flat so it goes straight to TensorBoard / W&B.
+- Nothing is cached: the model changes between calls. Keep tasks small (a few thousand rows);
+  tasks are subsampled once by ``load_suite_tasks`` so every call sees the same rows.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from megatron_crossbert.evaluation.encoders import Pooling, pool_hidden
+from megatron_crossbert.evaluation.metrics import average_scores
+from megatron_crossbert.evaluation.probes import ProbeConfig, probe_features, task_features
+from megatron_crossbert.evaluation.probing import collect_tasks
+from megatron_crossbert.evaluation.tasks import ProbeTask, Split
+
+EmbedFn = Callable[[list[str]], np.ndarray]
+
+
+def load_suite_tasks(*, glue_dir: str | Path | None = None, glue_tasks: Sequence[str] | None = None,
+                     jsonl: Sequence[str | Path] = (), max_train: int | None = 2000,
+                     max_test: int | None = 1000, seed: int = 0) -> list[ProbeTask]:
+    """Load and subsample the suite's tasks once (same rows at every call, so curves are comparable)."""
+    tasks = collect_tasks(glue_dir=glue_dir, glue_tasks=glue_tasks, jsonl=jsonl)
+    return [task.subsample(max_train, max_test, seed) for task in tasks]
+
+
+def _as_layers(array: np.ndarray) -> np.ndarray:
+    array = np.asarray(array, dtype=np.float32)
+    return array[None] if array.ndim == 2 else array
+
+
+def _split_features(embed_fn: EmbedFn, task: ProbeTask, split: Split) -> np.ndarray:
+    text = _as_layers(embed_fn(list(split.texts)))
+    pair = _as_layers(embed_fn(list(split.pairs))) if split.pairs is not None else None
+    return task_features(task.spec, text, pair)
+
+
+def run_probe_suite(embed_fn: EmbedFn, tasks: Sequence[ProbeTask], *, probe_config: ProbeConfig | None = None,
+                    prefix: str = "probe/") -> dict[str, float]:
+    """Probe ``embed_fn``'s embeddings on each task; returns a flat ``{name: value}`` dict (0-100)."""
+    probe_config = probe_config or ProbeConfig(cs=(0.01, 0.1, 1.0), folds=3)
+    out: dict[str, float] = {}
+    scores: dict[str, float] = {}
+    for task in tasks:
+        x_train = _split_features(embed_fn, task, task.train)
+        x_test = _split_features(embed_fn, task, task.test)
+        n_layers = x_train.shape[0]
+        for layer in range(n_layers):
+            result = probe_features(task.spec, x_train[layer], task.train.labels, x_test[layer],
+                                    task.test.labels, probe_config)
+            suffix = "" if layer == n_layers - 1 else f"/layer{layer}"
+            for metric, value in result.metrics.items():
+                out[f"{prefix}{task.spec.name}/{metric}{suffix}"] = value
+            if n_layers > 1:
+                out[f"{prefix}{task.spec.name}/score/layer{layer}"] = result.score
+        scores[task.spec.name] = result.score
+    if scores:
+        out[f"{prefix}avg"] = average_scores(scores)
+    return out
+
+
+def make_encode_embed_fn(encode: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], tokenizer,
+                         *, pooling: Pooling = "mean", max_len: int = 128, batch_size: int = 64,
+                         device: torch.device | str | None = None) -> EmbedFn:
+    """Wrap ``encode(input_ids [b,s], attention_mask [b,s]) -> [b,s,h]`` (``CrossBertModel.encode``).
+
+    ``tokenizer`` is any HF-style callable (``padding``, ``truncation``, ``max_length``,
+    ``return_tensors="pt"``), e.g. the ``AutoTokenizer`` saved with the run. Runs under
+    ``torch.no_grad`` and returns float32 numpy ``[n, h]``.
+    """
+    def embed(texts: list[str]) -> np.ndarray:
+        chunks = []
+        for start in range(0, len(texts), batch_size):
+            batch = tokenizer(texts[start:start + batch_size], padding=True, truncation=True,
+                              max_length=max_len, return_tensors="pt")
+            ids, mask = batch["input_ids"].to(device or "cpu"), batch["attention_mask"].to(device or "cpu")
+            with torch.no_grad():
+                hidden = encode(ids, mask)
+            chunks.append(pool_hidden(hidden.float(), mask, pooling).cpu().numpy())
+        return np.concatenate(chunks) if chunks else np.zeros((0, 0), np.float32)
+
+    return embed
