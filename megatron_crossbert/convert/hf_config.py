@@ -90,11 +90,12 @@ def vocab_layout(rows: int, vocab_size: int, multiple_hint: int = 128) -> tuple[
     """(vocab_size, make_vocab_size_divisible_by) whose TP=1 padding reproduces ``rows`` embedding rows.
 
     The hint (the exporting run's multiple) is tried first, then powers of two dividing ``rows`` from
-    large to small (large multiples keep the table TP-splittable), then ``rows`` itself.
+    small to large: the smallest multiple that works keeps ``padded_vocab_size(tp) == rows`` for the most
+    TP sizes, so the imported checkpoint can be trained on at TP > 1 too.
     """
     if vocab_size > rows:
         raise ConversionError(f"tokenizer/vocab size {vocab_size} exceeds the {rows} embedding rows")
-    powers = [1 << k for k in range(rows.bit_length(), -1, -1) if rows % (1 << k) == 0]
+    powers = [1 << k for k in range(rows.bit_length()) if rows % (1 << k) == 0]
     for multiple in [multiple_hint, *powers, rows]:
         if -(-vocab_size // multiple) * multiple == rows:
             return vocab_size, multiple

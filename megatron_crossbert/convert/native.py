@@ -72,14 +72,23 @@ def build_single_process_model(run_cfg: RunConfig) -> torch.nn.Module:
     return build_model(single_process_config(run_cfg)).eval()
 
 
+def _load_weights(model: torch.nn.Module, checkpoint: str | Path) -> None:
+    """``load_model_weights`` with every failure as ConversionError. torch DCP's CheckpointException
+    derives from BaseException (not Exception), so it is caught here by name."""
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    try:
+        load_model_weights(model, checkpoint)
+    except (CheckpointError, CheckpointException, Exception) as err:
+        summary = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+        raise ConversionError(f"cannot load model weights from {checkpoint}: {summary}") from err
+
+
 def load_native_state(checkpoint: str | Path, run_cfg: RunConfig) -> dict[str, torch.Tensor]:
     """Every tensor of the checkpoint's model at TP=1 (CPU copies; ``_extra_state`` dropped)."""
     with tp1_parallel_state(run_cfg.training.seed):
         model = build_single_process_model(run_cfg)
-        try:
-            load_model_weights(model, checkpoint)
-        except CheckpointError as err:
-            raise ConversionError(f"cannot export {checkpoint}: {err}") from err
+        _load_weights(model, checkpoint)
         return {key: value.detach().cpu().clone() for key, value in model.state_dict().items()
                 if isinstance(value, torch.Tensor) and not key.endswith("_extra_state")}
 

@@ -1,0 +1,114 @@
+"""Error paths of export/import and the CLI: each fails fast with a ConversionError naming the problem."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_convert_support import make_checkpoint, make_tokenizer, tiny_run_config
+
+from megatron_crossbert.cli.convert_hf import main as cli_main
+from megatron_crossbert.convert import ConversionError, export_to_hf, import_from_hf
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    """(work dir, checkpoint root, tokenizer dir, exported HF dir)."""
+    work = tmp_path_factory.mktemp("convert_errors")
+    tok = make_tokenizer(work / "tok")
+    make_checkpoint(work / "ckpt", tiny_run_config("crossbert", tokenizer=str(tok)))
+    assert cli_main(["export", str(work / "ckpt"), str(work / "hf")]) == 0
+    return work, work / "ckpt", tok, work / "hf"
+
+
+def _edited_checkpoint(src: Path, dst: Path, edit) -> Path:
+    shutil.copytree(src, dst)
+    cfg_path = dst / "iter_0000000" / "run_config.json"
+    raw = json.loads(cfg_path.read_text())
+    edit(raw)
+    cfg_path.write_text(json.dumps(raw))
+    return dst
+
+
+def test_missing_and_corrupt_checkpoints(setup, tmp_path):
+    work, ckpt, _, _ = setup
+    with pytest.raises(ConversionError, match="does not exist"):
+        export_to_hf(work / "nope", tmp_path / "a")
+    broken = shutil.copytree(ckpt, tmp_path / "broken")
+    for shard in (broken / "iter_0000000").glob("*.distcp"):
+        shard.write_bytes(b"\0" * 64)
+    with pytest.raises(ConversionError, match="cannot load model weights"):
+        export_to_hf(broken, tmp_path / "b")
+    (broken / "latest").write_text("iter_0000042")
+    with pytest.raises(ConversionError, match="missing or incomplete"):
+        export_to_hf(broken, tmp_path / "c")
+    assert not (tmp_path / "b").exists() and not list(tmp_path.glob(".b.tmp-*"))  # nothing half-written
+
+
+def test_configs_without_exact_hf_target(setup, tmp_path):
+    _, ckpt, _, _ = setup
+    wide = _edited_checkpoint(ckpt, tmp_path / "wide", lambda r: r["model"].update(decoder_hidden_size=64))
+    with pytest.raises(ConversionError, match="decoder_hidden_size"):
+        export_to_hf(wide, tmp_path / "a")
+    rms = _edited_checkpoint(ckpt, tmp_path / "rms", lambda r: r["model"].update(normalization="RMSNorm"))
+    with pytest.raises(ConversionError, match="normalization"):
+        export_to_hf(rms, tmp_path / "b")
+
+
+def test_tokenizer_must_fit_and_exist(setup, tmp_path):
+    _, ckpt, _, _ = setup
+    big = make_tokenizer(tmp_path / "big", num_words=600)
+    with pytest.raises(ConversionError, match="605 tokens"):
+        export_to_hf(ckpt, tmp_path / "a", tokenizer_dir=big)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConversionError, match="no Hugging Face tokenizer files"):
+        export_to_hf(ckpt, tmp_path / "b", tokenizer_dir=tmp_path / "empty")
+    no_tok = _edited_checkpoint(ckpt, tmp_path / "notok", lambda r: r["data"].update(tokenizer=""))
+    with pytest.raises(ConversionError, match="--tokenizer"):
+        export_to_hf(no_tok, tmp_path / "c")
+
+
+def test_existing_output_needs_force(setup, tmp_path):
+    work, ckpt, _, hf = setup
+    with pytest.raises(ConversionError, match="--force"):
+        export_to_hf(ckpt, hf)
+    with pytest.raises(ConversionError, match="would overwrite the input"):
+        export_to_hf(ckpt, ckpt, force=True)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "stale.bin").write_bytes(b"old")
+    export_to_hf(ckpt, out, force=True)
+    assert not (out / "stale.bin").exists() and (out / "model.safetensors").is_file()
+    with pytest.raises(ConversionError, match="--force"):
+        import_from_hf(hf, work / "ckpt")
+
+
+def test_import_refuses_pickle_and_inexact_configs(setup, tmp_path):
+    _, _, _, hf = setup
+    pickled = shutil.copytree(hf, tmp_path / "pickled")
+    (pickled / "model.safetensors").unlink()
+    (pickled / "pytorch_model.bin").write_bytes(b"not a pickle: must never be loaded")
+    with pytest.raises(ConversionError, match="pickle weights"):
+        import_from_hf(pickled, tmp_path / "a")
+    relu = shutil.copytree(hf, tmp_path / "relu")
+    cfg = json.loads((relu / "config.json").read_text())
+    (relu / "config.json").write_text(json.dumps({**cfg, "hidden_act": "relu"}))
+    with pytest.raises(ConversionError, match="hidden_act"):
+        import_from_hf(relu, tmp_path / "b")
+
+
+def test_cli_reports_errors_and_shim_help(setup, tmp_path, capsys):
+    work, _, _, hf = setup
+    assert cli_main(["export", str(work / "nope"), str(tmp_path / "x")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert cli_main(["import", str(hf), str(tmp_path / "root")]) == 0
+    assert (tmp_path / "root" / "latest").read_text().strip() == "iter_0000000"
+    shim = subprocess.run([sys.executable, str(REPO / "tools" / "convert_to_hf.py"), "--help"],
+                          capture_output=True, text=True, timeout=120)
+    assert shim.returncode == 0 and "export" in shim.stdout and "import" in shim.stdout
