@@ -5,7 +5,7 @@ here raises on bad input: each physical line becomes either texts or a skip *kin
 caller decides whether to count it or (under ``--strict``) fail with ``file:line``.
 
 Skip kinds: ``invalid_utf8``, ``invalid_json``, ``not_object`` (valid JSON that is not an object),
-``missing_key``, ``not_string``, ``empty_text`` (empty or whitespace only), ``blank_line`` and
+``missing_key``, ``not_string``, ``empty_text`` (empty or whitespace only), ``blank_line``, ``no_tokens`` (the tokenizer produced nothing) and
 ``truncated_gzip`` (a .gz stream that ends early or is corrupt; the rest of that file is lost and
 counted as one skipped document at the line where reading stopped).
 """
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SKIP_KINDS = ("invalid_utf8", "invalid_json", "not_object", "missing_key", "not_string", "empty_text",
-              "blank_line", "truncated_gzip")
+              "blank_line", "no_tokens", "truncated_gzip")
 
 
 class BadInputError(ValueError):
