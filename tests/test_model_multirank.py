@@ -31,9 +31,16 @@ def _layout(cfg_overrides):
     return cfg, model
 
 
-def _reference(batch):
-    """TP=1/PP=1 weights, per-token loss and gradients of loss.sum() (identical on both ranks)."""
+def _reference(batch, ckpt_dir: str):
+    """TP=1/PP=1 weights, per-token loss and gradients of loss.sum() (identical on both ranks).
+
+    The weights are also saved with dist_checkpointing, so each layout can check that resharding
+    on load reproduces exactly the slices used for the equivalence checks.
+    """
+    from megatron.core import dist_checkpointing
+
     _, model = _layout([])
+    dist_checkpointing.save(model.sharded_state_dict(), ckpt_dir)
     loss = model(**batch)
     loss.sum().backward()
     weights = {k: v.detach().clone() for k, v in model.state_dict().items() if torch.is_tensor(v)}
@@ -47,7 +54,20 @@ def _tp_shard(full: torch.Tensor, param: torch.Tensor, tp_rank: int) -> torch.Te
     return full
 
 
-def _check_tensor_parallel(batch, weights, ref_loss, ref_grads, sequence_parallel: bool) -> float:
+def _assert_checkpoint_loads_same_weights(model, ckpt_dir: str) -> None:
+    from megatron.core import dist_checkpointing
+
+    expected = {n: p.detach().clone() for n, p in model.named_parameters()}
+    with torch.no_grad():
+        for param in model.parameters():
+            param.zero_()
+    model.load_state_dict(dist_checkpointing.load(model.sharded_state_dict(), ckpt_dir))
+    for name, param in model.named_parameters():
+        assert torch.equal(param, expected[name]), f"resharded checkpoint differs at {name}"
+
+
+def _check_tensor_parallel(batch, weights, ref_loss, ref_grads, sequence_parallel: bool,
+                           ckpt_dir: str | None = None) -> float:
     from megatron.core import parallel_state as ps
 
     extra = ["parallel.tensor_model_parallel_size=2", f"parallel.sequence_parallel={sequence_parallel}"]
@@ -56,6 +76,8 @@ def _check_tensor_parallel(batch, weights, ref_loss, ref_grads, sequence_paralle
     with torch.no_grad():
         for name, param in model.named_parameters():
             param.copy_(_tp_shard(weights[name], param, tp_rank))
+    if ckpt_dir:
+        _assert_checkpoint_loads_same_weights(model, ckpt_dir)
     loss = model(**batch)
     loss.sum().backward()
     torch.testing.assert_close(loss, ref_loss, **TOL)
@@ -91,7 +113,7 @@ def _global_name(name: str, pp_rank: int, layers_per_stage: int) -> str:
     return name
 
 
-def _check_pipeline_parallel(batch, weights, ref_loss, ref_grads) -> float:
+def _check_pipeline_parallel(batch, weights, ref_loss, ref_grads, ckpt_dir: str) -> float:
     from megatron.core import parallel_state as ps
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
@@ -101,6 +123,7 @@ def _check_pipeline_parallel(batch, weights, ref_loss, ref_grads) -> float:
     with torch.no_grad():
         for name, param in model.named_parameters():
             param.copy_(weights[names[name]])
+    _assert_checkpoint_loads_same_weights(model, ckpt_dir)
     micro = [{k: v[i:i + 1] for k, v in batch.items()} for i in range(2)]
     reports = get_forward_backward_func()(
         forward_step_func=_forward_step, data_iterator=iter(micro), model=[model], num_microbatches=2,
@@ -127,20 +150,21 @@ def _compare_pipeline_grads(model, names, ref_grads) -> float:
     return worst
 
 
-def _worker(rank: int, world_size: int) -> dict:
+def _worker(rank: int, world_size: int, ckpt_dir: str) -> dict:
     cfg = tiny_config()
     batch = make_batch(cfg, batch=2, seed=3)
-    weights, ref_loss, ref_grads = _reference(batch)
+    weights, ref_loss, ref_grads = _reference(batch, ckpt_dir)
     return {
-        "tp2": _check_tensor_parallel(batch, weights, ref_loss, ref_grads, sequence_parallel=False),
+        "tp2": _check_tensor_parallel(batch, weights, ref_loss, ref_grads, False, ckpt_dir),
         "tp2_sp": _check_tensor_parallel(batch, weights, ref_loss, ref_grads, sequence_parallel=True),
-        "pp2": _check_pipeline_parallel(batch, weights, ref_loss, ref_grads),
+        "pp2": _check_pipeline_parallel(batch, weights, ref_loss, ref_grads, ckpt_dir),
     }
 
 
-def test_tensor_and_pipeline_parallel_match_single_rank():
+def test_tensor_and_pipeline_parallel_match_single_rank(tmp_path):
     from multirank import run_ranks
 
-    results = run_ranks(_worker, 2)
+    (tmp_path / "tp1_ckpt").mkdir()
+    results = run_ranks(_worker, 2, str(tmp_path / "tp1_ckpt"))
     for result in results:
         assert max(result.values()) < 1e-5, results
