@@ -42,7 +42,8 @@ from megatron_crossbert.checkpoint_format import (
 from megatron_crossbert.config import RunConfig
 
 SLEEP_IN_SAVE_ENV = "CROSSBERT_TEST_SLEEP_IN_SAVE"
-"""Test hook: seconds to sleep after the shards are written but before the save is committed."""
+"""Test hook, "ITERATION:SECONDS": sleep that long after the shards of that iteration's save are
+written but before the save is committed, so a test can kill the process mid-save."""
 
 # Fields that fix parameter shapes or the meaning of positions: a mismatch makes a resume wrong.
 _MODEL_FIELDS = ("arch", "vocab_size", "hidden_size", "num_layers", "num_attention_heads", "ffn",
@@ -158,6 +159,13 @@ def prune_checkpoints(root: Path, keep_last: int) -> list[Path]:
     return doomed
 
 
+def _test_sleep(iteration: int) -> None:
+    spec = os.environ.get(SLEEP_IN_SAVE_ENV, "")
+    target, _, seconds = spec.partition(":")
+    if spec and int(target) == iteration:
+        time.sleep(float(seconds))
+
+
 def save_checkpoint(root: str | Path, model, optimizer, scheduler, progress: Progress,
                     run_cfg: RunConfig) -> Path:
     """Collective: write ``root/iter_XXXXXXX`` on all ranks, then commit it (run_config, 'latest')."""
@@ -166,8 +174,7 @@ def save_checkpoint(root: str | Path, model, optimizer, scheduler, progress: Pro
     _prepare_dir(ckpt_dir)
     state = _state_dict(model, optimizer, scheduler, progress, run_cfg, is_loading=False)
     dist_checkpointing.save(state, str(ckpt_dir))
-    if os.environ.get(SLEEP_IN_SAVE_ENV):
-        time.sleep(float(os.environ[SLEEP_IN_SAVE_ENV]))
+    _test_sleep(progress.iteration)
     _barrier()
     if _rank0():
         run_cfg.save_json(ckpt_dir / RUN_CONFIG_FILE)
