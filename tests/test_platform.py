@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import subprocess
 import sys
 
@@ -46,7 +47,14 @@ print("TE_LOADED" if any(m.startswith("transformer_engine") for m in sys.modules
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on GPU, TE may legitimately be imported")
 def test_building_models_never_imports_transformer_engine():
-    """A fresh interpreter, so no other test's imports can hide or fake the result."""
-    result = subprocess.run([sys.executable, "-c", _BUILD_BOTH], capture_output=True, text=True, timeout=300)
+    """A fresh interpreter, so no other test's imports can hide or fake the result.
+
+    The rendezvous variables are dropped: platform.init_process_group leaves them in os.environ of
+    this pytest process, and a child reusing that port can hit EADDRINUSE.
+    """
+    rendezvous = {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK"}
+    env = {k: v for k, v in os.environ.items() if k not in rendezvous}
+    result = subprocess.run([sys.executable, "-c", _BUILD_BOTH], capture_output=True, text=True, timeout=300,
+                            env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip().endswith("TE_ABSENT")
