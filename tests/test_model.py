@@ -6,6 +6,7 @@ equivalence lives in test_model_multirank.py.
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from megatron_crossbert import platform
@@ -53,6 +54,17 @@ def capture_encoder_output(model: CrossBertModel, batch: dict) -> tuple[torch.Te
     finally:
         hook.remove()
     return seen["inp"], seen["out"]
+
+
+def test_layer_implementation_is_resolved_in_one_place():
+    from megatron_crossbert.models import use_transformer_engine
+
+    if torch.cuda.is_available():
+        pytest.skip("CPU-only expectations")
+    assert not use_transformer_engine(tiny_config().model)
+    assert not use_transformer_engine(tiny_config("model.transformer_impl=auto").model)
+    with pytest.raises(RuntimeError, match="needs CUDA"):
+        use_transformer_engine(tiny_config("model.transformer_impl=transformer_engine").model)
 
 
 def test_forward_shapes_and_encoder_length():

@@ -35,7 +35,16 @@ class BaselineBertModel(BertModel):
 
 def build_bert_model(config: TransformerConfig, *, vocab_size: int, max_sequence_length: int, use_te: bool,
                      pre_process: bool = True, post_process: bool = True) -> BaselineBertModel:
-    """megatron BertModel with the tied LM head (as Megatron-LM's BERT pretraining builds it)."""
+    """megatron BertModel with the tied LM head (as Megatron-LM's BERT pretraining builds it).
+
+    Sequence parallelism needs apex: megatron's BertLMHead (and BertModel's final norm without TE)
+    fall back to a torch norm that refuses SP, so we refuse early with a readable message.
+    """
+    from megatron.core.fusions.fused_layer_norm import HAVE_FUSED_LAYER_NORM
+
+    if config.sequence_parallel and not HAVE_FUSED_LAYER_NORM:
+        raise ValueError("the BERT baseline with sequence_parallel needs NVIDIA apex (megatron's BertLMHead "
+                         "uses apex FusedLayerNorm for SP); disable parallel.sequence_parallel for arch=bert")
     spec = te_encoder_layer_spec() if use_te else local_encoder_layer_spec()
     return BaselineBertModel(
         config=config, num_tokentypes=0, transformer_layer_spec=spec, vocab_size=vocab_size,
