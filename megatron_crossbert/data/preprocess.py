@@ -35,7 +35,6 @@ from tqdm import tqdm
 from megatron_crossbert.data.indexed import AtomicIndexedWriter
 from megatron_crossbert.data.jsonl import BadInputError, RawLine, expand_inputs, iter_raw_lines, iter_texts
 from megatron_crossbert.data.preprocess_worker import LineResult, WorkerSpec, init_worker, process_chunk
-from megatron_crossbert.data.sentences import make_splitter
 from megatron_crossbert.data.tokenizer import load_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -201,7 +200,11 @@ def preprocess(opts: PreprocessOptions) -> dict:
     _check_options(opts)
     paths = expand_inputs(opts.inputs)
     tokenizer = load_tokenizer(opts.tokenizer)
-    splitter = make_splitter(iter_texts([str(p) for p in paths], opts.json_keys[0])) if opts.split_sentences else None
+    splitter = None
+    if opts.split_sentences:
+        from megatron_crossbert.data.sentences import make_splitter  # nltk import is slow: only when needed
+
+        splitter = make_splitter(iter_texts([str(p) for p in paths], opts.json_keys[0]))
     spec = WorkerSpec(str(opts.tokenizer), tuple(opts.json_keys), splitter, opts.append_eod)
     tally = _Tally(opts)
     writers = {key: AtomicIndexedWriter(document_prefix(opts.output_prefix, key), tokenizer.vocab_size)

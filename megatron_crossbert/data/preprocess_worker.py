@@ -3,18 +3,21 @@
 Runs in pool workers (or inline for ``--workers 1``) with the same code path either way, which is
 what makes ``--workers N`` byte-identical to ``--workers 1``: workers only transform chunks, the
 parent consumes results strictly in input order and is the only writer. Imports no torch/megatron
-so spawned workers start quickly.
+so spawned workers start quickly (nltk arrives only with a pickled splitter).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from megatron_crossbert.data.jsonl import RawLine, parse_line
-from megatron_crossbert.data.sentences import SentenceSplitter
 from megatron_crossbert.data.tokenizer import Tokenizer, load_tokenizer
+
+if TYPE_CHECKING:  # nltk costs seconds to import; only --split-sentences needs it
+    from megatron_crossbert.data.sentences import SentenceSplitter
 
 
 @dataclass(frozen=True)
