@@ -115,8 +115,7 @@ def test_round_trip_is_bit_identical(crossbert, work):
     encoder = [k for k in state if k.startswith(("embedding.", "encoder.")) and not k.endswith("_extra_state")]
     assert encoder and all(torch.equal(back[k], state[k]) for k in encoder)
     assert any(k.startswith("decoder.") for k in back)  # decoder rebuilt (fresh init)
-    platform.destroy()
-    again = export_to_hf(ckpt_dir, work / "hf_again")
+    again = export_to_hf(ckpt_dir, work / "hf_again")  # reuses the caller's TP=1 parallel state
     first, second = read_safetensors(out), read_safetensors(again)
     assert first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
 
@@ -159,3 +158,27 @@ def test_bert_baseline_fill_mask_and_mlm_logits(work, tokenizer_dir):
     fill = pipeline("fill-mask", model=str(out), model_kwargs={"use_safetensors": True})
     preds = fill("w1 w2 [MASK] w4")
     assert len(preds) == 5 and all("token_str" in p for p in preds)
+
+
+def test_import_foreign_megatron_bert(work, tokenizer_dir):
+    """An HF MegatronBertModel we did not write (odd vocab, no run config) imports and matches."""
+    from transformers import AutoTokenizer, MegatronBertConfig, MegatronBertModel
+
+    config = MegatronBertConfig(vocab_size=130, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                intermediate_size=48, max_position_embeddings=40, layer_norm_eps=1e-5)
+    hf = MegatronBertModel(config).eval()
+    with torch.no_grad():
+        hf.embeddings.token_type_embeddings.weight.zero_()
+        for name, param in hf.named_parameters():
+            if name.endswith("bias") or "ln." in name:
+                param.add_(0.1 * torch.randn_like(param))
+    hf.save_pretrained(work / "foreign")
+    AutoTokenizer.from_pretrained(tokenizer_dir).save_pretrained(work / "foreign")
+    ckpt_dir = import_from_hf(work / "foreign", work / "foreign_native")
+    cfg = read_json(ckpt_dir / "run_config.json")["model"]
+    assert (cfg["arch"], cfg["vocab_size"], cfg["ffn_hidden_size"]) == ("crossbert", 125, 48)
+    ids, mask = padded_batch(125, [17, 9, 3], seed=4)
+    native = _native_features(ckpt_dir, ids, mask)
+    with torch.no_grad():
+        expected = hf(input_ids=ids, attention_mask=mask).last_hidden_state
+    assert _max_diff(native, expected, mask) <= TOL

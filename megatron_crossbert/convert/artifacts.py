@@ -73,11 +73,23 @@ def check_tokenizer_fits(info: TokenizerInfo, vocab_size: int, vocab_rows: int) 
                               f"vocab_size={vocab_size} ({vocab_rows} embedding rows); wrong tokenizer?")
 
 
-def copy_tokenizer(info: TokenizerInfo, out_dir: Path) -> list[str]:
+def _cap_model_max_length(config_path: Path, max_positions: int) -> None:
+    """Tokenizers trained for packing often say ``model_max_length=1e30``; HF pipelines would then feed
+    sequences longer than the position table and crash, so the copy is capped at the table size."""
+    if not config_path.is_file():
+        return
+    config = json.loads(config_path.read_text())
+    if float(config.get("model_max_length") or float("inf")) > max_positions:
+        config["model_max_length"] = max_positions
+        config_path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
+
+
+def copy_tokenizer(info: TokenizerInfo, out_dir: Path, max_positions: int) -> list[str]:
     """Copy the known tokenizer files, then prove that the copy loads and has the same size."""
     copied = [name for name in TOKENIZER_FILES if (info.directory / name).is_file()]
     for name in copied:
         shutil.copyfile(info.directory / name, out_dir / name)
+    _cap_model_max_length(out_dir / "tokenizer_config.json", max_positions)
     reloaded = inspect_tokenizer(out_dir)
     if reloaded.size != info.size:
         raise ConversionError(f"copied tokenizer has {reloaded.size} tokens, source {info.size}")

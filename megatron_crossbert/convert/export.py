@@ -33,7 +33,7 @@ def _write_export(stage: Path, run_cfg: RunConfig, hf_state: dict, tok: artifact
     model = run_cfg.model
     artifacts.write_json(stage / "config.json", hf_config.hf_config_dict(model, rows, tok.pad_token_id, with_mlm))
     artifacts.save_weights(hf_state, stage)
-    artifacts.copy_tokenizer(tok, stage)
+    artifacts.copy_tokenizer(tok, stage, model.max_position_embeddings)
     artifacts.write_sentence_transformers(stage, model.hidden_size, model.max_position_embeddings)
     run_cfg.save_json(stage / artifacts.RUN_CONFIG_COPY)
     (stage / "README.md").write_text(model_card(run_cfg, with_mlm, source))
