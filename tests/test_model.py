@@ -218,3 +218,42 @@ def test_optimizer_steps_reduce_loss_for_both_architectures():
                         lambda m, b: (m(**b) * loss_mask).sum() / loss_mask.sum(), steps=20)
     assert cross[-1] < 0.7 * cross[0], cross
     assert bert[-1] < 0.7 * bert[0], bert
+
+
+def test_bf16_and_activation_recompute():
+    """bf16 builds all-bf16 parameters with a float32 loss; full recompute changes nothing numerically."""
+    cfg = tiny_config("training.precision=bf16")
+    batch = make_batch(cfg, batch=2)
+    model = build(cfg)
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    loss = model(**batch)
+    assert loss.dtype == torch.float32 and torch.isfinite(loss).all()
+    loss.mean().backward()
+    bert = build(tiny_config("training.precision=bf16", arch="bert"))
+    tokens = batch["tokens"]
+    assert bert(tokens, torch.ones_like(tokens), lm_labels=tokens).dtype == torch.float32
+
+    runs = []
+    for recompute in ("false", "true"):
+        model = build(tiny_config(f"parallel.recompute_activations={recompute}"), seed=5)
+        loss = model(**batch)
+        loss.sum().backward()
+        runs.append((loss.detach(), [p.grad for p in model.parameters()]))
+    assert torch.equal(runs[0][0], runs[1][0])
+    assert all(torch.equal(a, b) for a, b in zip(runs[0][1], runs[1][1]))
+
+
+def test_transformer_config_mapping():
+    from megatron_crossbert.models import transformer_config
+
+    cfg = tiny_config("training.precision=fp8", "training.fp8_recipe=tensorwise", "model.decoder_num_layers=3",
+                      "model.decoder_ffn_hidden_size=48", "parallel.pipeline_model_parallel_size=2",
+                      "model.bias_gelu_fusion=true", "model.layernorm_epsilon=1e-6")
+    enc, dec = transformer_config(cfg), transformer_config(cfg, decoder=True)
+    assert (enc.fp8, enc.fp8_recipe, enc.bf16, enc.params_dtype) == ("hybrid", "tensorwise", True, torch.bfloat16)
+    assert enc.pipeline_model_parallel_size == 2 and dec.pipeline_model_parallel_size == 1
+    assert (enc.num_layers, dec.num_layers, dec.ffn_hidden_size, enc.ffn_hidden_size) == (2, 3, 48, 128)
+    assert enc.bias_activation_fusion and enc.layernorm_epsilon == 1e-6 and enc.calculate_per_token_loss
+    assert enc.add_bias_linear and not enc.apply_residual_connection_post_layernorm
+    plain = transformer_config(tiny_config())
+    assert plain.fp8 is None and not plain.bf16 and plain.recompute_granularity is None

@@ -19,7 +19,9 @@ from megatron_crossbert.models.transformer_config import transformer_config
 def build_model(run_cfg: RunConfig, pre_process: bool = True, post_process: bool = True) -> torch.nn.Module:
     """The model chunk of this pipeline stage (megatron parallel state must already be initialised).
 
-    Embedding rows are padded for the run's TP size; on a GPU the chunk is moved to the current device.
+    Embedding rows are padded for the run's TP size. bf16/fp8 runs get all-bf16 parameters (the
+    optimizer keeps fp32 main weights), so no Float16Module wrapper is needed: inputs are integer ids
+    and the loss is already float32. On a GPU the chunk is moved to the current device.
     """
     model_cfg = run_cfg.model
     use_te = use_transformer_engine(model_cfg)
@@ -30,6 +32,8 @@ def build_model(run_cfg: RunConfig, pre_process: bool = True, post_process: bool
         model = build_bert_model(transformer_config(run_cfg), **common)
     else:
         model = CrossBertModel(transformer_config(run_cfg), transformer_config(run_cfg, decoder=True), **common)
+    if run_cfg.training.precision != "fp32":
+        model = model.bfloat16()          # what megatron's Float16Module would do; norms included
     if torch.cuda.is_available():
         model = model.cuda(torch.cuda.current_device())
     return model

@@ -116,7 +116,7 @@ class CrossBertModel(LanguageModule):
             return hidden
         logits = self._reconstruct(hidden, targets)
         labels = torch.gather(rows, 1, targets)
-        return self.compute_language_model_loss(labels, logits.float()).float()
+        return self.compute_language_model_loss(labels, logits).float()   # CE upcasts logits itself
 
     def _reconstruct(self, memory: Tensor, targets: Tensor) -> Tensor:
         """Decoder queries at the target positions attend to the encoder output -> vocab logits [T, bV, V/tp]."""
