@@ -248,7 +248,7 @@ def test_transformer_config_mapping():
 
     cfg = tiny_config("training.precision=fp8", "training.fp8_recipe=tensorwise", "model.decoder_num_layers=3",
                       "model.decoder_ffn_hidden_size=48", "parallel.pipeline_model_parallel_size=2",
-                      "model.bias_gelu_fusion=true", "model.layernorm_epsilon=1e-6")
+                      "model.bias_gelu_fusion=true", "model.layernorm_epsilon=0.000001")
     enc, dec = transformer_config(cfg), transformer_config(cfg, decoder=True)
     assert (enc.fp8, enc.fp8_recipe, enc.bf16, enc.params_dtype) == ("hybrid", "tensorwise", True, torch.bfloat16)
     assert enc.pipeline_model_parallel_size == 2 and dec.pipeline_model_parallel_size == 1
