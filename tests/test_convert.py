@@ -142,7 +142,7 @@ def test_bert_baseline_fill_mask_and_mlm_logits(work, tokenizer_dir):
     from transformers import AutoModel, AutoModelForMaskedLM, pipeline
 
     run_cfg = tiny_run_config("bert", tokenizer=str(tokenizer_dir))
-    make_checkpoint(work / "ckpt_bert", run_cfg)
+    state = make_checkpoint(work / "ckpt_bert", run_cfg)
     out = export_to_hf(work / "ckpt_bert", work / "hf_bert")
     assert read_json(out / "config.json")["architectures"] == ["MegatronBertForMaskedLM"]
     ids, mask = padded_batch(125, LENGTHS, seed=2)
@@ -158,6 +158,9 @@ def test_bert_baseline_fill_mask_and_mlm_logits(work, tokenizer_dir):
     fill = pipeline("fill-mask", model=str(out), model_kwargs={"use_safetensors": True})
     preds = fill("w1 w2 [MASK] w4")
     assert len(preds) == 5 and all("token_str" in p for p in preds)
+    back = load_native(import_from_hf(out, work / "bert_back")).state_dict()
+    heads = [k for k in state if k.startswith(("lm_head.", "output_layer.")) and not k.endswith("_extra_state")]
+    assert heads and all(torch.equal(back[k], state[k]) for k in heads)
 
 
 def test_import_foreign_megatron_bert(work, tokenizer_dir):

@@ -13,7 +13,12 @@ import torch
 from megatron_crossbert.config import ModelConfig
 from megatron_crossbert.convert import ConversionError
 from megatron_crossbert.convert.adapter import hf_to_megatron, megatron_to_hf
-from megatron_crossbert.convert.hf_config import check_exportable, check_importable, vocab_layout
+from megatron_crossbert.convert.hf_config import (
+    check_exportable,
+    check_importable,
+    mlm_head_exportable,
+    vocab_layout,
+)
 from megatron_crossbert.convert.layout import gather_tensor_parallel, merge_qkv, split_qkv
 
 CFG = ModelConfig(arch="bert", vocab_size=100, make_vocab_size_divisible_by=64, hidden_size=8, num_layers=2,
@@ -130,6 +135,8 @@ def test_config_exactness_checks():
     with pytest.raises(ConversionError, match="normalization"):
         check_exportable(FutureModelConfig())
     check_exportable(CFG)
+    assert mlm_head_exportable(CFG)  # megatron's LM head GELU is always erf: exact only with erf HF act
+    assert not mlm_head_exportable(dataclasses.replace(CFG, bias_gelu_fusion=True))
     base = {"model_type": "megatron-bert", "hidden_act": "gelu"}
     check_importable(base)
     for key, value in [("hidden_act", "relu"), ("position_embedding_type", "relative_key"),
