@@ -1,4 +1,4 @@
-"""TP=2 (with and without sequence parallel) and PP=2 give the TP=1/PP=1 loss and gradients.
+"""TP=2 (with and without sequence parallel) and PP=2 give the TP=1/PP=1 loss, gradients and encode().
 
 One spawn of 2 gloo ranks runs every layout in turn (each spawn costs ~10 s of imports): the
 TP=1/PP=1 model is built on both ranks from one seed, its weights and gradients are kept, and each
@@ -45,7 +45,15 @@ def _reference(batch, ckpt_dir: str):
     loss.sum().backward()
     weights = {k: v.detach().clone() for k, v in model.state_dict().items() if torch.is_tensor(v)}
     grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
-    return weights, loss.detach(), grads
+    with torch.no_grad():
+        encoded = model.encode(batch["tokens"], _padding_mask(batch["tokens"]))
+    return {"weights": weights, "loss": loss.detach(), "grads": grads, "encoded": encoded}
+
+
+def _padding_mask(tokens: torch.Tensor) -> torch.Tensor:
+    mask = torch.ones_like(tokens)
+    mask[1, 10:] = 0
+    return mask
 
 
 def _tp_shard(full: torch.Tensor, param: torch.Tensor, tp_rank: int) -> torch.Tensor:
@@ -66,8 +74,7 @@ def _assert_checkpoint_loads_same_weights(model, ckpt_dir: str) -> None:
         assert torch.equal(param, expected[name]), f"resharded checkpoint differs at {name}"
 
 
-def _check_tensor_parallel(batch, weights, ref_loss, ref_grads, sequence_parallel: bool,
-                           ckpt_dir: str | None = None) -> float:
+def _check_tensor_parallel(batch, ref: dict, sequence_parallel: bool, ckpt_dir: str | None = None) -> float:
     from megatron.core import parallel_state as ps
 
     extra = ["parallel.tensor_model_parallel_size=2", f"parallel.sequence_parallel={sequence_parallel}"]
@@ -75,20 +82,23 @@ def _check_tensor_parallel(batch, weights, ref_loss, ref_grads, sequence_paralle
     tp_rank = ps.get_tensor_model_parallel_rank()
     with torch.no_grad():
         for name, param in model.named_parameters():
-            param.copy_(_tp_shard(weights[name], param, tp_rank))
+            param.copy_(_tp_shard(ref["weights"][name], param, tp_rank))
     if ckpt_dir:
         _assert_checkpoint_loads_same_weights(model, ckpt_dir)
     loss = model(**batch)
     loss.sum().backward()
-    torch.testing.assert_close(loss, ref_loss, **TOL)
+    torch.testing.assert_close(loss, ref["loss"], **TOL)
     worst = 0.0
     for name, param in model.named_parameters():
         grad = param.grad
         if getattr(param, "sequence_parallel", False):          # what finalize_model_grads does under SP
             torch.distributed.all_reduce(grad, group=ps.get_tensor_model_parallel_group())
-        expected = _tp_shard(ref_grads[name], param, tp_rank)
+        expected = _tp_shard(ref["grads"][name], param, tp_rank)
         torch.testing.assert_close(grad, expected, **TOL, msg=lambda m: f"{name}: {m}")
         worst = max(worst, (grad - expected).abs().max().item())
+    with torch.no_grad():
+        encoded = model.encode(batch["tokens"], _padding_mask(batch["tokens"]))
+    torch.testing.assert_close(encoded, ref["encoded"], **TOL)
     return worst
 
 
@@ -113,7 +123,7 @@ def _global_name(name: str, pp_rank: int, layers_per_stage: int) -> str:
     return name
 
 
-def _check_pipeline_parallel(batch, weights, ref_loss, ref_grads, ckpt_dir: str) -> float:
+def _check_pipeline_parallel(batch, ref: dict, ckpt_dir: str) -> float:
     from megatron.core import parallel_state as ps
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
@@ -122,7 +132,7 @@ def _check_pipeline_parallel(batch, weights, ref_loss, ref_grads, ckpt_dir: str)
     names = {n: _global_name(n, pp_rank, 1) for n, _ in model.named_parameters()}
     with torch.no_grad():
         for name, param in model.named_parameters():
-            param.copy_(weights[names[name]])
+            param.copy_(ref["weights"][names[name]])
     _assert_checkpoint_loads_same_weights(model, ckpt_dir)
     micro = [{k: v[i:i + 1] for k, v in batch.items()} for i in range(2)]
     reports = get_forward_backward_func()(
@@ -131,9 +141,9 @@ def _check_pipeline_parallel(batch, weights, ref_loss, ref_grads, ckpt_dir: str)
         micro_batch_size=cfg.masking.num_views, forward_only=False)
     if ps.is_pipeline_last_stage():
         total = torch.stack([r["lm loss"] for r in reports]).sum(0)
-        torch.testing.assert_close(total[0], ref_loss.sum(), **TOL)
-        assert int(total[1]) == ref_loss.numel()
-    return _compare_pipeline_grads(model, names, ref_grads)
+        torch.testing.assert_close(total[0], ref["loss"].sum(), **TOL)
+        assert int(total[1]) == ref["loss"].numel()
+    return _compare_pipeline_grads(model, names, ref["grads"])
 
 
 def _compare_pipeline_grads(model, names, ref_grads) -> float:
@@ -153,11 +163,11 @@ def _compare_pipeline_grads(model, names, ref_grads) -> float:
 def _worker(rank: int, world_size: int, ckpt_dir: str) -> dict:
     cfg = tiny_config()
     batch = make_batch(cfg, batch=2, seed=3)
-    weights, ref_loss, ref_grads = _reference(batch, ckpt_dir)
+    ref = _reference(batch, ckpt_dir)
     return {
-        "tp2": _check_tensor_parallel(batch, weights, ref_loss, ref_grads, False, ckpt_dir),
-        "tp2_sp": _check_tensor_parallel(batch, weights, ref_loss, ref_grads, sequence_parallel=True),
-        "pp2": _check_pipeline_parallel(batch, weights, ref_loss, ref_grads, ckpt_dir),
+        "tp2": _check_tensor_parallel(batch, ref, sequence_parallel=False, ckpt_dir=ckpt_dir),
+        "tp2_sp": _check_tensor_parallel(batch, ref, sequence_parallel=True),
+        "pp2": _check_pipeline_parallel(batch, ref, ckpt_dir),
     }
 
 
