@@ -44,27 +44,20 @@ class StepRunner:
 
 
 def build_runner(case: BenchCase, device: torch.device) -> StepRunner:
-    """Model, DDP, optimizer and scheduler exactly as the training package builds them."""
-    from megatron_crossbert.models import build_model
+    """Model, DDP, optimizer and scheduler exactly as ``training.setup.build_session`` builds them.
+
+    ``build_session`` itself cannot be called once per model: it re-initialises the process groups
+    and would restore checkpoints; the platform is initialised once by the caller instead. bf16/fp8
+    need no wrapper: the model is created with bf16 params from its TransformerConfig, and
+    megatron's TransformerBlock enters Transformer Engine's FP8 context itself when ``fp8`` is set.
+    """
     from megatron_crossbert.training import optimizer as opt_lib
+    from megatron_crossbert.training.setup import build_model_chunk
 
     cfg = case.run_cfg
-    model = _cast_for_precision(build_model(cfg), cfg)
-    ddp = opt_lib.wrap_ddp(model, cfg)
+    ddp = opt_lib.wrap_ddp(build_model_chunk(cfg), cfg)
     opt_lib.install_schedule_hooks(ddp, cfg)
     optimizer = opt_lib.build_optimizer(ddp, cfg)
     scheduler = opt_lib.build_scheduler(optimizer, cfg)
     ddp.train()
     return StepRunner(case=case, model=ddp, optimizer=optimizer, scheduler=scheduler, device=device)
-
-
-def _cast_for_precision(model: torch.nn.Module, cfg) -> torch.nn.Module:
-    """bf16/fp8 runs keep bf16 parameters (megatron's Float16Module), as the training loop does."""
-    from megatron_crossbert.training.optimizer import uses_half_precision
-
-    if not uses_half_precision(cfg):
-        return model
-    from megatron.core.transformer.module import Float16Module
-    from megatron.core.utils import get_model_config
-
-    return Float16Module(get_model_config(model), model)

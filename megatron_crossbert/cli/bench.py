@@ -28,20 +28,22 @@ def _add_throughput(sub) -> None:
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
     p.add_argument("--profile", action="store_true",
                    help="also break one step per model into embedding/encoder/decoder/LM head/optimizer time")
-    p.add_argument("--out", default="benchmarks/results/throughput.json", help="JSON report path")
+    p.add_argument("--out", default="benchmarks/out/throughput.json", help="JSON report path")
 
 
 def _add_sample_efficiency(sub) -> None:
     p = sub.add_parser("sample-efficiency",
                        help="small-scale replication: probe score vs samples and vs FLOPs (resumable)")
-    p.add_argument("--work-dir", default="benchmarks/results/sample_efficiency",
+    p.add_argument("--work-dir", default="benchmarks/out/sample_efficiency",
                    help="tokenizer, data, checkpoints, probe results (every stage skips what is done)")
-    p.add_argument("--plan", default="cpu", choices=["tiny", "cpu"], help="experiment size preset")
+    p.add_argument("--plan", default="cpu", choices=["smoke", "tiny", "cpu"], help="experiment size preset (smoke: tests only)")
     p.add_argument("--corpus", default="/work/shared/data/corpus", help="JSONL(.gz) file or directory")
     p.add_argument("--glue-dir", default="/work/shared/data/glue")
     p.add_argument("--probe-dir", default="/work/shared/data/probe")
     p.add_argument("--results-md", default="docs/results.md", help="markdown results page to (re)write")
     p.add_argument("--figures-dir", default="docs/figures")
+    p.add_argument("--throughput-json", default="benchmarks/out/throughput.json",
+                   help="throughput report to include in the results page when it exists")
     p.add_argument("--stages", nargs="*", default=None,
                    help="subset of: data train probe report (default: all, in order)")
     p.add_argument("--threads", type=int, default=None)
@@ -54,7 +56,7 @@ def _add_gpu_check(sub) -> None:
     p.add_argument("--sizes", nargs="*", default=["base", "large"])
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--out", default="benchmarks/results/gpu_check.json")
+    p.add_argument("--out", default="benchmarks/out/gpu_check.json")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -98,8 +100,10 @@ def run_throughput_command(args) -> int:
 def run_sample_efficiency_command(args) -> int:
     from megatron_crossbert.benchmarking.sample_efficiency.pipeline import ExperimentPaths, run_experiment
 
+    os.environ.setdefault("TQDM_DISABLE", "1")  # probe progress bars would flood the experiment log
     paths = ExperimentPaths(work_dir=args.work_dir, corpus=args.corpus, glue_dir=args.glue_dir,
-                            probe_dir=args.probe_dir, results_md=args.results_md, figures_dir=args.figures_dir)
+                            probe_dir=args.probe_dir, results_md=args.results_md, figures_dir=args.figures_dir,
+                            throughput_json=args.throughput_json)
     run_experiment(paths, plan_name=args.plan, stages=args.stages)
     return 0
 

@@ -1,0 +1,125 @@
+"""The sample-efficiency experiment end to end: data -> train -> probe -> report, resumable.
+
+Every stage skips what is already on disk, so re-running the same command continues a partial
+run. A failing stage does not lose the others' results: the error is recorded in ``status.json``
+and the report stage still writes ``docs/results.md`` from whatever was measured, marking the
+rest as not completed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+from megatron_crossbert.benchmarking.sample_efficiency import analysis as an
+from megatron_crossbert.benchmarking.sample_efficiency.plan import PLANS, Plan, RunSpec, all_runs, compute_budget_flops
+
+STAGES = ("data", "train", "probe", "report")
+
+CAVEATS = [
+    "Tiny models, minutes of training: absolute probe scores are near the floor of what these tasks allow, "
+    "and differences of ~1 point are within run-to-run noise (one seed per model; not repeated).",
+    "Probe sets are subsampled (see the plan), so GLUE numbers are not comparable to published dev scores.",
+    "Throughput on 2 CPU cores shared with other jobs is noisy; only the interleaved ratios are meaningful, "
+    "and CPU ratios need not match GPU ratios (attention/GEMM efficiency differs).",
+    "The LR is constant after warm-up (no decay), so intermediate checkpoints are comparable across budgets, "
+    "but no run reaches the quality a decayed schedule would.",
+]
+
+
+@dataclass
+class ExperimentPaths:
+    work_dir: str
+    corpus: str
+    glue_dir: str
+    probe_dir: str
+    results_md: str = "docs/results.md"
+    figures_dir: str = "docs/figures"
+    throughput_json: str = "benchmarks/out/throughput.json"
+
+
+def _status_path(work_dir: Path) -> Path:
+    return work_dir / "status.json"
+
+
+def _load_status(work_dir: Path) -> dict:
+    path = _status_path(work_dir)
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _save_status(work_dir: Path, status: dict) -> None:
+    _status_path(work_dir).write_text(json.dumps(status, indent=2))
+
+
+def _run_stage(name: str, fn, work_dir: Path, status: dict) -> bool:
+    """Run one stage, recording done/failed (with the error) in status.json; never raises."""
+    start = time.time()
+    status[name] = "running"
+    _save_status(work_dir, status)
+    try:
+        fn()
+        status[name] = f"done ({time.time() - start:.0f}s this invocation)"
+        return True
+    except Exception as err:  # recorded and reported, so a partial run still yields a results page
+        status[name] = f"FAILED: {type(err).__name__}: {err}"
+        (work_dir / "logs").mkdir(exist_ok=True)
+        (work_dir / "logs" / f"stage-{name}.traceback").write_text(traceback.format_exc())
+        print(f"[sample-efficiency] stage {name} failed: {err}", flush=True)
+        return False
+    finally:
+        _save_status(work_dir, status)
+
+
+def make_figures(plan: Plan, runs: list[RunSpec], work_dir: Path, figures_dir: Path) -> dict[str, Path | None]:
+    from megatron_crossbert.benchmarking.sample_efficiency import plots
+
+    curves = {r.name: an.curve(plan, r, work_dir) for r in runs if r.group == "main"}
+    suffix = "" if plan.name == "cpu" else f"_{plan.name}"
+    return {
+        "vs samples": plots.plot_curves(curves, "samples", plan.sample_steps * plan.global_batch,
+                                        figures_dir / f"probe_vs_samples{suffix}.png", "Frozen-probe score vs samples seen"),
+        "vs FLOPs": plots.plot_curves(curves, "flops", compute_budget_flops(plan),
+                                      figures_dir / f"probe_vs_flops{suffix}.png", "Frozen-probe score vs model FLOPs"),
+        "sweep": plots.plot_sweep(an.sweep_table(plan, runs, work_dir), figures_dir / f"size_sweep{suffix}.png",
+                                  "CrossBERT (r=0.5, complementary): score vs size"),
+    }
+
+
+def _report(plan: Plan, runs: list[RunSpec], work: Path, paths: ExperimentPaths, status: dict) -> None:
+    from megatron_crossbert.benchmarking.sample_efficiency.results_page import write_results_page
+
+    figures = make_figures(plan, runs, work, Path(paths.figures_dir))
+    throughput = Path(paths.throughput_json)
+    write_results_page(Path(paths.results_md), plan=plan, runs=runs, work_dir=work, figures=figures,
+                       status={k: v for k, v in status.items() if k != "report"},
+                       throughput_json=throughput if throughput.is_file() else None, caveats=CAVEATS)
+
+
+def run_experiment(paths: ExperimentPaths, plan_name: str = "cpu", stages: list[str] | None = None) -> dict:
+    """Run the requested stages (default all); returns the final status dict.
+
+    Training and probing go run by run (train BERT, probe it, rewrite the page, then the next run),
+    so an interrupted experiment still has complete, reported comparisons for the runs it finished.
+    """
+    from megatron_crossbert.benchmarking.sample_efficiency.data_stage import data_prefix, run_data_stage, tokenizer_dir
+    from megatron_crossbert.benchmarking.sample_efficiency.probe_stage import run_probe_stage
+    from megatron_crossbert.benchmarking.sample_efficiency.train_stage import run_train_stage
+
+    plan, work = PLANS[plan_name], Path(paths.work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    runs, status = all_runs(plan), _load_status(work)
+    wanted = stages or list(STAGES)
+    data_ok = "data" not in wanted or _run_stage("data", lambda: run_data_stage(plan, work, paths.corpus), work, status)
+    for run in runs:
+        if data_ok and "train" in wanted:
+            _run_stage(f"train:{run.name}", lambda: run_train_stage(
+                plan, [run], work, data_prefix(work), str(tokenizer_dir(work))), work, status)
+        if "probe" in wanted:
+            _run_stage(f"probe:{run.name}", lambda: run_probe_stage(
+                plan, [run], work, paths.glue_dir, paths.probe_dir), work, status)
+        if "report" in wanted:
+            _run_stage("report", lambda: _report(plan, runs, work, paths, status), work, status)
+    return status

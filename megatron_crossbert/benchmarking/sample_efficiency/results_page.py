@@ -1,0 +1,160 @@
+"""Write ``docs/results.md``: what was run, what was measured, and what did not finish.
+
+Every number on the page is read from files the benchmarks wrote (throughput JSON, probe JSONs,
+the command log); nothing is typed in by hand. Stages that did not complete are named as such,
+and the verdict sentences are generated from the numbers, including where CrossBERT loses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from megatron_crossbert.benchmarking.report import fmt, markdown_table, throughput_markdown
+from megatron_crossbert.benchmarking.sample_efficiency import analysis as an
+from megatron_crossbert.benchmarking.sample_efficiency.commands import read_command_log
+from megatron_crossbert.benchmarking.sample_efficiency.plan import Plan, RunSpec, compute_budget_flops, flops_per_sample
+
+
+def _throughput_section(throughput_json: Path | None) -> str:
+    if throughput_json is None or not throughput_json.is_file():
+        return "## 1. Training-step throughput\n\n**Not run yet** (no `benchmarks/out/throughput.json`)."
+    report = json.loads(throughput_json.read_text())
+    parts = ["## 1. Training-step throughput", f"Command: `crossbert-bench throughput` "
+             f"(options `{json.dumps(report['meta']['options'])}`), started {report['meta']['started_utc']}.",
+             throughput_markdown(report)]
+    if "profile" in report:
+        from megatron_crossbert.benchmarking.profile import profile_markdown
+
+        parts += ["Where one step's time goes (ms and share of the step; see `benchmarking/profile.py`):",
+                  profile_markdown(report["profile"])]
+    return "\n\n".join(parts)
+
+
+def _plan_section(plan: Plan, runs: list[RunSpec], work_dir: Path) -> str:
+    subset = work_dir / "corpus_subset.json"
+    corpus = json.loads(subset.read_text()) if subset.is_file() else None
+    lines = [f"- Plan `{plan.name}`: L={plan.seq_length}, global batch {plan.global_batch} "
+             f"(micro-batch {plan.micro_batch}), AdamW lr {plan.lr} constant after {plan.warmup} warm-up steps, "
+             f"fp32, 1 process on the CPU, dropout 0.1.",
+             f"- Corpus: {fmt(corpus['bytes'] / 1e6, 1) if corpus else '?'} MB subset of `/work/shared/data/corpus`, "
+             f"round-robin over all sources; tokenizer: unigram, vocab {plan.vocab_size}, trained on that subset.",
+             f"- Probes: frozen encoder, mean-pooled last layer, logistic regression (ridge for STS-B) with CV; "
+             f"GLUE {', '.join(plan.glue_tasks)} and {', '.join(plan.jsonl_tasks)}; each task subsampled to "
+             f"{plan.probe_max_train} train / {plan.probe_max_test} test rows (seed 0), max {plan.probe_max_len} tokens.",
+             f"- Compute budget = BERT's model FLOPs for {plan.sample_steps * plan.global_batch} samples = "
+             f"{fmt(compute_budget_flops(plan) / 1e12, 2)} TFLOP."]
+    rows = []
+    for run in runs:
+        per = flops_per_sample(plan, run.arch, run.mask_ratio, run.complementary, run.shape)
+        rows.append([run.name, run.arch, "—" if run.arch == "bert" else f"r={run.mask_ratio}, "
+                     f"{'2 views' if run.complementary else '1 view'}", run.shape.label, run.train_steps,
+                     run.train_steps * plan.global_batch, fmt(per / 1e9, 3), run.group])
+    table = markdown_table(["run", "arch", "masking", "encoder", "steps", "samples", "GFLOP/sample", "group"], rows)
+    return "\n".join(lines) + "\n\n" + table
+
+
+def _commands_section(work_dir: Path) -> str:
+    log = read_command_log(work_dir)
+    if not log:
+        return "No commands recorded yet."
+    lines = [f"{e['finished_utc']}  {e['seconds']:>7.1f}s  exit {e['exit_code']}  "
+             + " ".join(Path(a).name if i == 0 else a for i, a in enumerate(e["argv"])) for e in log]
+    return "```\n" + "\n".join(lines) + "\n```"
+
+
+def _points_table(points: dict[str, an.Point | None], task_names: list[str]) -> str:
+    headers = ["model", "step", "samples", "TFLOP"] + task_names + ["GLUE avg", "all avg"]
+    rows = []
+    for name, p in points.items():
+        if p is None:
+            rows.append([name, "not available"] + [""] * (len(headers) - 2))
+            continue
+        rows.append([name, p.iteration, p.samples, fmt(p.flops / 1e12, 2)]
+                    + [fmt(p.tasks.get(t), 1) for t in task_names] + [fmt(p.glue_average, 1), fmt(p.average, 1)])
+    return markdown_table(headers, rows)
+
+
+def _verdict(points: dict[str, an.Point | None], label: str) -> str:
+    bert = points.get("bert")
+    if bert is None or bert.average is None:
+        return f"No {label} verdict: BERT's point is missing."
+    out = []
+    for name, p in points.items():
+        if name == "bert" or p is None or p.average is None:
+            continue
+        word = "beats" if p.average > bert.average else "does NOT beat"
+        out.append(f"{name} {word} BERT at {label} ({p.average:.1f} vs {bert.average:.1f} mean probe score).")
+    return " ".join(out)
+
+
+def _efficiency_text(curves: dict[str, list[an.Point]], plan: Plan) -> str:
+    rows = []
+    for name, item in an.sample_efficiency(curves, plan).items():
+        needed = item["samples_needed"]
+        rows.append([name, fmt(item["bert_score"], 1), item["bert_samples"],
+                     "not reached" if needed is None else ("≤ " if item["at_first_point"] else "") + fmt(needed, 0),
+                     "—" if item["factor"] is None else fmt(item["factor"], 2, suffix="x")])
+    if not rows:
+        return "Samples-to-match not available (BERT's sample-budget checkpoint has no probe result yet)."
+    return ("Samples a CrossBERT run needed to reach BERT's mean probe score at the sample budget "
+            "(interpolated between checkpoints; factor = BERT samples / CrossBERT samples, paper claims 2x):\n\n"
+            + markdown_table(["run", "BERT score", "BERT samples", "samples needed", "factor"], rows))
+
+
+def _sweep_text(plan: Plan, runs: list[RunSpec], work_dir: Path, figure: Path | None, docs_dir: Path) -> str:
+    rows = an.sweep_table(plan, runs, work_dir)
+    table = markdown_table(["encoder", "run", "GFLOP/sample", "GLUE avg", "all avg"], [
+        [r["shape"].label, r["run"], fmt(r["flops_per_sample"] / 1e9, 3),
+         fmt(r["point"].glue_average if r["point"] else None, 1),
+         fmt(r["point"].average if r["point"] else None, 1)] for r in rows])
+    mono = an.is_monotonic(rows)
+    verdict = {True: "Quality rises monotonically with size at this budget.",
+               False: "Quality does NOT rise monotonically with size at this budget.",
+               None: "Not all sweep sizes have results yet: no verdict."}[mono]
+    image = f"\n\n![size sweep]({os.path.relpath(figure, docs_dir)})" if figure else ""
+    return (f"CrossBERT r=0.5 complementary at three encoder sizes, each after {plan.sweep_steps} steps "
+            f"({plan.sweep_steps * plan.global_batch} samples).\n\n{table}\n\n{verdict}{image}")
+
+
+def _sample_efficiency_section(plan: Plan, runs: list[RunSpec], work_dir: Path, figures: dict[str, Path | None],
+                               docs_dir: Path, status: dict) -> str:
+    main = [r for r in runs if r.group == "main"]
+    curves = {r.name: an.curve(plan, r, work_dir) for r in main}
+    task_names = sorted({t for pts in curves.values() for p in pts for t in p.tasks})
+    budget = compute_budget_flops(plan)
+    equal_samples = {r.name: an.at_iteration(curves[r.name], plan.sample_steps) for r in main}
+    equal_flops = {r.name: an.closest_flops(curves[r.name], budget) for r in main}
+    images = "\n\n".join(f"![{key}]({os.path.relpath(path, docs_dir)})" for key, path in figures.items()
+                         if path and key != "sweep")
+    return "\n\n".join([
+        "## 2. Sample efficiency (small-scale replication)",
+        "Stage status when this page was written:\n\n" + "\n".join(f"- `{k}`: {v}" for k, v in status.items()),
+        "### What was run", _plan_section(plan, runs, work_dir),
+        "Exact commands (from `commands.jsonl`; time is wall-clock on 2 shared cores):", _commands_section(work_dir),
+        f"### Equal samples ({plan.sample_steps * plan.global_batch} sequences)",
+        _points_table(equal_samples, task_names), _verdict(equal_samples, "equal samples"),
+        f"### Equal compute (~{fmt(budget / 1e12, 2)} TFLOP, nearest checkpoint)",
+        _points_table(equal_flops, task_names), _verdict(equal_flops, "equal compute"),
+        "### Sample efficiency", _efficiency_text(curves, plan), "### Curves", images or "No curves yet.",
+        "### Model-size sweep", _sweep_text(plan, runs, work_dir, figures.get("sweep"), docs_dir)])
+
+
+def write_results_page(path: Path, *, plan: Plan, runs: list[RunSpec], work_dir: Path,
+                       figures: dict[str, Path | None], status: dict, throughput_json: Path | None,
+                       caveats: list[str]) -> Path:
+    """Render the whole page and write it atomically."""
+    header = (f"# Results\n\nGenerated by `crossbert-bench` at {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} "
+              f"from the files the benchmarks wrote. Everything here is a **small-scale** measurement on a "
+              f"CPU-only machine (2 cores shared with other jobs): it tests the direction of the paper's claims "
+              f"on tiny models, not their size. The H200 check (`benchmarks/gpu_check.py`) has not been run.")
+    body = [header, _throughput_section(throughput_json),
+            _sample_efficiency_section(plan, runs, work_dir, figures, path.parent, status),
+            "## Caveats\n\n" + "\n".join(f"- {c}" for c in caveats)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("\n\n".join(body) + "\n")
+    tmp.replace(path)
+    return path
