@@ -105,6 +105,8 @@ def test_export_files_config_and_safe_formats(crossbert):
     assert not any(k.startswith(("decoder", "mask_embedding", "cls.", "lm_head")) for k in tensors)
     assert not tensors["embeddings.token_type_embeddings.weight"].any()
     assert "decoder_num_layers: 1" in (out / "README.md").read_text()
+    assert read_json(out / "tokenizer_config.json")["model_max_length"] == 64  # capped at the position table
+    assert read_json(out / "sentence_bert_config.json")["max_seq_length"] == 64
 
 
 def test_round_trip_is_bit_identical(crossbert, work):

@@ -41,7 +41,7 @@ def make_tokenizer(directory: Path, num_words: int = 120) -> Path:
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
         special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])])
     fast = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="[PAD]", unk_token="[UNK]",
-                                   cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]", model_max_length=64)
+                                   cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]", model_max_length=int(1e30))
     fast.save_pretrained(str(directory))
     return directory
 

@@ -16,8 +16,13 @@ def _notes(run_cfg: RunConfig, with_mlm_head: bool) -> list[str]:
     model = run_cfg.model
     notes = ["Token-type embeddings are all zero (the model has none); `token_type_ids` change nothing.",
              "Use right padding: positions are absolute (0..s-1), as in pretraining."]
-    if not with_mlm_head:
+    if with_mlm_head:
+        notes.append("`AutoModel` loads the encoder from this MLM checkpoint; its load report lists the "
+                     "unused `cls.*` head and an untrained pooler, neither of which affects hidden states.")
+    else:
         notes.append("`pooler.*` is not trained (zeros); use mean pooling or `last_hidden_state`.")
+    notes.append(f"Embedding rows beyond the tokenizer's vocabulary (vocab_size={model.vocab_size}) are "
+                 "alignment padding and were never trained as inputs.")
     if model.arch == "crossbert":
         notes.append("CrossBERT's reconstruction decoder and its LM head are pretraining-only and are not "
                      "included: this is the encoder (the representation branch).")
@@ -36,7 +41,8 @@ def model_card(run_cfg: RunConfig, with_mlm_head: bool, source: str) -> str:
         "---", "library_name: transformers", f"pipeline_tag: {pipeline}",
         "tags: [megatron-bert, sentence-transformers, megatron-crossbert]", "---", "",
         f"# {kind}", "",
-        f"Exported by `crossbert-convert-hf` from `{source}`. Architecture: `MegatronBertModel` "
+        f"Exported by `crossbert-convert-hf` from `{source}`. Architecture: "
+        f"`{'MegatronBertForMaskedLM' if with_mlm_head else 'MegatronBertModel'}` "
         f"({model.num_layers} layers, hidden {model.hidden_size}, {model.num_attention_heads} heads, "
         f"FFN {model.ffn}, LayerNorm eps {model.layernorm_epsilon}, up to {model.max_position_embeddings} positions).",
         "", "## Usage", "", "```python",
