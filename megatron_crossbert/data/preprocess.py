@@ -195,42 +195,58 @@ def _emit_mask_pairs(opts: PreprocessOptions, writers: dict[str, AtomicIndexedWr
     return extra, metas
 
 
+def _splitter(opts: PreprocessOptions, paths):
+    if not opts.split_sentences:
+        return None
+    from megatron_crossbert.data.sentences import make_splitter  # nltk import is slow: only when needed
+
+    return make_splitter(iter_texts([str(p) for p in paths], opts.json_keys[0]))
+
+
+def _consume(opts: PreprocessOptions, spec: WorkerSpec, paths, tokenizer, tally: _Tally,
+             writers: dict[str, AtomicIndexedWriter]) -> None:
+    """Read, (pool-)process and write every line in input order; finalize the document files."""
+    chunks = _chunks(iter_raw_lines(paths), opts.chunk_lines)
+    for results in _ordered_results(spec, chunks, opts.workers, tokenizer):
+        for result in results:
+            tally.add(result)
+            for key, (tokens, lengths) in (result.docs or {}).items():
+                writers[key].add_document(tokens, lengths)
+        tally.bar.update(len(results))
+    tally.log()
+    tally.bar.close()
+    for writer in writers.values():
+        writer.finalize()
+
+
+def _commit(opts: PreprocessOptions, writers: list[AtomicIndexedWriter], metas: dict, report: dict) -> None:
+    """Rename everything into place; the report goes last (its presence means a complete run)."""
+    for writer in writers:
+        writer.commit()
+    for key, meta in metas.items():
+        _write_json_atomic(f"{mask_pairs_prefix(opts.output_prefix, key)}_meta.json", meta)
+    _write_json_atomic(report_path(opts.output_prefix), report)
+
+
 def preprocess(opts: PreprocessOptions) -> dict:
     """Run the whole conversion; returns the report dict (also written next to the outputs)."""
     _check_options(opts)
     paths = expand_inputs(opts.inputs)
     tokenizer = load_tokenizer(opts.tokenizer)
-    splitter = None
-    if opts.split_sentences:
-        from megatron_crossbert.data.sentences import make_splitter  # nltk import is slow: only when needed
-
-        splitter = make_splitter(iter_texts([str(p) for p in paths], opts.json_keys[0]))
+    splitter = _splitter(opts, paths)
     spec = WorkerSpec(str(opts.tokenizer), tuple(opts.json_keys), splitter, opts.append_eod)
     tally = _Tally(opts)
     writers = {key: AtomicIndexedWriter(document_prefix(opts.output_prefix, key), tokenizer.vocab_size)
                for key in opts.json_keys}
     all_writers = list(writers.values())
     try:
-        for results in _ordered_results(spec, _chunks(iter_raw_lines(paths), opts.chunk_lines), opts.workers, tokenizer):
-            for result in results:
-                tally.add(result)
-                for key, (tokens, lengths) in (result.docs or {}).items():
-                    writers[key].add_document(tokens, lengths)
-            tally.bar.update(len(results))
-        tally.log()
-        tally.bar.close()
-        for writer in all_writers:
-            writer.finalize()
-        metas = {}
+        _consume(opts, spec, paths, tokenizer, tally, writers)
+        metas: dict = {}
         if opts.emit_mask_pairs:
             extra, metas = _emit_mask_pairs(opts, writers, tokenizer)
             all_writers += extra
         report = _report(opts, tokenizer, splitter, tally, writers, metas)
-        for writer in all_writers:
-            writer.commit()
-        for key, meta in metas.items():
-            _write_json_atomic(f"{mask_pairs_prefix(opts.output_prefix, key)}_meta.json", meta)
-        _write_json_atomic(report_path(opts.output_prefix), report)
+        _commit(opts, all_writers, metas, report)
         return report
     except BaseException:
         tally.bar.close()
