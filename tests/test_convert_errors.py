@@ -112,3 +112,22 @@ def test_cli_reports_errors_and_shim_help(setup, tmp_path, capsys):
     shim = subprocess.run([sys.executable, str(REPO / "tools" / "convert_to_hf.py"), "--help"],
                           capture_output=True, text=True, timeout=120)
     assert shim.returncode == 0 and "export" in shim.stdout and "import" in shim.stdout
+
+
+def test_parallel_state_handling(setup, tmp_path, monkeypatch):
+    """A caller's world-1 process group survives an export; a caller at TP > 1 is refused."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+
+    from megatron_crossbert.convert.native import tp1_parallel_state
+    from megatron_crossbert.platform import init_process_group
+
+    _, ckpt, _, _ = setup
+    init_process_group()
+    export_to_hf(ckpt, tmp_path / "hf")
+    assert dist.is_initialized() and not parallel_state.model_parallel_is_initialized()
+    with tp1_parallel_state(0):
+        assert parallel_state.get_tensor_model_parallel_world_size() == 1
+        monkeypatch.setattr(parallel_state, "get_tensor_model_parallel_world_size", lambda: 2)
+        with pytest.raises(ConversionError, match="TP=1/PP=1"):
+            export_to_hf(ckpt, tmp_path / "refused")

@@ -43,7 +43,8 @@ def single_process_config(run_cfg: RunConfig) -> RunConfig:
 def tp1_parallel_state(seed: int):
     """Reuse a TP=1/PP=1 parallel state when the caller has one; else create one and tear it down after.
 
-    A caller at TP/PP > 1 must export from a separate process: re-initialising its groups would break it.
+    A caller at TP/PP > 1 (or in a multi-rank job) must convert from a separate process: re-initialising
+    its groups would break it, and dist_checkpointing loads are collective.
     """
     import torch.distributed as dist
     from megatron.core import parallel_state
@@ -56,13 +57,14 @@ def tp1_parallel_state(seed: int):
             raise ConversionError("HF conversion needs TP=1/PP=1; run it in a separate (single) process")
         yield
         return
-    if dist.is_initialized() and dist.get_world_size() != 1:
+    owns_group = not dist.is_initialized()
+    if not owns_group and dist.get_world_size() != 1:
         raise ConversionError("HF conversion runs in one process; call it outside the multi-rank job")
     initialize(ParallelConfig(), seed)
     try:
         yield
-    finally:
-        destroy()
+    finally:  # leave a caller's process group alone; tear down only what was created here
+        destroy() if owns_group else parallel_state.destroy_model_parallel()
 
 
 def build_single_process_model(run_cfg: RunConfig) -> torch.nn.Module:
