@@ -47,7 +47,9 @@ def _reference(batch, ckpt_dir: str):
     grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
     with torch.no_grad():
         encoded = model.encode(batch["tokens"], _padding_mask(batch["tokens"]))
-    return {"weights": weights, "loss": loss.detach(), "grads": grads, "encoded": encoded}
+        encoded_11 = model.encode(batch["tokens"][:, :11])
+    return {"weights": weights, "loss": loss.detach(), "grads": grads, "encoded": encoded,
+            "encoded_11": encoded_11}
 
 
 def _padding_mask(tokens: torch.Tensor) -> torch.Tensor:
@@ -98,7 +100,9 @@ def _check_tensor_parallel(batch, ref: dict, sequence_parallel: bool, ckpt_dir: 
         worst = max(worst, (grad - expected).abs().max().item())
     with torch.no_grad():
         encoded = model.encode(batch["tokens"], _padding_mask(batch["tokens"]))
+        odd_length = model.encode(batch["tokens"][:, :11])               # SP pads 11 -> 12 internally
     torch.testing.assert_close(encoded, ref["encoded"], **TOL)
+    torch.testing.assert_close(odd_length, ref["encoded_11"], **TOL)
     return worst
 
 

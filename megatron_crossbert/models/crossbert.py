@@ -135,19 +135,35 @@ class CrossBertModel(LanguageModule):
 
         Evaluation/export path; needs the whole encoder on this rank (PP=1). ``attention_mask`` is
         HF-style (1 = keep); padded keys are masked out, padded query rows are left as computed.
+        Under sequence parallelism the batch is right-padded to a multiple of TP and trimmed back.
         """
         if not (self.pre_process and self.post_process):
             raise RuntimeError("CrossBertModel.encode needs the whole encoder on one stage (PP=1)")
+        length = input_ids.shape[1]
+        input_ids, attention_mask = self._pad_for_sequence_parallel(input_ids, attention_mask)
         positions = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
         embedded = self.embedding(input_ids=input_ids, position_ids=positions)
-        mask = None
-        if attention_mask is not None and not bool(attention_mask.bool().all()):
-            if self.use_te:
-                raise NotImplementedError("padded encode() batches need the local spec: the TE spec is "
-                                          "built mask-free for pretraining speed")
-            mask = (attention_mask < 0.5)[:, None, None, :]           # megatron: True = masked out
-        hidden = self.encoder(hidden_states=embedded, attention_mask=mask)
+        hidden = self.encoder(hidden_states=embedded, attention_mask=self._key_padding_mask(attention_mask))
         if self.config.sequence_parallel:
             hidden = tensor_parallel.gather_from_sequence_parallel_region(
                 hidden, tensor_parallel_output_grad=False, group=self.tp_group)
-        return hidden.transpose(0, 1).contiguous()
+        return hidden[:length].transpose(0, 1).contiguous()
+
+    def _pad_for_sequence_parallel(self, input_ids: Tensor, attention_mask: Tensor | None):
+        tp = self.config.tensor_model_parallel_size
+        pad = (-input_ids.shape[1]) % tp if self.config.sequence_parallel else 0
+        if not pad:
+            return input_ids, attention_mask
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        pad_fn = torch.nn.functional.pad
+        return pad_fn(input_ids, (0, pad)), pad_fn(attention_mask, (0, pad))
+
+    def _key_padding_mask(self, attention_mask: Tensor | None) -> Tensor | None:
+        """HF mask (1 = keep) -> megatron's ``[b, 1, 1, s]`` bool (True = masked out); None when unpadded."""
+        if attention_mask is None or bool(attention_mask.bool().all()):
+            return None
+        if self.use_te:
+            raise NotImplementedError("padded encode() batches need the local spec: the TE spec is built "
+                                      "mask-free for pretraining speed")
+        return (attention_mask < 0.5)[:, None, None, :]
