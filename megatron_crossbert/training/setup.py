@@ -16,7 +16,14 @@ from megatron.core import parallel_state
 
 from megatron_crossbert import platform
 from megatron_crossbert.config import RunConfig
-from megatron_crossbert.training.checkpointing import Progress, init_from_weights, load_checkpoint, resume_source
+from megatron_crossbert.checkpoint_format import resolve_checkpoint_dir
+from megatron_crossbert.training.checkpointing import (
+    Progress,
+    check_compatible,
+    init_from_weights,
+    load_checkpoint,
+    resume_source,
+)
 from megatron_crossbert.training.optimizer import build_optimizer, build_scheduler, install_schedule_hooks, wrap_ddp
 from megatron_crossbert.training.sampler import PretrainingSampler, num_microbatches
 
@@ -45,16 +52,25 @@ def build_model_chunk(run_cfg: RunConfig) -> torch.nn.Module:
                        post_process=parallel_state.is_pipeline_last_stage())
 
 
-def restore(session: Session) -> None:
-    """Resume full state if a checkpoint is available, else optionally load init_from weights."""
+def check_sources(run_cfg: RunConfig) -> Path | None:
+    """Before building anything: find the checkpoint to resume and fail fast if it is incompatible."""
+    source = resume_source(run_cfg)
+    if source is not None:
+        check_compatible(resolve_checkpoint_dir(source), run_cfg)
+    elif run_cfg.checkpoint.init_from:
+        check_compatible(resolve_checkpoint_dir(run_cfg.checkpoint.init_from), run_cfg, weights_only=True)
+    return source
+
+
+def restore(session: Session, source: Path | None) -> None:
+    """Resume full state from ``source`` if given, else optionally load init_from weights."""
     cfg = session.run_cfg
-    source = resume_source(cfg)
     if source is not None:
         session.progress, session.resumed_from = load_checkpoint(
             source, session.model, session.optimizer, session.scheduler, cfg)
     elif cfg.checkpoint.init_from:
         init_from_weights(cfg.checkpoint.init_from, session.model, cfg)
-        # DDP keeps fp32 main params inside the optimizer for bf16; refresh them from the new weights.
+        # bf16 keeps fp32 main params inside the optimizer; refresh them from the loaded weights.
         reload = getattr(session.optimizer, "reload_model_params", None)
         if reload is not None:
             reload()
@@ -62,6 +78,7 @@ def restore(session: Session) -> None:
 
 def build_session(run_cfg: RunConfig) -> Session:
     """Initialise the platform and build model, DDP, optimizer and scheduler; restore state."""
+    source = check_sources(run_cfg)
     platform.initialize(run_cfg.parallel, run_cfg.training.seed)
     dp_size = parallel_state.get_data_parallel_world_size()
     num_micro = num_microbatches(run_cfg.training.global_batch_size, run_cfg.training.micro_batch_size, dp_size)
@@ -71,7 +88,7 @@ def build_session(run_cfg: RunConfig) -> Session:
     optimizer = build_optimizer(ddp, run_cfg)
     scheduler = build_scheduler(optimizer, run_cfg)
     session = Session(run_cfg, ddp, model, optimizer, scheduler, Progress(), platform.device(), num_micro, dp_size)
-    restore(session)
+    restore(session, source)
     return session
 
 
