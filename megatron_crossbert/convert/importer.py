@@ -14,7 +14,7 @@ import json
 import logging
 from pathlib import Path
 
-from megatron_crossbert.config import CheckpointConfig, ParallelConfig, RunConfig
+from megatron_crossbert.config import CheckpointConfig, ModelConfig, ParallelConfig, RunConfig
 from megatron_crossbert.convert import artifacts, hf_config
 from megatron_crossbert.convert.adapter import has_mlm_head, hf_to_megatron
 from megatron_crossbert.convert.errors import ConversionError
@@ -38,8 +38,6 @@ def _base_run_config(hf_dir: Path, mlm: bool) -> RunConfig:
             return RunConfig.load_json(saved)
         except (ValueError, TypeError) as err:
             raise ConversionError(f"{saved} is not a valid run config: {err}") from err
-    from megatron_crossbert.config import ModelConfig
-
     return RunConfig(model=ModelConfig(arch="bert" if mlm else "crossbert"))
 
 
@@ -57,13 +55,13 @@ def run_config_from_hf(hf_dir: str | Path, mlm: bool = False) -> RunConfig:
     base = _base_run_config(hf_dir, mlm)
     tok_size = _tokenizer_size(hf_dir)
     vocab_hint = base.model.vocab_size if (hf_dir / artifacts.RUN_CONFIG_COPY).is_file() else tok_size
-    model = hf_config.model_config_from_hf(hf_cfg, base.model, vocab_hint)
-    data = dataclasses.replace(base.data, seq_length=min(base.data.seq_length, model.max_position_embeddings),
-                               tokenizer=str(hf_dir.resolve()) if tok_size else base.data.tokenizer)
     try:
+        model = hf_config.model_config_from_hf(hf_cfg, base.model, vocab_hint)
+        data = dataclasses.replace(base.data, seq_length=min(base.data.seq_length, model.max_position_embeddings),
+                                   tokenizer=str(hf_dir.resolve()) if tok_size else base.data.tokenizer)
         return dataclasses.replace(base, model=model, data=data, parallel=ParallelConfig(),
                                    checkpoint=CheckpointConfig())
-    except ValueError as err:
+    except (ValueError, KeyError) as err:
         raise ConversionError(f"config.json of {hf_dir} gives an invalid run config: {err}") from err
 
 

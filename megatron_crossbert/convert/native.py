@@ -64,7 +64,10 @@ def tp1_parallel_state(seed: int):
     try:
         yield
     finally:  # leave a caller's process group alone; tear down only what was created here
-        destroy() if owns_group else parallel_state.destroy_model_parallel()
+        if owns_group:
+            destroy()
+        else:
+            parallel_state.destroy_model_parallel()
 
 
 def build_single_process_model(run_cfg: RunConfig) -> torch.nn.Module:
