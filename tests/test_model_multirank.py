@@ -8,8 +8,6 @@ parallel layout is loaded from those same weights by slicing along megatron's ``
 
 from __future__ import annotations
 
-from functools import partial
-
 import pytest
 import torch
 

@@ -20,8 +20,8 @@ from megatron.core.models.common.language_module.language_module import Language
 from megatron.core.transformer.enums import ModelType
 from megatron.core.transformer.transformer_block import TransformerBlock, get_num_layers_to_build
 from megatron.core.transformer.transformer_config import TransformerConfig
-from megatron.core.transformer.utils import get_linear_layer
 from megatron.core.transformer.module import MegatronModule
+from megatron.core.transformer.utils import get_linear_layer
 from megatron.core.utils import get_pg_rank
 from torch import Tensor
 
