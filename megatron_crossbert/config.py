@@ -37,7 +37,8 @@ class ModelConfig:
     vocab_size: int = 32768
     """Tokenizer vocabulary size; the embedding table is padded up (see make_vocab_size_divisible_by)."""
     make_vocab_size_divisible_by: int = 128
-    """Embedding rows are padded to a multiple of this times the TP size (GEMM-friendly, TP-splittable)."""
+    """Embedding rows are padded to a multiple of this (GEMM-friendly). It must be divisible by the TP
+    size, so the table height - and hence every checkpoint - is the same at any TP (resharding works)."""
     hidden_size: int = 768
     """Encoder width; also the width of the tied word embeddings."""
     num_layers: int = 12
@@ -105,8 +106,15 @@ class ModelConfig:
         return self.decoder_ffn_hidden_size or 4 * self.dec_hidden
 
     def padded_vocab_size(self, tensor_parallel_size: int = 1) -> int:
-        """Embedding rows: vocab_size rounded up so each TP rank holds an equal, aligned slice."""
-        multiple = self.make_vocab_size_divisible_by * tensor_parallel_size
+        """Embedding rows: vocab_size rounded up to make_vocab_size_divisible_by, independent of TP.
+
+        Megatron-LM pads to ``multiple * TP``, which changes the table height with the TP size and
+        breaks resharded resume; we instead require the multiple itself to be TP-divisible.
+        """
+        multiple = self.make_vocab_size_divisible_by
+        _require(multiple % tensor_parallel_size == 0,
+                 f"make_vocab_size_divisible_by={multiple} must be divisible by the tensor-parallel size "
+                 f"{tensor_parallel_size} so each rank holds an equal slice of the embedding table")
         return -(-self.vocab_size // multiple) * multiple
 
 
@@ -301,6 +309,7 @@ class RunConfig:
                  f"mask_ratio={self.masking.mask_ratio} leaves {visible} visible tokens of {seq}")
         _require(model.num_attention_heads % tp == 0 and model.dec_heads % tp == 0,
                  f"tensor_model_parallel_size={tp} must divide the attention heads")
+        model.padded_vocab_size(tp)  # raises when the padding multiple is not TP-divisible
         _require(model.num_layers % self.parallel.pipeline_model_parallel_size == 0,
                  f"pipeline_model_parallel_size={self.parallel.pipeline_model_parallel_size} must divide "
                  f"num_layers={model.num_layers}")
@@ -329,10 +338,21 @@ class RunConfig:
 
 
 def _build_section(section_cls: type, values: dict[str, Any], name: str) -> Any:
-    known = {f.name for f in dataclasses.fields(section_cls)}
-    unknown = set(values) - known
-    _require(not unknown, f"unknown keys in [{name}]: {sorted(unknown)}; valid keys: {sorted(known)}")
-    return section_cls(**values)
+    fields = {f.name: f for f in dataclasses.fields(section_cls)}
+    unknown = set(values) - set(fields)
+    _require(not unknown, f"unknown keys in [{name}]: {sorted(unknown)}; valid keys: {sorted(fields)}")
+    return section_cls(**{key: _coerce_number(value, fields[key], name) for key, value in values.items()})
+
+
+def _coerce_number(value: Any, spec: dataclasses.Field, section: str) -> Any:
+    """YAML 1.1 reads '3e-4' as a string; numeric fields accept such strings, anything else is an error."""
+    annotation = str(spec.type)
+    if not isinstance(value, str) or not ("float" in annotation or annotation.startswith("int")):
+        return value
+    try:
+        return float(value) if "float" in annotation else int(value)
+    except ValueError:
+        raise ValueError(f"{section}.{spec.name} must be a number ({annotation}), got {value!r}") from None
 
 
 def parse_override(text: str) -> tuple[str, str, Any]:

@@ -2,8 +2,8 @@
 
 A checkpoint saved at any TP/PP is loaded in one process at TP=1/PP=1 through
 ``checkpoint_format.load_model_weights`` (dist_checkpointing reshards). Two details make that exact:
-- the embedding table keeps the height it was saved with: rows are padded to a multiple of
-  ``make_vocab_size_divisible_by * TP``, so the TP=1 build multiplies the multiple by the saved TP;
+- the embedding table height does not depend on TP (``ModelConfig.padded_vocab_size``), so the
+  TP=1 build has exactly the saved rows;
 - the model is built with the local layer spec in fp32 (checkpoint keys are spec-independent), so a
   GPU/TE/bf16 run exports on a CPU-only machine.
 """
@@ -31,9 +31,7 @@ def read_checkpoint_config(checkpoint: str | Path) -> RunConfig:
 
 def single_process_config(run_cfg: RunConfig) -> RunConfig:
     """The same model at TP=1/PP=1, local spec, fp32, with the saved embedding-table height."""
-    tp = run_cfg.parallel.tensor_model_parallel_size
-    model = dataclasses.replace(run_cfg.model, transformer_impl="local",
-                                make_vocab_size_divisible_by=run_cfg.model.make_vocab_size_divisible_by * tp)
+    model = dataclasses.replace(run_cfg.model, transformer_impl="local")
     training = dataclasses.replace(run_cfg.training, precision="fp32")
     return dataclasses.replace(run_cfg, model=model, training=training, parallel=ParallelConfig(),
                                checkpoint=CheckpointConfig())
