@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 import sys
 import tempfile
 import time
@@ -71,6 +72,21 @@ def row(name: str, seconds: float, docs: int, mbytes: float) -> dict:
             "mb_per_s": round(mbytes / seconds, 3)}
 
 
+def measure(args, work: Path, texts: list[str], tok_dir: str, tokenizer) -> tuple[list[dict], bool]:
+    """Interleaved rounds (a load spike on a shared machine hits every row); fastest run per row."""
+    mbytes = sum(len(t.encode("utf-8")) for t in texts) / 1e6
+    timings: dict[str, list[float]] = {}
+    outputs = {}
+    for _ in range(args.repeat):
+        timings.setdefault("tokenizer encode_batch (in memory)", []).append(time_tokenizer(tokenizer, texts))
+        for workers in args.workers:
+            seconds, _ = time_preprocess(work / "sample.jsonl", tok_dir, work, workers, args.split_sentences)
+            timings.setdefault(f"crossbert-preprocess --workers {workers}", []).append(seconds)
+            outputs[workers] = (work / f"w{workers}_text_document.bin").read_bytes()
+    rows = [row(name, min(times), len(texts), mbytes) for name, times in timings.items()]
+    return rows, len({hash(b) for b in outputs.values()}) == 1
+
+
 def markdown(rows: list[dict], docs: int, mbytes: float) -> str:
     lines = [f"{docs} documents, {mbytes:.1f} MB of text", "", "| run | seconds | docs/s | MB/s | vs tokenizer |",
              "| --- | ---: | ---: | ---: | ---: |"]
@@ -88,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vocab-size", type=int, default=16384, help="vocab size when training one")
     parser.add_argument("--max-docs", type=int, default=20000, help="documents in the sample")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="worker counts to time")
-    parser.add_argument("--repeat", type=int, default=2, help="runs per row; the fastest counts (shared machines)")
+    parser.add_argument("--repeat", type=int, default=2, help="interleaved rounds; the fastest per row counts")
     parser.add_argument("--split-sentences", action="store_true", help="time with sentence splitting")
     parser.add_argument("--out", default="benchmarks/out", help="where JSON and markdown go")
     args = parser.parse_args(argv)
@@ -104,17 +120,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.tokenizer is None:
             train_tokenizer([str(work / "sample.jsonl")], tok_dir, model_type="bpe", vocab_size=args.vocab_size)
         tokenizer = load_tokenizer(tok_dir)
-        best = min(time_tokenizer(tokenizer, texts) for _ in range(args.repeat))
-        rows = [row("tokenizer encode_batch (in memory)", best, len(texts), mbytes)]
-        outputs = {}
-        for workers in args.workers:
-            seconds = min(time_preprocess(work / "sample.jsonl", tok_dir, work, workers, args.split_sentences)[0]
-                          for _ in range(args.repeat))
-            rows.append(row(f"crossbert-preprocess --workers {workers}", seconds, len(texts), mbytes))
-            outputs[workers] = (work / f"w{workers}_text_document.bin").read_bytes()
-        identical = len({hash(b) for b in outputs.values()}) == 1
+        rows, identical = measure(args, work, texts, tok_dir, tokenizer)
     result = {"documents": len(texts), "text_mb": round(mbytes, 3), "vocab_size": tokenizer.vocab_size,
-              "split_sentences": args.split_sentences, "repeat": args.repeat, "outputs_identical": identical, "rows": rows}
+              "split_sentences": args.split_sentences, "repeat": args.repeat,
+              "load_average": os.getloadavg(), "cpus": os.cpu_count(), "outputs_identical": identical, "rows": rows}
     table = markdown(rows, len(texts), mbytes)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -23,6 +23,7 @@ from megatron_crossbert.config import RunConfig
 from megatron_crossbert.data.dataset import BertDataset, CrossBertDataset, CrossBertDatasetConfig
 from megatron_crossbert.data.static_masks import StaticCrossBertDataset
 from megatron_crossbert.data.tokenizer import SPECIAL_TOKENS, Tokenizer, load_tokenizer
+from megatron_crossbert.masking import complementary_views
 
 logger = logging.getLogger(__name__)
 
@@ -111,6 +112,9 @@ def build_datasets(run_cfg: RunConfig, train_valid_test_num_samples: tuple[int, 
     rank; under torch.distributed rank 0 builds (and caches) first, then the others.
     """
     config = make_dataset_config(run_cfg, tokenizer)
+    if run_cfg.model.arch == "crossbert":  # fail now, not at the first sample (e.g. odd L at r = 0.5)
+        complementary_views(config.random_seed, 0, config.sequence_length, config.mask_ratio,
+                            config.complementary, (0,) if config.pin_cls else ())
     sizes = [int(n) if n is not None else None for n in train_valid_test_num_samples]
     builder = BlendedMegatronDatasetBuilder(_dataset_class(run_cfg), sizes, lambda: True, config)
     datasets = builder.build()

@@ -152,6 +152,13 @@ def _chunks(lines: Iterator[RawLine], size: int) -> Iterator[list[RawLine]]:
         yield chunk
 
 
+def _init_pool_worker(spec: WorkerSpec) -> None:
+    """Parallelism comes from the processes: keep each worker's Rust tokenizer single-threaded
+    instead of oversubscribing the cores with N x rayon thread pools."""
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    init_worker(spec)
+
+
 def _ordered_results(spec: WorkerSpec, chunks: Iterator[list[RawLine]], workers: int,
                      tokenizer) -> Iterator[list[LineResult]]:
     """Results chunk by chunk in input order; at most ``4 * workers`` chunks in flight."""
@@ -159,7 +166,7 @@ def _ordered_results(spec: WorkerSpec, chunks: Iterator[list[RawLine]], workers:
         init_worker(spec, tokenizer)
         yield from (process_chunk(chunk) for chunk in chunks)
         return
-    with multiprocessing.get_context("spawn").Pool(workers, initializer=init_worker, initargs=(spec,)) as pool:
+    with multiprocessing.get_context("spawn").Pool(workers, initializer=_init_pool_worker, initargs=(spec,)) as pool:
         pending: deque = deque()
         for chunk in chunks:
             pending.append(pool.apply_async(process_chunk, (chunk,)))
