@@ -83,11 +83,12 @@ def read_run_config(path: str | Path) -> RunConfig:
 def load_model_weights(model, path: str | Path) -> Path:
     """Load the 'model' entry of a dist checkpoint into ``model`` (any TP/PP layout); returns the dir read."""
     from megatron.core import dist_checkpointing
+    from torch.distributed.checkpoint.api import CheckpointException
 
     ckpt_dir = resolve_checkpoint_dir(path)
     try:
         state = dist_checkpointing.load({"model": model.sharded_state_dict()}, str(ckpt_dir))
-    except Exception as err:  # megatron raises several types for corrupt or mismatched checkpoints
+    except (Exception, CheckpointException) as err:  # DCP's CheckpointException is a BaseException
         raise CheckpointError(f"cannot load model weights from {ckpt_dir}: {err}") from err
     result = model.load_state_dict(state["model"], strict=False)
     missing = [key for key in result.missing_keys if not key.endswith("_extra_state")]

@@ -76,13 +76,11 @@ def build_single_process_model(run_cfg: RunConfig) -> torch.nn.Module:
 
 
 def _load_weights(model: torch.nn.Module, checkpoint: str | Path) -> None:
-    """``load_model_weights`` with every failure as ConversionError. torch DCP's CheckpointException
-    derives from BaseException (not Exception), so it is caught here by name."""
-    from torch.distributed.checkpoint.api import CheckpointException
-
+    """``load_model_weights`` with every failure as ConversionError (it already maps DCP's
+    BaseException-derived CheckpointException to CheckpointError)."""
     try:
         load_model_weights(model, checkpoint)
-    except (CheckpointError, CheckpointException, Exception) as err:
+    except Exception as err:
         summary = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
         raise ConversionError(f"cannot load model weights from {checkpoint}: {summary}") from err
 
