@@ -120,6 +120,10 @@ def test_bert_variant_and_dataloader(tmp_path):
     assert sample["loss_mask"].dtype == np.float32 and sample["padding_mask"].tolist() == [1] * L
     special = np.isin(sample["labels"], [0, 1, 2, 3, 4, 5])
     assert sample["loss_mask"].sum() > 0 and not sample["loss_mask"][special].any()
+    import pickle
+
+    clone = pickle.loads(pickle.dumps(cross))  # spawned DataLoader workers receive a pickled dataset
+    assert np.array_equal(clone[5]["tokens"], cross[5]["tokens"])
     batch = next(iter(torch.utils.data.DataLoader(cross, batch_size=4)))
     assert batch["tokens"].shape == (4, L) and batch["visible"].shape == (4, 2, 32) and batch["index"].tolist() == [0, 1, 2, 3]
 

@@ -80,18 +80,23 @@ def document_lengths(dataset: IndexedDataset) -> np.ndarray:
     return seq[docs[1:]] - seq[docs[:-1]]
 
 
-def document_reader(dataset: IndexedDataset):
-    """``read(doc, offset, count)``: a document's tokens are contiguous in the .bin (as written by
-    ``IndexedDatasetBuilder``), so one read from its first sequence's pointer suffices."""
-    pointers = dataset.index.sequence_pointers
-    first_seq = np.asarray(dataset.index.document_indices, dtype=np.int64)
-    dtype, itemsize = dataset.index.dtype, dataset.index.dtype_size
+class DocumentReader:
+    """``reader(doc, offset, count)``: a document's tokens are contiguous in the .bin (as written by
+    ``IndexedDatasetBuilder``), so one read from its first sequence's pointer suffices. A class, not
+    a closure, so datasets pickle into spawned DataLoader workers."""
 
-    def read(doc: int, offset: int, count: int) -> np.ndarray:
-        start = int(pointers[first_seq[doc]]) + offset * itemsize
-        return dataset.bin_reader.read(dtype=dtype, count=count, offset=start)
+    def __init__(self, dataset: IndexedDataset) -> None:
+        self.dataset = dataset
+        self.first_seq = np.asarray(dataset.index.document_indices, dtype=np.int64)
 
-    return read
+    def __call__(self, doc: int, offset: int, count: int) -> np.ndarray:
+        index = self.dataset.index
+        start = int(index.sequence_pointers[self.first_seq[doc]]) + offset * index.dtype_size
+        return self.dataset.bin_reader.read(dtype=index.dtype, count=count, offset=start)
+
+
+def document_reader(dataset: IndexedDataset) -> DocumentReader:
+    return DocumentReader(dataset)
 
 
 def check_vocab(dataset: IndexedDataset, vocab_size: int, prefix: str, max_tokens: int = 1 << 26) -> None:
