@@ -26,7 +26,7 @@ import os
 import time
 from collections import Counter, deque
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from itertools import islice
 
 import numpy as np
@@ -34,7 +34,9 @@ from tqdm import tqdm
 
 from megatron_crossbert.data.indexed import AtomicIndexedWriter
 from megatron_crossbert.data.jsonl import BadInputError, RawLine, expand_inputs, iter_raw_lines, iter_texts
-from megatron_crossbert.data.preprocess_worker import LineResult, WorkerSpec, init_worker, process_chunk
+from megatron_crossbert.data.preprocess_worker import (
+    LineResult, WorkerSpec, init_pool_worker, init_worker, process_chunk,
+)
 from megatron_crossbert.data.tokenizer import load_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -152,13 +154,6 @@ def _chunks(lines: Iterator[RawLine], size: int) -> Iterator[list[RawLine]]:
         yield chunk
 
 
-def _init_pool_worker(spec: WorkerSpec) -> None:
-    """Parallelism comes from the processes: keep each worker's Rust tokenizer single-threaded
-    instead of oversubscribing the cores with N x rayon thread pools."""
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    init_worker(spec)
-
-
 def _ordered_results(spec: WorkerSpec, chunks: Iterator[list[RawLine]], workers: int,
                      tokenizer) -> Iterator[list[LineResult]]:
     """Results chunk by chunk in input order; at most ``4 * workers`` chunks in flight."""
@@ -166,7 +161,7 @@ def _ordered_results(spec: WorkerSpec, chunks: Iterator[list[RawLine]], workers:
         init_worker(spec, tokenizer)
         yield from (process_chunk(chunk) for chunk in chunks)
         return
-    with multiprocessing.get_context("spawn").Pool(workers, initializer=_init_pool_worker, initargs=(spec,)) as pool:
+    with multiprocessing.get_context("spawn").Pool(workers, initializer=init_pool_worker, initargs=(spec,)) as pool:
         pending: deque = deque()
         for chunk in chunks:
             pending.append(pool.apply_async(process_chunk, (chunk,)))

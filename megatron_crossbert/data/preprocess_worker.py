@@ -51,6 +51,16 @@ def init_worker(spec: WorkerSpec, tokenizer: Tokenizer | None = None) -> None:
     _STATE["tokenizer"] = tokenizer if tokenizer is not None else load_tokenizer(spec.tokenizer_path)
 
 
+def init_pool_worker(spec: WorkerSpec) -> None:
+    """Pool initializer. Parallelism comes from the processes, so each worker's Rust tokenizer runs
+    single-threaded instead of oversubscribing the cores with N rayon thread pools. Lives here,
+    not in ``preprocess``, so workers never import torch/megatron."""
+    import os
+
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    init_worker(spec)
+
+
 def _pieces(text: str, splitter: SentenceSplitter | None) -> list[str]:
     if splitter is None:
         return [text]
