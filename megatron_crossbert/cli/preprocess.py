@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 
 
@@ -41,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # SIGTERM (kill, job schedulers) takes the same clean-up path as Ctrl-C: temporaries removed,
+    # pool workers terminated instead of orphaned.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     from megatron_crossbert.data.jsonl import BadInputError
     from megatron_crossbert.data.preprocess import PreprocessOptions, preprocess, report_path
