@@ -36,13 +36,15 @@ def device() -> torch.device:
 def init_process_group(timeout_minutes: int = 30) -> tuple[int, int]:
     """Initialise torch.distributed (nccl on GPU, gloo on CPU); returns (rank, world_size)."""
     if not dist.is_initialized():
-        if "RANK" not in os.environ:
-            os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-                              RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
         backend = "nccl" if torch.cuda.is_available() else "gloo"
         if backend == "nccl":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        dist.init_process_group(backend, timeout=timedelta(minutes=timeout_minutes))
+        timeout = timedelta(minutes=timeout_minutes)
+        if "RANK" in os.environ:  # torchrun / spawned workers: env:// rendezvous
+            dist.init_process_group(backend, timeout=timeout)
+        else:  # a plain process: world of one, without leaking rendezvous variables to children
+            dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{free_port()}", rank=0,
+                                    world_size=1, timeout=timeout)
     return dist.get_rank(), dist.get_world_size()
 
 
