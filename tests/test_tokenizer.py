@@ -103,6 +103,8 @@ def test_cli_help_main_and_script(corpus, tmp_path, capsys):
     assert cli.main(args) == 0
     assert cli.main(args) == 2  # refuses to overwrite without --force
     assert cli.main(args + ["--force"]) == 0
-    run = subprocess.run([sys.executable, str(ROOT / "tools" / "train_tokenizer.py"), "--help"],
-                         capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0 and "--json-keys" in run.stdout
+    run = subprocess.run([sys.executable, str(ROOT / "tools" / "train_tokenizer.py"), "--input", str(path),
+                          "--output-dir", str(tmp_path / "s"), "--model", "bpe", "--vocab-size", "300"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert load_tokenizer(tmp_path / "s").vocab_size <= 300
