@@ -98,14 +98,16 @@ def run(run_cfg: RunConfig, exit_at_iteration: int | None = None) -> int:
     from megatron_crossbert.checkpoint_format import CheckpointError
     from megatron_crossbert.training import NonFiniteLossError, train
 
+    rank_zero = True
     try:
         summary = train(run_cfg, exit_at_iteration=exit_at_iteration)
+        rank_zero = platform.is_rank_zero()
     except (CheckpointError, NonFiniteLossError) as err:
         print(f"crossbert-pretrain: error: {err}", file=sys.stderr, flush=True)
         return 1
     finally:
         platform.destroy()
-    if platform.is_rank_zero():
+    if rank_zero:
         keys = ("iteration", "consumed_samples", "final_loss", "skipped_steps", "checkpoint", "stopped_by_signal")
         print("summary " + json.dumps({k: summary[k] for k in keys}), flush=True)
     return 0
