@@ -1,7 +1,8 @@
 """Where a training step's time goes: embedding, encoder, decoder, LM head, optimizer, the rest.
 
-Method: wall-clock hooks on the model's top-level components (a CUDA sync in every hook on GPU,
-which slows the step a little but attributes time correctly).
+Method: clock reads in hooks on the model's top-level components (wall clock with a CUDA sync in
+every hook on GPU, which slows the step a little but attributes time correctly; process CPU time
+on a shared CPU, like the throughput timing).
 
 * Forward: forward pre/post hooks on each component.
 * Backward: a tensor hook on each component's input records when the gradient w.r.t. that input
@@ -32,8 +33,9 @@ COMPONENTS = ("embedding", "encoder", "decoder", "lm_head", "output_layer")
 class _Clock:
     """Forward spans, input-gradient timestamps and optimizer spans of one profiled step."""
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, clock: str = "wall") -> None:
         self.device = device
+        self._time = time.process_time if clock == "cpu" else time.perf_counter
         self.totals: dict[str, float] = defaultdict(float)
         self.order: list[str] = []
         self.forward_end: dict[str, float] = {}
@@ -43,7 +45,7 @@ class _Clock:
     def now(self) -> float:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-        return time.perf_counter()
+        return self._time()
 
     def start(self, key: str) -> None:
         self._starts[key] = self.now()
@@ -102,9 +104,12 @@ def _timed_optimizer(runner: StepRunner, clock: _Clock):
         runner.optimizer.step = original
 
 
-def profile_step(runner: StepRunner, batch: dict, repeats: int = 2) -> dict:
-    """Seconds per component and phase, averaged over ``repeats`` steps, plus shares of the step."""
-    clock = _Clock(runner.device)
+def profile_step(runner: StepRunner, batch: dict, repeats: int = 2, clock: str = "wall") -> dict:
+    """Seconds per component and phase, averaged over ``repeats`` steps, plus shares of the step.
+
+    ``clock='cpu'`` reads process CPU time (for shared CPUs, like the throughput timing).
+    """
+    clock = _Clock(runner.device, clock)
     model = runner.unwrapped
     handles = []
     for name in COMPONENTS:

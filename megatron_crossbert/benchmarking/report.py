@@ -23,7 +23,7 @@ def markdown_table(headers: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(lines)
 
 
-THROUGHPUT_HEADERS = ["model", "step ms (median)", "samples/s", "× BERT", "input tok/s", "supervised tok/s",
+THROUGHPUT_HEADERS = ["model", "step ms (median, see clock)", "samples/s", "× BERT", "input tok/s", "supervised tok/s",
                       "× BERT (supervised)", "step peak mem MB", "params M", "GFLOP/sample",
                       "TFLOP/s", "MFU"]
 
@@ -46,7 +46,8 @@ def throughput_markdown(report: dict) -> str:
     """The stdout/docs table plus the facts needed to read it (shape, device, methods)."""
     meta = report["meta"]
     shape = meta["shape"]
-    header = (f"Throughput on {meta['device']} ({meta['device_name']}, {meta['torch_threads']} torch threads), "
+    header = (f"Throughput on {meta['device']} ({meta['device_name']}, {meta['torch_threads']} torch threads, "
+              f"clock: {meta.get('clock', 'wall')}), "
               f"precision {meta['options']['precision']}; encoder h={shape['hidden_size']}, "
               f"layers={shape['num_layers']}, heads={shape['num_attention_heads']}, L={shape['seq_length']}, "
               f"vocab={shape['vocab_size']}, micro-batch={shape['micro_batch_size']}, CrossBERT decoder "

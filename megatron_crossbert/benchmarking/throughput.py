@@ -6,6 +6,11 @@ models are built in one process, warmed up, then timed round-robin: in every rou
 runs one full training step (forward, backward, grad finalisation, optimizer update), and the
 order rotates between rounds. Ratios to BERT are medians of the per-round ratios, so drift that
 affects a whole round cancels. Samples/s use the median step time.
+
+Which clock: on a GPU, wall time (with CUDA syncs). On a CPU shared with other jobs, wall time
+also counts the time the OS gives to the neighbours (we saw 10-20x inflated steps at load 20 on
+2 cores), so the default there is this process's CPU time (``time.process_time``, all threads):
+the compute the step actually consumed. Both clocks are always recorded in the JSON.
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ class ThroughputOptions:
     only: list[str] = field(default_factory=list)
     """Restrict to these case names (BERT is always kept as the reference)."""
     seed: int = 1234
+    clock: str = "auto"
+    """'wall', 'cpu' (process CPU time) or 'auto' (cpu on a CPU device, wall on GPU)."""
     profile: bool = False
     """Add a per-component time breakdown of one extra step per model (see benchmarking.profile)."""
 
@@ -48,12 +55,19 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _timed_step(runner: StepRunner, batch: dict, device: torch.device) -> float:
+def resolve_clock(clock: str, device: torch.device) -> str:
+    if clock not in ("auto", "wall", "cpu"):
+        raise ValueError(f"clock must be auto|wall|cpu, got {clock!r}")
+    return ("cpu" if device.type == "cpu" else "wall") if clock == "auto" else clock
+
+
+def _timed_step(runner: StepRunner, batch: dict, device: torch.device) -> tuple[float, float]:
+    """(wall seconds, process CPU seconds) of one training step."""
     _sync(device)
-    start = time.perf_counter()
+    wall, cpu = time.perf_counter(), time.process_time()
     runner.step(batch)
     _sync(device)
-    return time.perf_counter() - start
+    return time.perf_counter() - wall, time.process_time() - cpu
 
 
 def select_cases(options: ThroughputOptions) -> list[BenchCase]:
@@ -66,17 +80,19 @@ def select_cases(options: ThroughputOptions) -> list[BenchCase]:
 
 
 def time_interleaved(runners: list[StepRunner], batches: dict[str, list], warmup: int, steps: int,
-                     device: torch.device) -> dict[str, list[float]]:
+                     device: torch.device) -> dict[str, dict[str, list[float]]]:
     """Warm every model up, then time ``steps`` rounds, rotating the order each round."""
     for round_index in range(warmup):
         for runner in runners:
             runner.step(batches[runner.case.name][round_index % len(batches[runner.case.name])])
-    times: dict[str, list[float]] = {r.case.name: [] for r in runners}
+    times = {r.case.name: {"wall": [], "cpu": []} for r in runners}
     for round_index in range(steps):
         shift = round_index % len(runners)
         for runner in runners[shift:] + runners[:shift]:
             pool = batches[runner.case.name]
-            times[runner.case.name].append(_timed_step(runner, pool[round_index % len(pool)], device))
+            wall, cpu = _timed_step(runner, pool[round_index % len(pool)], device)
+            times[runner.case.name]["wall"].append(wall)
+            times[runner.case.name]["cpu"].append(cpu)
     return times
 
 
@@ -89,7 +105,8 @@ def _flops_per_sample(case: BenchCase) -> float | None:
         return None
 
 
-def _case_metrics(case: BenchCase, step_times: list[float], peak_tflops: float | None) -> dict:
+def _case_metrics(case: BenchCase, clocks: dict[str, list[float]], clock: str, peak_tflops: float | None) -> dict:
+    step_times = clocks[clock]
     median = statistics.median(step_times)
     samples_s = case.micro_batch_size / median
     flops = _flops_per_sample(case)
@@ -97,7 +114,8 @@ def _case_metrics(case: BenchCase, step_times: list[float], peak_tflops: float |
     return {
         "name": case.name, "arch": case.arch, "mask_ratio": case.run_cfg.masking.mask_ratio if case.arch != "bert" else None,
         "views": case.run_cfg.masking.num_views if case.arch != "bert" else 1,
-        "step_time_s": {"median": median, "min": min(step_times), "all": step_times},
+        "step_time_s": {"clock": clock, "median": median, "min": min(step_times), "all": step_times},
+        "wall_step_s": clocks["wall"], "cpu_step_s": clocks["cpu"],
         "samples_per_s": samples_s,
         "input_tokens_per_s": samples_s * case.input_tokens_per_sample(),
         "supervised_tokens_per_sample": case.supervised_tokens_per_sample(),
@@ -108,12 +126,12 @@ def _case_metrics(case: BenchCase, step_times: list[float], peak_tflops: float |
     }
 
 
-def _add_ratios(results: list[dict], times: dict[str, list[float]]) -> None:
+def _add_ratios(results: list[dict], times: dict[str, dict[str, list[float]]], clock: str) -> None:
     """Per-round ratios to BERT (same round, so shared drift cancels), summarised by the median."""
     ref = next(r for r in results if r["arch"] == "bert")
-    ref_times = times[ref["name"]]
+    ref_times = times[ref["name"]][clock]
     for result in results:
-        own = times[result["name"]]
+        own = times[result["name"]][clock]
         rounds = [b / o for b, o in zip(ref_times, own)]
         result["samples_per_s_vs_bert"] = statistics.median(rounds)
         result["supervised_tokens_per_s_vs_bert"] = (result["samples_per_s_vs_bert"]
@@ -122,15 +140,17 @@ def _add_ratios(results: list[dict], times: dict[str, list[float]]) -> None:
         result["samples_per_s_vs_bert_per_round"] = rounds
 
 
-def _meta(options: ThroughputOptions, cases: list[BenchCase], device: torch.device, memory_method: str) -> dict:
+def _meta(options: ThroughputOptions, device: torch.device, memory_method: str, clock: str) -> dict:
     return {
         "benchmark": "throughput", "options": asdict(options), "device": str(device),
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else py_platform.processor() or "cpu",
         "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
         "shape": size_overrides(options.size, seq_length=options.seq_length,
                                 micro_batch_size=options.micro_batch_size, num_layers=options.num_layers),
-        "timing": "round-robin interleaved full training steps (fwd+bwd+optimizer), median step time; "
-                  "ratios = median of per-round ratios to BERT",
+        "clock": clock,
+        "timing": "round-robin interleaved full training steps (fwd+bwd+optimizer), median step time by the "
+                  + ("process CPU-time clock (robust to other jobs on a shared CPU)" if clock == "cpu"
+                     else "wall clock") + "; ratios = median of per-round ratios to BERT",
         "memory_method": memory_method,
         "data": "synthetic random tokens, masks from megatron_crossbert.masking, pre-built before timing",
         "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -147,18 +167,19 @@ def run_throughput(options: ThroughputOptions) -> dict:
     cases = select_cases(options)
     runners = [build_runner(case, device) for case in cases]
     batches = {c.name: make_batches(c, 2, device, seed=options.seed) for c in cases}
+    clock = resolve_clock(options.clock, device)
     times = time_interleaved(runners, batches, options.warmup, options.steps, device)
     results, memory_method = [], ""
     for runner in runners:
-        metrics = _case_metrics(runner.case, times[runner.case.name], options.peak_tflops)
+        metrics = _case_metrics(runner.case, times[runner.case.name], clock, options.peak_tflops)
         memory = measure_step_memory(lambda: runner.step(batches[runner.case.name][0]), device)
         memory_method = memory.pop("method")
         metrics.update(memory, **persistent_bytes(runner.unwrapped, options.precision))
         results.append(metrics)
-    _add_ratios(results, times)
-    report = {"meta": _meta(options, cases, device, memory_method), "results": results}
+    _add_ratios(results, times, clock)
+    report = {"meta": _meta(options, device, memory_method, clock), "results": results}
     if options.profile:
         from megatron_crossbert.benchmarking.profile import profile_step
 
-        report["profile"] = {r.case.name: profile_step(r, batches[r.case.name][0]) for r in runners}
+        report["profile"] = {r.case.name: profile_step(r, batches[r.case.name][0], clock=clock) for r in runners}
     return report

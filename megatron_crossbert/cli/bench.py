@@ -25,6 +25,8 @@ def _add_throughput(sub) -> None:
     p.add_argument("--num-layers", type=int, default=None, help="override the size's encoder depth")
     p.add_argument("--only", nargs="*", default=[], help="CrossBERT case names to keep (BERT always runs)")
     p.add_argument("--peak-tflops", type=float, default=None, help="device peak TFLOP/s for MFU")
+    p.add_argument("--clock", default="auto", choices=["auto", "wall", "cpu"],
+                   help="step timer: process CPU time is robust to other jobs on a shared CPU (auto: cpu on CPU, wall on GPU)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
     p.add_argument("--profile", action="store_true",
                    help="also break one step per model into embedding/encoder/decoder/LM head/optimizer time")
@@ -84,7 +86,8 @@ def run_throughput_command(args) -> int:
     options = ThroughputOptions(size=args.size, warmup=args.warmup, steps=args.steps, precision=precision,
                                 transformer_impl=args.transformer_impl, peak_tflops=args.peak_tflops,
                                 seq_length=args.seq_length, micro_batch_size=args.micro_batch_size,
-                                num_layers=args.num_layers, only=args.only, profile=args.profile)
+                                num_layers=args.num_layers, only=args.only, profile=args.profile,
+                                clock=args.clock)
     report = run_throughput(options)
     write_json(args.out, report)
     print(throughput_markdown(report))
