@@ -167,3 +167,15 @@ def test_our_files_load_in_megatron_and_document_lengths(pipeline):
     root, texts, tok = pipeline
     ds = IndexedDataset(str(root / "c_text_document"))
     assert document_lengths(ds).tolist() == [len(tok.encode(t)) for t in texts]
+
+
+def test_single_view_with_pinned_cls(tmp_path):
+    prefix = tmp_path / "m_text_document"
+    _megatron_written(prefix)
+    cfg = _cfg([str(prefix)], vocab=300)
+    cfg.masking = MaskingConfig(seed=7, mask_ratio=0.75, complementary=False, pin_cls=True)
+    train, _, _ = build_datasets(cfg, (20, 0, 0))
+    for i in range(20):
+        sample = train[i]
+        assert sample["visible"].shape == (1, 16) and sample["targets"].shape == (1, 48)
+        assert sample["visible"][0, 0] == 0 and sample["tokens"][0] == 2
