@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
+from typing import Sequence
 
 POSITIVE = ("good", "great", "fine", "lovely", "superb", "happy", "bright", "warm")
 NEGATIVE = ("bad", "awful", "poor", "dull", "grim", "sad", "dark", "cold")
@@ -23,10 +24,14 @@ NEUTRAL = ("the", "a", "film", "day", "story", "was", "very", "and", "it", "of",
 SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
 
-def planted_sentence(rng: random.Random, label: int, length: int = 8) -> str:
+Vocab = tuple[Sequence[str], Sequence[str], Sequence[str]]  # (negative, positive, neutral) words
+
+
+def planted_sentence(rng: random.Random, label: int, length: int = 8, words: Vocab | None = None) -> str:
     """Neutral filler plus two words from the label's word list (the planted signal)."""
-    words = [rng.choice(NEUTRAL) for _ in range(length - 2)]
-    words += [rng.choice(POSITIVE if label else NEGATIVE) for _ in range(2)]
+    negative, positive, neutral = words or (NEGATIVE, POSITIVE, NEUTRAL)
+    words = [rng.choice(neutral) for _ in range(length - 2)]
+    words += [rng.choice(positive if label else negative) for _ in range(2)]
     rng.shuffle(words)
     return " ".join(words)
 
@@ -84,13 +89,16 @@ def write_glue_fixture(root: str | Path, n: int = 24, seed: int = 0) -> Path:
 
 
 def write_jsonl_task(task_dir: str | Path, n_train: int = 120, n_test: int = 80, *, shuffle_labels: bool = False,
-                     seed: int = 0) -> Path:
-    """A binary ``{text, label}`` task with planted signal (or with labels shuffled, i.e. no signal)."""
+                     seed: int = 0, words: Vocab | None = None) -> Path:
+    """A binary ``{text, label}`` task with planted signal (or with labels shuffled, i.e. no signal).
+
+    ``words`` swaps in another vocabulary (e.g. a test tokenizer's ``w0..wN``) so no word is [UNK].
+    """
     task_dir, rng = Path(task_dir), random.Random(seed)
     task_dir.mkdir(parents=True, exist_ok=True)
     for split, n in (("train", n_train), ("test", n_test)):
         labels = [i % 2 for i in range(n)]
-        texts = [planted_sentence(rng, y) for y in labels]
+        texts = [planted_sentence(rng, y, words=words) for y in labels]
         if shuffle_labels:
             rng.shuffle(labels)
         _write(task_dir / f"{split}.jsonl", [json.dumps({"text": t, "label": y}) for t, y in zip(texts, labels)])
