@@ -53,6 +53,29 @@ def test_tp1_checkpoint_resumes_at_tp2(corpus, tmp_path):
     assert abs(results[0][0] - reference[0]) < 1e-5, (results[0][0], reference[0])
 
 
+def _dp2_worker(rank: int, world_size: int, corpus: str, root: str) -> tuple[list[float], list[float]]:
+    from megatron_crossbert.training import train
+
+    def cfg(name):
+        return tiny_config("bert", corpus, Path(root) / name, parallel__use_distributed_optimizer=True,
+                           parallel__overlap_grad_reduce=True, training__train_iters=4)
+
+    straight = train(cfg("a"))["losses"]
+    first = train(cfg("b"), exit_at_iteration=2)["losses"]
+    return straight, first + train(cfg("b"))["losses"]
+
+
+@pytest.mark.multirank
+def test_distributed_optimizer_resume_is_exact_at_dp2(corpus, tmp_path):
+    """ZeRO-1 (dp_reshardable) optimizer state, overlapped grad reduce, dropout on: resume is exact."""
+    from multirank import run_ranks
+
+    results = run_ranks(_dp2_worker, 2, corpus, str(tmp_path))
+    straight, resumed = results[0]
+    assert results[0] == results[1]
+    assert straight == resumed
+
+
 def _cli(args: list[str], **popen) -> subprocess.Popen:
     # Drop the rendezvous variables that in-process runs of this pytest process left behind.
     env = {key: value for key, value in os.environ.items()

@@ -118,6 +118,43 @@ def _optimizer_metadata(run_cfg: RunConfig) -> dict | None:
     return None
 
 
+def prime_optimizer_state(optimizer) -> None:
+    """Give a fresh optimizer zero Adam moments and step 0 before it is loaded into.
+
+    megatron's DistributedOptimizer.state_dict() reads a single 'step' from torch's Adam state when
+    neither Apex nor Transformer Engine is installed (the CPU case) and asserts on an optimizer that
+    has not stepped yet; its own init_state_fn does not create 'step'. The loaded checkpoint then
+    overwrites every value set here.
+    """
+    for inner in getattr(optimizer, "chained_optimizers", [optimizer]):
+        torch_opt = getattr(inner, "optimizer", None)
+        if not isinstance(torch_opt, (torch.optim.Adam, torch.optim.AdamW)):
+            continue
+        for group in torch_opt.param_groups:
+            for param in group["params"]:
+                state = torch_opt.state[param]
+                if not state:
+                    state.update(step=torch.tensor(0.0), exp_avg=torch.zeros_like(param.data),
+                                 exp_avg_sq=torch.zeros_like(param.data))
+
+
+def restore_adam_steps(optimizer, steps: int) -> None:
+    """Set every parameter's Adam 'step' to ``steps``, each in its own tensor.
+
+    Without Apex/TE, megatron's DistributedOptimizer load leaves torch AdamW's per-parameter 'step'
+    wrong (one tensor shared by every parameter, and reset to 0 with the dp_reshardable format), so
+    the bias correction of a resumed run would differ. Applied optimizer steps equal the scheduler's
+    step count here (both advance only when a step is applied), which gives the true value.
+    """
+    for inner in getattr(optimizer, "chained_optimizers", [optimizer]):
+        torch_opt = getattr(inner, "optimizer", None)
+        if isinstance(torch_opt, torch.optim.Optimizer):
+            for state in torch_opt.state.values():
+                if isinstance(state.get("step"), torch.Tensor):
+                    state["step"] = torch.tensor(float(steps), dtype=state["step"].dtype,
+                                                 device=state["step"].device)
+
+
 def _state_dict(model, optimizer, scheduler, progress: Progress, run_cfg: RunConfig,
                 is_loading: bool, with_rng: bool = True) -> dict:
     """The sharded state dict for save or load (``model`` is the unwrapped module, not DDP)."""
@@ -188,17 +225,21 @@ def load_checkpoint(path: str | Path, model, optimizer, scheduler, run_cfg: RunC
     """Collective: restore model, optimizer, scheduler, RNG and progress from ``path`` (root or iter dir)."""
     ckpt_dir = resolve_checkpoint_dir(path)
     saved = check_compatible(ckpt_dir, run_cfg)
+    if run_cfg.parallel.use_distributed_optimizer:
+        prime_optimizer_state(optimizer)
     same_layout = (saved.parallel.tensor_model_parallel_size == run_cfg.parallel.tensor_model_parallel_size
                    and saved.parallel.pipeline_model_parallel_size == run_cfg.parallel.pipeline_model_parallel_size)
     request = _state_dict(model, optimizer, scheduler, Progress(), run_cfg, is_loading=True, with_rng=same_layout)
-    try:
-        with torch.no_grad():
+    with torch.no_grad():  # the distributed optimizer copies into views of leaf parameters
+        try:
             loaded = dist_checkpointing.load(request, str(ckpt_dir))
-    except Exception as err:  # megatron raises several types for corrupt or mismatched checkpoints
-        raise CheckpointError(f"cannot resume from {ckpt_dir}: {err}") from err
-    model.load_state_dict(loaded["model"])
-    optimizer.load_state_dict(loaded["optimizer"])
+        except Exception as err:  # megatron raises several types for corrupt or mismatched checkpoints
+            raise CheckpointError(f"cannot resume from {ckpt_dir}: {err}") from err
+        model.load_state_dict(loaded["model"])
+        optimizer.load_state_dict(loaded["optimizer"])
     scheduler.load_state_dict(loaded["scheduler"])
+    if run_cfg.parallel.use_distributed_optimizer:
+        restore_adam_steps(optimizer, scheduler.num_steps)
     progress = Progress(int(loaded["iteration"]), int(loaded["data"]["consumed_samples"]))
     if same_layout:
         set_rng_state(loaded["rng"])
