@@ -307,6 +307,9 @@ class RunConfig:
         visible = self.masking.visible_length(seq)
         _require(model.arch == "bert" or 1 <= visible < seq,
                  f"mask_ratio={self.masking.mask_ratio} leaves {visible} visible tokens of {seq}")
+        _require(model.arch == "bert" or not self.masking.complementary or 2 * visible <= seq,
+                 f"complementary views need 2 * visible <= seq_length, but round((1-{self.masking.mask_ratio})"
+                 f"*{seq}) = {visible}; use an even seq_length at mask_ratio 0.5")
         _require(model.num_attention_heads % tp == 0 and model.dec_heads % tp == 0,
                  f"tensor_model_parallel_size={tp} must divide the attention heads")
         model.padded_vocab_size(tp)  # raises when the padding multiple is not TP-divisible

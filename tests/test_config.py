@@ -39,6 +39,8 @@ def test_bad_model_values(kwargs, message):
 def test_cross_section_checks():
     with pytest.raises(ValueError, match="position table"):
         load_run_config(None, ["data.seq_length=1024"])
+    with pytest.raises(ValueError, match="complementary views need 2 \\* visible <= seq_length"):
+        load_run_config(None, ["data.seq_length=127"])
     with pytest.raises(ValueError, match="must divide the attention heads"):
         load_run_config(None, ["parallel.tensor_model_parallel_size=5"])
     with pytest.raises(ValueError, match="must divide num_layers"):
