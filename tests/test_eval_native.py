@@ -47,6 +47,8 @@ def test_probe_cli_on_native_checkpoint(native):
 def test_live_encode_suite_matches_exported_features(native):
     from transformers import AutoTokenizer
 
+    from megatron_crossbert.checkpoint_format import read_run_config
+    from megatron_crossbert.evaluation import probe_in_training
     from megatron_crossbert.evaluation.suite import load_suite_tasks, make_encode_embed_fn, run_probe_suite
 
     work, task = native
@@ -59,6 +61,8 @@ def test_live_encode_suite_matches_exported_features(native):
         embed = make_encode_embed_fn(model.encode, tokenizer, max_len=24, batch_size=5)
         np.testing.assert_allclose(embed(texts), exported.embed(texts, progress=False)[0], atol=1e-4)
         scores = run_probe_suite(embed, load_suite_tasks(jsonl=[task]))
+        hook_scores = probe_in_training(model, read_run_config(work / "ckpt"), [f"jsonl:{task}"], iteration=3)
     finally:
         platform.destroy()
     assert scores["probe/planted/accuracy"] > 70.0 and "probe/avg" in scores
+    assert hook_scores["planted/accuracy"] > 70.0 and "avg" in hook_scores  # the logger adds its own prefix

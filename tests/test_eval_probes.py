@@ -83,3 +83,14 @@ def test_run_probe_suite_flat_dict():
     assert out["probe/toy/accuracy/layer0"] < 80.0
     assert {"probe/toy/score/layer1", "probe/pairs/accuracy", "probe/avg"} <= set(out)
     assert all(isinstance(v, float) for v in out.values())
+
+
+def test_probe_task_specs(tmp_path):
+    from megatron_crossbert.evaluation.suite import parse_task_specs
+    from megatron_crossbert.evaluation.synthetic import write_glue_fixture
+
+    glue = write_glue_fixture(tmp_path / "glue", n=4)
+    parsed = parse_task_specs([f"glue:{glue}:SST-2,STS-B", f"jsonl:{tmp_path}/t1", str(tmp_path / "t2")])
+    assert parsed == {"glue_dir": str(glue), "glue_tasks": ["SST-2", "STS-B"],
+                      "jsonl": [f"{tmp_path}/t1", str(tmp_path / "t2")]}
+    assert len(parse_task_specs([str(glue)])["glue_tasks"]) == 10

@@ -15,10 +15,21 @@ Signature the training loop calls (rank 0, PP=1, model in eval mode, under ``tor
 - Values are on a 0-100 scale; the dict is flat so it goes straight to TensorBoard / W&B.
 - Nothing is cached: the model changes between calls. Keep tasks small (a few thousand rows);
   tasks are subsampled once by ``load_suite_tasks`` so every call sees the same rows.
+
+The training hook (``training/hooks.py``) calls the packaged form on EVERY rank::
+
+    megatron_crossbert.evaluation.probe_in_training(model, run_cfg, tasks: list[str], iteration) -> dict
+
+with ``tasks`` = ``TrainingConfig.probe_tasks`` specs: ``glue:DIR:TASK[,TASK]``, ``jsonl:DIR`` or a
+bare directory (a JSONL task / dir of them, or a glue_data dir = all its GLUE tasks). The tokenizer is
+``run_cfg.data.tokenizer``. Every rank encodes the same texts (tensor-parallel collectives inside
+``encode`` stay matched) and fits the same probes, so all ranks return the same dict. PP>1 cannot
+run ``encode`` and returns ``{}`` with a warning.
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -31,7 +42,10 @@ from megatron_crossbert.evaluation.probes import ProbeConfig, probe_features, ta
 from megatron_crossbert.evaluation.probing import collect_tasks
 from megatron_crossbert.evaluation.tasks import ProbeTask, Split
 
+logger = logging.getLogger(__name__)
 EmbedFn = Callable[[list[str]], np.ndarray]
+SUITE_MAX_TRAIN, SUITE_MAX_TEST = 2000, 1000
+_LOADED: dict[tuple, tuple[list[ProbeTask], object]] = {}
 
 
 def load_suite_tasks(*, glue_dir: str | Path | None = None, glue_tasks: Sequence[str] | None = None,
@@ -98,3 +112,50 @@ def make_encode_embed_fn(encode: Callable[[torch.Tensor, torch.Tensor], torch.Te
         return np.concatenate(chunks) if chunks else np.zeros((0, 0), np.float32)
 
     return embed
+
+
+def parse_task_specs(specs: Sequence[str]) -> dict:
+    """``glue:DIR:TASKS`` / ``jsonl:DIR`` / bare DIR -> ``collect_tasks`` keyword arguments."""
+    from megatron_crossbert.evaluation.glue import available_glue_tasks
+
+    glue_dir, glue_tasks, jsonl = None, [], []
+    for spec in specs:
+        kind, _, rest = spec.partition(":")
+        if kind == "glue":
+            glue_dir, _, names = rest.partition(":")
+            glue_tasks += [n for n in names.split(",") if n] or available_glue_tasks(glue_dir)
+        elif kind == "jsonl":
+            jsonl.append(rest)
+        elif Path(spec).is_dir() and available_glue_tasks(spec):
+            glue_dir, glue_tasks = spec, glue_tasks + available_glue_tasks(spec)
+        else:
+            jsonl.append(spec)
+    return {"glue_dir": glue_dir, "glue_tasks": glue_tasks or None, "jsonl": jsonl}
+
+
+def _suite_inputs(run_cfg, specs: Sequence[str]) -> tuple[list[ProbeTask], object]:
+    """Tasks and tokenizer, loaded once per process (the hook calls us every N steps)."""
+    key = (tuple(specs), run_cfg.data.tokenizer)
+    if key not in _LOADED:
+        from transformers import AutoTokenizer
+
+        tasks = load_suite_tasks(**parse_task_specs(specs), max_train=SUITE_MAX_TRAIN, max_test=SUITE_MAX_TEST)
+        _LOADED[key] = (tasks, AutoTokenizer.from_pretrained(run_cfg.data.tokenizer))
+    return _LOADED[key]
+
+
+def probe_in_training(model, run_cfg, tasks: Sequence[str], iteration: int) -> dict[str, float]:
+    """The training hook's entry point (see module docstring); ``model`` is the unwrapped chunk."""
+    from megatron_crossbert.models import model_encode
+
+    model = model[0] if isinstance(model, (list, tuple)) else model
+    if run_cfg.parallel.pipeline_model_parallel_size > 1:
+        logger.warning("in-training probes need PP=1 (encode runs the whole encoder); skipped")
+        return {}
+    probe_tasks, tokenizer = _suite_inputs(run_cfg, tasks)
+    device = next(model.parameters()).device
+    embed = make_encode_embed_fn(lambda ids, mask: model_encode(model, ids, mask), tokenizer,
+                                 max_len=run_cfg.data.seq_length, device=device)
+    scores = run_probe_suite(embed, probe_tasks, prefix="")
+    logger.info("iteration %d probes: %s", iteration, {k: round(v, 2) for k, v in scores.items()})
+    return scores
