@@ -35,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--normalize", action="store_true", help="L2-normalise embeddings")
     p.add_argument("--max-len", type=int, default=256)
     p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--tokenizer-dir", help="native checkpoints: tokenizer to export with (default: the run config's)")
     p.add_argument("--device", help="torch device (default: cuda if available)")
     p.add_argument("--cache-dir", help="where native checkpoints are exported to HF (default: eval cache)")
     p.add_argument("--raise-error", action="store_true", help="stop at the first failing task")
@@ -66,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     if not tasks:
         print("no tasks: give --benchmark, --tasks or --local-task", file=sys.stderr)
         return 2
-    encoder = HFEncoder(resolve_model(args.model, cache_dir=args.cache_dir), device=args.device,
+    encoder = HFEncoder(resolve_model(args.model, cache_dir=args.cache_dir, tokenizer_dir=args.tokenizer_dir),
+                        device=args.device,
                         max_len=args.max_len, batch_size=args.batch_size)
     summary = run_mteb(encoder, tasks, args.out, pooling=args.pooling, normalize=args.normalize,
                        batch_size=args.batch_size, raise_error=args.raise_error)

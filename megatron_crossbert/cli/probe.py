@@ -36,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-test", type=int, help="subsample each test split to N rows (seeded)")
     p.add_argument("--cv-folds", type=int, default=3, help="folds for choosing C")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--tokenizer-dir", help="native checkpoints: tokenizer to export with (default: the run config's)")
     p.add_argument("--device", help="torch device (default: cuda if available)")
     p.add_argument("--cache-dir", help="feature / export cache (default $CROSSBERT_EVAL_CACHE or "
                                        "~/.cache/megatron_crossbert/eval); 'none' disables")
@@ -69,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     config = ProbeRunConfig(pooling=args.pooling, layers=args.layers, max_len=args.max_len,
                             batch_size=args.batch_size, max_train=args.max_train, max_test=args.max_test,
                             seed=args.seed, cache_dir=_cache_dir(args.cache_dir), device=args.device,
+                            tokenizer_dir=args.tokenizer_dir,
                             probe=ProbeConfig(folds=args.cv_folds, seed=args.seed))
     report = run_probing(args.model, tasks, config)
     paths = write_report(report, args.out)

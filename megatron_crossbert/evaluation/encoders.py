@@ -87,6 +87,8 @@ def export_native(checkpoint: str | Path, cache_dir: str | Path | None = None,
     from megatron_crossbert.convert import export_to_hf
 
     identity = native_checkpoint_identity(checkpoint)
+    if tokenizer_dir is not None:
+        identity += f":tok={Path(tokenizer_dir).resolve()}"
     out_dir = Path(cache_dir or default_cache_dir()) / "hf_export" / hashlib.sha256(identity.encode()).hexdigest()[:16]
     if not (out_dir / "config.json").is_file():
         export_to_hf(checkpoint, out_dir, tokenizer_dir=tokenizer_dir, force=True)

@@ -57,7 +57,7 @@ def pair_features(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def _cv_folds(y: np.ndarray, folds: int, seed: int) -> StratifiedKFold:
     """At most as many folds as the rarest class has members (and at least 2)."""
-    smallest = int(np.bincount(y).min(where=np.bincount(y) > 0, initial=len(y)))
+    smallest = int(np.unique(y, return_counts=True)[1].min())
     return StratifiedKFold(n_splits=max(2, min(folds, smallest)), shuffle=True, random_state=seed)
 
 
