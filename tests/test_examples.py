@@ -38,9 +38,9 @@ def test_example_configs_validate(name):
         assert cfg.training.precision == "bf16" and cfg.data.seq_length == 512
 
 
-def _run_tiny(work: Path, **env) -> str:
+def _run_tiny(work: Path, extra: str = "", **env) -> str:
     clean = {k: v for k, v in os.environ.items() if k not in _RENDEZVOUS_VARS}
-    clean.update(CORPUS_BYTES="300000", EXTRA_ARGS="--set training.log_interval=1", **env)
+    clean.update(CORPUS_BYTES="300000", EXTRA_ARGS=f"--set training.log_interval=1 {extra}", **env)
     done = subprocess.run(["bash", str(EXAMPLES / "train_tiny_cpu.sh"), str(work)], env=clean, cwd=REPO,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
@@ -51,9 +51,14 @@ def _run_tiny(work: Path, **env) -> str:
 def test_tiny_example_runs_with_dp_tp_and_pp(tmp_path):
     from megatron_crossbert.checkpoint_format import latest_iteration, read_run_config
 
+    from megatron_crossbert.evaluation.synthetic import write_jsonl_task
+
     work = tmp_path / "tiny"
-    out = _run_tiny(work, NPROC="2", TRAIN_ITERS="4")
+    probe = write_jsonl_task(tmp_path / "probe" / "toy", n_train=40, n_test=20)
+    probes = f"--set training.probe_interval=4 --set training.probe_tasks=['jsonl:{probe}']"
+    out = _run_tiny(work, probes, NPROC="2", TRAIN_ITERS="4")
     assert "step 4/4" in out and "supervised tokens/s" in out and out.count("summary ") == 1
+    assert "step 4 | probe: toy/accuracy" in out  # the evaluation package's in-training probe hook
     assert latest_iteration(work / "ckpt_crossbert_tp1_pp1_n2") == 4
     for layout, name in (({"TP": "2"}, "ckpt_crossbert_tp2_pp1_n2"), ({"PP": "2"}, "ckpt_crossbert_tp1_pp2_n2")):
         out = _run_tiny(work, NPROC="2", TRAIN_ITERS="4", **layout)

@@ -47,6 +47,8 @@ class IntervalStats:
     loss_sum: float = 0.0
     tokens: float = 0.0
     skipped: int = 0
+    excluded: float = 0.0
+    """Seconds spent on validation, probes and checkpoints: not training throughput."""
     start: float = field(default_factory=time.perf_counter)
 
     def add(self, loss_sum: float, num_tokens: float, skipped: bool) -> None:
@@ -104,10 +106,14 @@ class MetricsLogger:
         if self.bar is not None:
             self.bar.update(1)
 
+    def exclude(self, seconds: float) -> None:
+        """Leave non-training time (validation, probes, saves) out of the throughput figures."""
+        self.interval.excluded += seconds
+
     def compute(self, lr: float, grad_norm: float | None) -> dict[str, float]:
         """Interval metrics; resets the interval. Safe to call on every rank."""
         stats, now = self.interval, time.perf_counter()
-        elapsed = max(now - stats.start, 1e-9)
+        elapsed = max(now - stats.start - stats.excluded, 1e-9)
         done = stats.steps - stats.skipped
         samples = done * self.cfg.training.global_batch_size
         metrics = {"loss": stats.loss_sum / max(stats.tokens, 1.0), "lr": lr,

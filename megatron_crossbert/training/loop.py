@@ -73,10 +73,11 @@ def _account(result: StepResult, state: LoopState, max_nonfinite: int, iteration
 
 
 def _after_step(session: Session, state: LoopState, logger: MetricsLogger, probes: ProbeHook, valid_ds) -> None:
-    """Logging, validation, probes and periodic saves at a step boundary."""
+    """Logging, then validation, probes and periodic saves (timed out of the throughput figures)."""
     cfg, it = session.run_cfg, session.progress.iteration
     if it % cfg.training.log_interval == 0 or it == cfg.training.train_iters:
         logger.log_step(it, current_lr(session.optimizer), state.grad_norms[-1])
+    start = time.perf_counter()
     if valid_ds is not None and it % cfg.training.eval_interval == 0:
         loss = evaluate(session.ddp, valid_iterator(session, valid_ds), cfg, cfg.training.eval_iters, session.device)
         state.valid_losses[it] = loss
@@ -86,6 +87,7 @@ def _after_step(session: Session, state: LoopState, logger: MetricsLogger, probe
     interval = cfg.checkpoint.save_interval
     if interval and it % interval == 0:
         _save(session, state)
+    logger.exclude(time.perf_counter() - start)
 
 
 def _should_stop(session: Session, stop: StopSignal, state: LoopState, exit_at: int | None) -> bool:
