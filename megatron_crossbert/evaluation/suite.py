@@ -49,8 +49,8 @@ _LOADED: dict[tuple, tuple[list[ProbeTask], object]] = {}
 
 
 def load_suite_tasks(*, glue_dir: str | Path | None = None, glue_tasks: Sequence[str] | None = None,
-                     jsonl: Sequence[str | Path] = (), max_train: int | None = 2000,
-                     max_test: int | None = 1000, seed: int = 0) -> list[ProbeTask]:
+                     jsonl: Sequence[str | Path] = (), max_train: int | None = SUITE_MAX_TRAIN,
+                     max_test: int | None = SUITE_MAX_TEST, seed: int = 0) -> list[ProbeTask]:
     """Load and subsample the suite's tasks once (same rows at every call, so curves are comparable)."""
     tasks = collect_tasks(glue_dir=glue_dir, glue_tasks=glue_tasks, jsonl=jsonl)
     return [task.subsample(max_train, max_test, seed) for task in tasks]
