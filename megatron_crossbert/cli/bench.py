@@ -48,6 +48,8 @@ def _add_sample_efficiency(sub) -> None:
                    help="throughput report to include in the results page when it exists")
     p.add_argument("--stages", nargs="*", default=None,
                    help="subset of: data train probe report (default: all, in order)")
+    p.add_argument("--follow", action="store_true",
+                   help="probe/report only: keep probing checkpoints as a concurrent 'train' invocation writes them")
     p.add_argument("--threads", type=int, default=None)
 
 
@@ -107,7 +109,7 @@ def run_sample_efficiency_command(args) -> int:
     paths = ExperimentPaths(work_dir=args.work_dir, corpus=args.corpus, glue_dir=args.glue_dir,
                             probe_dir=args.probe_dir, results_md=args.results_md, figures_dir=args.figures_dir,
                             throughput_json=args.throughput_json)
-    run_experiment(paths, plan_name=args.plan, stages=args.stages)
+    run_experiment(paths, plan_name=args.plan, stages=args.stages, follow=args.follow)
     return 0
 
 

@@ -9,6 +9,7 @@ rest as not completed.
 from __future__ import annotations
 
 import json
+import os
 import time
 import traceback
 from dataclasses import dataclass
@@ -51,26 +52,27 @@ def _load_status(work_dir: Path) -> dict:
 
 
 def _save_status(work_dir: Path, status: dict) -> None:
-    _status_path(work_dir).write_text(json.dumps(status, indent=2))
+    """Merge into the file: a training process and a probing process may both update it."""
+    merged = {**_load_status(work_dir), **status}
+    tmp = _status_path(work_dir).with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(merged, indent=2))
+    tmp.replace(_status_path(work_dir))
 
 
-def _run_stage(name: str, fn, work_dir: Path, status: dict) -> bool:
-    """Run one stage, recording done/failed (with the error) in status.json; never raises."""
+def _run_stage(name: str, fn, work_dir: Path) -> bool:
+    """Run one stage, recording running/done/failed (with the error) in status.json; never raises."""
     start = time.time()
-    status[name] = "running"
-    _save_status(work_dir, status)
+    _save_status(work_dir, {name: "running"})
     try:
         fn()
-        status[name] = f"done ({time.time() - start:.0f}s this invocation)"
+        _save_status(work_dir, {name: f"done ({time.time() - start:.0f}s this invocation)"})
         return True
     except Exception as err:  # recorded and reported, so a partial run still yields a results page
-        status[name] = f"FAILED: {type(err).__name__}: {err}"
+        _save_status(work_dir, {name: f"FAILED: {type(err).__name__}: {err}"})
         (work_dir / "logs").mkdir(exist_ok=True)
         (work_dir / "logs" / f"stage-{name}.traceback").write_text(traceback.format_exc())
         print(f"[sample-efficiency] stage {name} failed: {err}", flush=True)
         return False
-    finally:
-        _save_status(work_dir, status)
 
 
 def make_figures(plan: Plan, runs: list[RunSpec], work_dir: Path, figures_dir: Path) -> dict[str, Path | None]:
@@ -88,21 +90,44 @@ def make_figures(plan: Plan, runs: list[RunSpec], work_dir: Path, figures_dir: P
     }
 
 
-def _report(plan: Plan, runs: list[RunSpec], work: Path, paths: ExperimentPaths, status: dict) -> None:
+def _report(plan: Plan, runs: list[RunSpec], work: Path, paths: ExperimentPaths) -> None:
     from megatron_crossbert.benchmarking.sample_efficiency.results_page import write_results_page
 
     figures = make_figures(plan, runs, work, Path(paths.figures_dir))
     throughput = Path(paths.throughput_json)
+    status = {k: v for k, v in _load_status(work).items() if k != "report"}
     write_results_page(Path(paths.results_md), plan=plan, runs=runs, work_dir=work, figures=figures,
-                       status={k: v for k, v in status.items() if k != "report"},
-                       throughput_json=throughput if throughput.is_file() else None, caveats=CAVEATS)
+                       status=status, throughput_json=throughput if throughput.is_file() else None,
+                       caveats=CAVEATS)
 
 
-def run_experiment(paths: ExperimentPaths, plan_name: str = "cpu", stages: list[str] | None = None) -> dict:
+def follow_probes(plan: Plan, runs: list[RunSpec], work: Path, paths: ExperimentPaths, poll_s: float = 30.0) -> None:
+    """Probe checkpoints as a concurrent training process writes them, until every run is done.
+
+    Lets probing overlap training (``--stages probe report --follow`` beside ``--stages data train``);
+    the page is rewritten after every probed checkpoint.
+    """
+    from megatron_crossbert.benchmarking.sample_efficiency.probe_stage import run_probe_stage
+    from megatron_crossbert.benchmarking.sample_efficiency.train_stage import is_complete
+
+    while True:
+        finished = all(is_complete(work, run) for run in runs)
+        probed = run_probe_stage(plan, runs, work, paths.glue_dir, paths.probe_dir, limit=1)
+        if probed:
+            _run_stage("report", lambda: _report(plan, runs, work, paths), work)
+        elif finished:
+            return
+        else:
+            time.sleep(poll_s)
+
+
+def run_experiment(paths: ExperimentPaths, plan_name: str = "cpu", stages: list[str] | None = None,
+                   follow: bool = False) -> dict:
     """Run the requested stages (default all); returns the final status dict.
 
     Training and probing go run by run (train BERT, probe it, rewrite the page, then the next run),
     so an interrupted experiment still has complete, reported comparisons for the runs it finished.
+    ``follow=True`` (probe/report only) instead waits for checkpoints from a concurrent trainer.
     """
     from megatron_crossbert.benchmarking.sample_efficiency.data_stage import data_prefix, run_data_stage, tokenizer_dir
     from megatron_crossbert.benchmarking.sample_efficiency.probe_stage import run_probe_stage
@@ -110,16 +135,18 @@ def run_experiment(paths: ExperimentPaths, plan_name: str = "cpu", stages: list[
 
     plan, work = PLANS[plan_name], Path(paths.work_dir)
     work.mkdir(parents=True, exist_ok=True)
-    runs, status = all_runs(plan), _load_status(work)
-    wanted = stages or list(STAGES)
-    data_ok = "data" not in wanted or _run_stage("data", lambda: run_data_stage(plan, work, paths.corpus), work, status)
+    runs, wanted = all_runs(plan), stages or list(STAGES)
+    if follow:
+        follow_probes(plan, runs, work, paths)
+        return _load_status(work)
+    data_ok = "data" not in wanted or _run_stage("data", lambda: run_data_stage(plan, work, paths.corpus), work)
     for run in runs:
         if data_ok and "train" in wanted:
             _run_stage(f"train:{run.name}", lambda: run_train_stage(
-                plan, [run], work, data_prefix(work), str(tokenizer_dir(work))), work, status)
+                plan, [run], work, data_prefix(work), str(tokenizer_dir(work))), work)
         if "probe" in wanted:
             _run_stage(f"probe:{run.name}", lambda: run_probe_stage(
-                plan, [run], work, paths.glue_dir, paths.probe_dir), work, status)
+                plan, [run], work, paths.glue_dir, paths.probe_dir), work)
         if "report" in wanted:
-            _run_stage("report", lambda: _report(plan, runs, work, paths, status), work, status)
-    return status
+            _run_stage("report", lambda: _report(plan, runs, work, paths), work)
+    return _load_status(work)

@@ -18,13 +18,29 @@ from megatron_crossbert.benchmarking.sample_efficiency.commands import read_comm
 from megatron_crossbert.benchmarking.sample_efficiency.plan import Plan, RunSpec, compute_budget_flops, flops_per_sample
 
 
+def _targets_text(results: list[dict]) -> str:
+    """Check the issue's two throughput targets against the measured ratios."""
+    by_name = {r["name"]: r for r in results}
+    lines = []
+    single, compl = by_name.get("crossbert r=0.5 single"), by_name.get("crossbert r=0.5 compl")
+    if single:
+        ratio = single["samples_per_s_vs_bert"]
+        lines.append(f"- Single view r=0.5: **{ratio:.2f}x** BERT samples/s (target >= 1.5x, aim 2x): "
+                     f"{'met' if ratio >= 1.5 else 'NOT met'}.")
+    if compl:
+        ratio = compl["supervised_tokens_per_s_vs_bert"]
+        lines.append(f"- Complementary r=0.5: **{ratio:.2f}x** BERT supervised tokens/s (target >= 5x): "
+                     f"{'met' if ratio >= 5 else 'NOT met'}.")
+    return "\n".join(lines)
+
+
 def _throughput_section(throughput_json: Path | None) -> str:
     if throughput_json is None or not throughput_json.is_file():
         return "## 1. Training-step throughput\n\n**Not run yet** (no `benchmarks/out/throughput.json`)."
     report = json.loads(throughput_json.read_text())
     parts = ["## 1. Training-step throughput", f"Command: `crossbert-bench throughput` "
              f"(options `{json.dumps(report['meta']['options'])}`), started {report['meta']['started_utc']}.",
-             throughput_markdown(report)]
+             throughput_markdown(report), _targets_text(report["results"])]
     if "profile" in report:
         from megatron_crossbert.benchmarking.profile import profile_markdown
 
@@ -150,11 +166,15 @@ def write_results_page(path: Path, *, plan: Plan, runs: list[RunSpec], work_dir:
               f"from the files the benchmarks wrote. Everything here is a **small-scale** measurement on a "
               f"CPU-only machine (2 cores shared with other jobs): it tests the direction of the paper's claims "
               f"on tiny models, not their size. The H200 check (`benchmarks/gpu_check.py`) has not been run.")
-    body = [header, _throughput_section(throughput_json),
+    reproduce = ("Reproduce (from the repository root, venv active):\n\n```\n"
+                 "crossbert-bench throughput --threads 1 --profile      # -> benchmarks/out/throughput.json\n"
+                 "crossbert-bench sample-efficiency                      # resumable; rerun to continue\n"
+                 "python benchmarks/gpu_check.py                         # on an H200 (<8 min)\n```")
+    body = [header, reproduce, _throughput_section(throughput_json),
             _sample_efficiency_section(plan, runs, work_dir, figures, path.parent, status),
             "## Caveats\n\n" + "\n".join(f"- {c}" for c in caveats)]
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text("\n\n".join(body) + "\n")
     tmp.replace(path)
     return path
