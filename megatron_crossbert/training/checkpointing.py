@@ -40,6 +40,7 @@ from megatron_crossbert.checkpoint_format import (
     resolve_checkpoint_dir,
 )
 from megatron_crossbert.config import RunConfig
+from megatron_crossbert.platform import seed_everything
 
 SLEEP_IN_SAVE_ENV = "CROSSBERT_TEST_SLEEP_IN_SAVE"
 """Test hook, "ITERATION:SECONDS": sleep that long after the shards of that iteration's save are
@@ -221,15 +222,13 @@ def save_checkpoint(root: str | Path, model, optimizer, scheduler, progress: Pro
     return ckpt_dir
 
 
-def load_checkpoint(path: str | Path, model, optimizer, scheduler, run_cfg: RunConfig) -> tuple[Progress, Path]:
-    """Collective: restore model, optimizer, scheduler, RNG and progress from ``path`` (root or iter dir)."""
-    ckpt_dir = resolve_checkpoint_dir(path)
-    saved = check_compatible(ckpt_dir, run_cfg)
-    if run_cfg.parallel.use_distributed_optimizer:
-        prime_optimizer_state(optimizer)
-    same_layout = (saved.parallel.tensor_model_parallel_size == run_cfg.parallel.tensor_model_parallel_size
-                   and saved.parallel.pipeline_model_parallel_size == run_cfg.parallel.pipeline_model_parallel_size)
-    request = _state_dict(model, optimizer, scheduler, Progress(), run_cfg, is_loading=True, with_rng=same_layout)
+def _same_layout(saved: RunConfig, current: RunConfig) -> bool:
+    return (saved.parallel.tensor_model_parallel_size == current.parallel.tensor_model_parallel_size
+            and saved.parallel.pipeline_model_parallel_size == current.parallel.pipeline_model_parallel_size)
+
+
+def _read(ckpt_dir: Path, request: dict, model, optimizer) -> dict:
+    """dist_checkpointing.load plus the in-place model/optimizer loads (under no_grad)."""
     with torch.no_grad():  # the distributed optimizer copies into views of leaf parameters
         try:
             loaded = dist_checkpointing.load(request, str(ckpt_dir))
@@ -237,12 +236,29 @@ def load_checkpoint(path: str | Path, model, optimizer, scheduler, run_cfg: RunC
             raise CheckpointError(f"cannot resume from {ckpt_dir}: {err}") from err
         model.load_state_dict(loaded["model"])
         optimizer.load_state_dict(loaded["optimizer"])
+    return loaded
+
+
+def load_checkpoint(path: str | Path, model, optimizer, scheduler, run_cfg: RunConfig) -> tuple[Progress, Path]:
+    """Collective: restore model, optimizer, scheduler, RNG and progress from ``path`` (root or iter dir).
+
+    Under a different TP/PP layout the RNG streams cannot be mapped, so they are re-seeded from
+    ``training.seed + iteration`` (a resumed run then does not replay the dropout masks of step 1).
+    """
+    ckpt_dir = resolve_checkpoint_dir(path)
+    same_layout = _same_layout(check_compatible(ckpt_dir, run_cfg), run_cfg)
+    if run_cfg.parallel.use_distributed_optimizer:
+        prime_optimizer_state(optimizer)
+    request = _state_dict(model, optimizer, scheduler, Progress(), run_cfg, is_loading=True, with_rng=same_layout)
+    loaded = _read(ckpt_dir, request, model, optimizer)
     scheduler.load_state_dict(loaded["scheduler"])
     if run_cfg.parallel.use_distributed_optimizer:
         restore_adam_steps(optimizer, scheduler.num_steps)
     progress = Progress(int(loaded["iteration"]), int(loaded["data"]["consumed_samples"]))
     if same_layout:
         set_rng_state(loaded["rng"])
+    else:
+        seed_everything(run_cfg.training.seed + progress.iteration)
     return progress, ckpt_dir
 
 

@@ -96,27 +96,38 @@ def _should_stop(session: Session, stop: StopSignal, state: LoopState, exit_at: 
     return state.stopped_by_signal or (exit_at is not None and session.progress.iteration >= exit_at)
 
 
-def run_loop(session: Session, exit_at_iteration: int | None = None) -> LoopState:
-    cfg, state = session.run_cfg, LoopState()
-    train_iter, valid_ds = build_data(session)
+def _one_step(session: Session, train_iter, state: LoopState, logger: MetricsLogger) -> None:
+    """One optimizer step over the global batch, then progress and loss bookkeeping."""
+    cfg, start = session.run_cfg, time.perf_counter()
+    result = train_step(session.ddp, session.optimizer, session.scheduler, train_iter, cfg,
+                        session.num_micro, session.device)
+    session.progress.iteration += 1
+    session.progress.consumed_samples += cfg.training.global_batch_size
+    state.step_times.append(time.perf_counter() - start)
+    logger.record(result.loss_sum, result.num_tokens, result.skipped)
+    _account(result, state, cfg.training.max_nonfinite_steps, session.progress.iteration)
+
+
+def _make_logger(session: Session) -> MetricsLogger:
     world = dist.get_world_size() if dist.is_initialized() else 1
-    logger = MetricsLogger(cfg, world_size=world, flops_per_sample=_model_flops(cfg),
+    logger = MetricsLogger(session.run_cfg, world_size=world, flops_per_sample=_model_flops(session.run_cfg),
                            enabled=_is_rank0(), start_iteration=session.progress.iteration)
-    probes = ProbeHook(cfg, logger)
     if session.resumed_from is not None:
         logger.print(f"resumed from {session.resumed_from} at step {session.progress.iteration}, "
                      f"{session.progress.consumed_samples} samples consumed")
+    return logger
+
+
+def run_loop(session: Session, exit_at_iteration: int | None = None) -> LoopState:
+    """Train until train_iters or a stop request; always ends with a checkpoint when saving."""
+    cfg, state = session.run_cfg, LoopState()
+    train_iter, valid_ds = build_data(session)
+    logger = _make_logger(session)
+    probes = ProbeHook(cfg, logger)
     with StopSignal() as stop:
         try:
             while session.progress.iteration < cfg.training.train_iters:
-                start = time.perf_counter()
-                result = train_step(session.ddp, session.optimizer, session.scheduler, train_iter, cfg,
-                                    session.num_micro, session.device)
-                session.progress.iteration += 1
-                session.progress.consumed_samples += cfg.training.global_batch_size
-                state.step_times.append(time.perf_counter() - start)
-                logger.record(result.loss_sum, result.num_tokens, result.skipped)
-                _account(result, state, cfg.training.max_nonfinite_steps, session.progress.iteration)
+                _one_step(session, train_iter, state, logger)
                 _after_step(session, state, logger, probes, valid_ds)
                 if _should_stop(session, stop, state, exit_at_iteration):
                     logger.print(f"stopping at step {session.progress.iteration}; saving a checkpoint")
