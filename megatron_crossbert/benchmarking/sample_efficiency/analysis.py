@@ -87,11 +87,18 @@ def sweep_table(plan: Plan, runs: list[RunSpec], work_dir: Path) -> list[dict]:
     rows = []
     for shape in plan.sweep_shapes:
         run = next((r for r in runs if r.shape == shape and r.complementary and r.arch == "crossbert"
-                    and (r.group == "sweep" or shape == plan.main_shape)), None)
+                    and (r.group == "sweep" or (r.group == "main" and shape == plan.main_shape))), None)
         point = at_iteration(curve(plan, run, work_dir), plan.sweep_steps) if run else None
         rows.append({"shape": shape, "run": run.name if run else None, "point": point,
                      "flops_per_sample": flops_per_sample(plan, "crossbert", 0.5, True, shape)})
     return rows
+
+
+def reference_point(plan: Plan, runs: list[RunSpec], work_dir: Path) -> Point | None:
+    """The probe score of the untrained encoder (the 'reference' run), if measured."""
+    run = next((r for r in runs if r.group == "reference"), None)
+    points = curve(plan, run, work_dir) if run else []
+    return points[-1] if points else None
 
 
 def is_monotonic(rows: list[dict]) -> bool | None:

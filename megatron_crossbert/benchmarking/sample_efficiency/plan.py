@@ -48,7 +48,7 @@ class RunSpec:
     train_steps: int
     save_interval: int
     group: str
-    """'main' (budget comparison) or 'sweep' (model-size sweep)."""
+    """'main' (budget comparison), 'sweep' (model-size sweep) or 'reference' (untrained encoder)."""
 
 
 @dataclass
@@ -110,7 +110,8 @@ def run_config(plan: Plan, arch: str, mask_ratio: float, complementary: bool, sh
         "masking": {"mask_ratio": mask_ratio, "complementary": complementary},
         "data": {"seq_length": plan.seq_length},
         "training": {"micro_batch_size": plan.micro_batch, "global_batch_size": plan.global_batch,
-                     "train_iters": train_steps or plan.sample_steps, "lr": plan.lr, "min_lr": plan.lr, "lr_warmup_iters": plan.warmup,
+                     "train_iters": train_steps or plan.sample_steps, "lr": plan.lr, "min_lr": plan.lr,
+                     "lr_warmup_iters": min(plan.warmup, train_steps or plan.sample_steps),
                      "lr_decay_style": "constant", "log_interval": 10},
     }
     return RunConfig.from_dict(raw)
@@ -160,5 +161,16 @@ def sweep_runs(plan: Plan) -> list[RunSpec]:
     return runs
 
 
+def reference_runs(plan: Plan) -> list[RunSpec]:
+    """The encoder (practically) at initialisation: one optimizer step (Adam moves each weight by
+    at most ~lr), then saved; the training CLI cannot save before the first step.
+
+    Its probe score is the floor a pretrained encoder must beat; without it, small differences
+    between the main runs cannot be read.
+    """
+    return [RunSpec("init-reference", "crossbert", 0.5, True, plan.main_shape, 1, 1, "reference")]
+
+
 def all_runs(plan: Plan) -> list[RunSpec]:
-    return main_runs(plan) + sweep_runs(plan)
+    """Main runs first (they decide the comparisons), then the size sweep, then the reference."""
+    return main_runs(plan) + sweep_runs(plan) + reference_runs(plan)

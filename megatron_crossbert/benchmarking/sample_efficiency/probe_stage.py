@@ -42,8 +42,8 @@ def key_iterations(plan: Plan, run: RunSpec) -> list[int]:
     from megatron_crossbert.benchmarking.sample_efficiency.plan import (compute_budget_flops, flops_per_sample,
                                                                         steps_for_flops)
 
-    if run.group == "sweep":
-        return [plan.sweep_steps]
+    if run.group != "main":
+        return [plan.sweep_steps if run.group == "sweep" else run.train_steps]
     per_sample = flops_per_sample(plan, run.arch, run.mask_ratio, run.complementary, run.shape)
     flops_step = steps_for_flops(plan, compute_budget_flops(plan), per_sample)
     nearest = max(plan.save_interval, round(flops_step / plan.save_interval) * plan.save_interval)
@@ -55,8 +55,8 @@ def targets(work_dir: Path, run: RunSpec, plan: Plan) -> list[tuple[int, Path]]:
     the curve; sweep runs only at the sweep step; never beyond ``latest``."""
     latest = latest_iteration(run_dir(work_dir, run)) or 0
     found = [(it, path) for it, path in checkpoints(work_dir, run) if it <= latest]
-    if run.group == "sweep":
-        found = [(it, path) for it, path in found if it == plan.sweep_steps]
+    if run.group != "main":
+        found = [(it, path) for it, path in found if it in key_iterations(plan, run)]
     keys = key_iterations(plan, run)
     return sorted(found, key=lambda item: (item[0] not in keys, item[0]))
 

@@ -106,6 +106,19 @@ def _verdict(points: dict[str, an.Point | None], label: str) -> str:
     return " ".join(out)
 
 
+def _noise_text(curves: dict[str, list[an.Point]]) -> str:
+    """How much each run's score moves between its own checkpoints: a floor for meaningful gaps."""
+    parts = []
+    for name, points in curves.items():
+        scores = [p.average for p in points if p.average is not None]
+        if len(scores) >= 2:
+            parts.append(f"{name} {min(scores):.1f}-{max(scores):.1f}")
+    if not parts:
+        return ""
+    return ("Spread of each run's mean probe score across its own checkpoints (a rough noise floor: "
+            "gaps smaller than this are not evidence either way): " + "; ".join(parts) + ".")
+
+
 def _efficiency_text(curves: dict[str, list[an.Point]], plan: Plan) -> str:
     rows = []
     for name, item in an.sample_efficiency(curves, plan).items():
@@ -141,8 +154,9 @@ def _sample_efficiency_section(plan: Plan, runs: list[RunSpec], work_dir: Path, 
     curves = {r.name: an.curve(plan, r, work_dir) for r in main}
     task_names = sorted({t for pts in curves.values() for p in pts for t in p.tasks})
     budget = compute_budget_flops(plan)
-    equal_samples = {r.name: an.at_iteration(curves[r.name], plan.sample_steps) for r in main}
-    equal_flops = {r.name: an.closest_flops(curves[r.name], budget) for r in main}
+    reference = {"init (1 step, ~untrained)": an.reference_point(plan, runs, work_dir)}
+    equal_samples = {**{r.name: an.at_iteration(curves[r.name], plan.sample_steps) for r in main}, **reference}
+    equal_flops = {**{r.name: an.closest_flops(curves[r.name], budget) for r in main}, **reference}
     images = "\n\n".join(f"![{key}]({os.path.relpath(path, docs_dir)})" for key, path in figures.items()
                          if path and key != "sweep")
     return "\n\n".join([
@@ -154,7 +168,7 @@ def _sample_efficiency_section(plan: Plan, runs: list[RunSpec], work_dir: Path, 
         _points_table(equal_samples, task_names), _verdict(equal_samples, "equal samples"),
         f"### Equal compute (~{fmt(budget / 1e12, 2)} TFLOP, nearest checkpoint)",
         _points_table(equal_flops, task_names), _verdict(equal_flops, "equal compute"),
-        "### Sample efficiency", _efficiency_text(curves, plan), "### Curves", images or "No curves yet.",
+        _noise_text(curves), "### Sample efficiency", _efficiency_text(curves, plan), "### Curves", images or "No curves yet.",
         "### Model-size sweep", _sweep_text(plan, runs, work_dir, figures.get("sweep"), docs_dir)])
 
 
