@@ -98,3 +98,13 @@ def test_jsonl_task_with_string_labels_and_pairs(tmp_path):
         (tmp_path / "pairs" / f"{split}.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
     task = load_jsonl_task(tmp_path / "pairs")
     assert task.spec.is_pair and task.train.labels.tolist() == [1, 0, 1]
+
+
+def test_hf_datasets_loader_with_local_files(tmp_path):
+    from megatron_crossbert.evaluation.tasks import load_hf_task
+
+    task_dir = write_jsonl_task(tmp_path / "toy", n_train=10, n_test=6)
+    files = {s: str(task_dir / f"{s}.jsonl") for s in ("train", "test")}
+    task = load_hf_task("json", name="toy-hf", data_files=files, cache_dir=str(tmp_path / "hf_cache"))
+    assert task.spec.name == "toy-hf" and len(task.train) == 10 and len(task.test) == 6
+    assert task.train.labels.tolist() == load_jsonl_task(task_dir).train.labels.tolist()

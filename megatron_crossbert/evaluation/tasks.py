@@ -162,11 +162,15 @@ def find_jsonl_tasks(root: str | Path) -> list[Path]:
 
 def load_hf_task(dataset: str, *, config: str | None = None, name: str | None = None,
                  text_field: str = "text", pair_field: str | None = None, label_field: str = "label",
-                 train_split: str = "train", test_split: str = "test", kind: Kind | None = None) -> ProbeTask:
-    """Load a task from the Hugging Face hub with ``datasets`` (needs network or a warm HF cache)."""
+                 train_split: str = "train", test_split: str = "test", kind: Kind | None = None,
+                 **load_kwargs) -> ProbeTask:
+    """Load a task with ``datasets.load_dataset`` (hub: needs network or a warm HF cache).
+
+    ``load_kwargs`` go to ``load_dataset`` (e.g. ``data_files`` for a local ``"json"``/``"csv"`` build).
+    """
     from datasets import load_dataset
 
-    data = load_dataset(dataset, config)
+    data = load_dataset(dataset, config, **load_kwargs)
     cols = {}
     for split in (train_split, test_split):
         part = data[split]
