@@ -78,7 +78,10 @@ def sample_efficiency(curves: dict[str, list[Point]], plan: Plan) -> dict[str, d
         first = bool(points) and needed is not None and needed == points[0].samples
         out[name] = {"bert_score": bert_final.average, "bert_samples": bert_final.samples,
                      "samples_needed": needed, "factor": bert_final.samples / needed if needed else None,
-                     "at_first_point": first}
+                     "at_first_point": first,
+                     "stays_above": needed is not None and all(
+                         p.average is not None and p.average >= bert_final.average
+                         for p in points if p.samples >= needed)}
     return out
 
 

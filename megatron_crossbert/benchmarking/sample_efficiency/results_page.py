@@ -125,12 +125,16 @@ def _efficiency_text(curves: dict[str, list[an.Point]], plan: Plan) -> str:
         needed = item["samples_needed"]
         rows.append([name, fmt(item["bert_score"], 1), item["bert_samples"],
                      "not reached" if needed is None else ("≤ " if item["at_first_point"] else "") + fmt(needed, 0),
-                     "—" if item["factor"] is None else fmt(item["factor"], 2, suffix="x")])
+                     "—" if item["factor"] is None else fmt(item["factor"], 2, suffix="x"),
+                     "yes" if item["stays_above"] else "no"])
     if not rows:
         return "Samples-to-match not available (BERT's sample-budget checkpoint has no probe result yet)."
     return ("Samples a CrossBERT run needed to reach BERT's mean probe score at the sample budget "
-            "(interpolated between checkpoints; factor = BERT samples / CrossBERT samples, paper claims 2x):\n\n"
-            + markdown_table(["run", "BERT score", "BERT samples", "samples needed", "factor"], rows))
+            "(interpolated between checkpoints; factor = BERT samples / CrossBERT samples, paper claims 2x). "
+            "A factor only means something if the run then stays at or above BERT's score at every later "
+            "checkpoint (last column); a first crossing inside the noise spread is not evidence.\n\n"
+            + markdown_table(["run", "BERT score", "BERT samples", "samples needed", "factor",
+                              "stays >= BERT afterwards"], rows))
 
 
 def _sweep_text(plan: Plan, runs: list[RunSpec], work_dir: Path, figure: Path | None, docs_dir: Path) -> str:
