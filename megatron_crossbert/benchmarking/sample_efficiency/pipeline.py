@@ -80,11 +80,15 @@ def make_figures(plan: Plan, runs: list[RunSpec], work_dir: Path, figures_dir: P
 
     curves = {r.name: an.curve(plan, r, work_dir) for r in runs if r.group == "main"}
     suffix = "" if plan.name == "cpu" else f"_{plan.name}"
+    ref = an.reference_point(plan, runs, work_dir)
+    floor = ref.average if ref else None
     return {
         "vs samples": plots.plot_curves(curves, "samples", plan.sample_steps * plan.global_batch,
-                                        figures_dir / f"probe_vs_samples{suffix}.png", "Frozen-probe score vs samples seen"),
+                                        figures_dir / f"probe_vs_samples{suffix}.png",
+                                        "Frozen-probe score vs samples seen", floor),
         "vs FLOPs": plots.plot_curves(curves, "flops", compute_budget_flops(plan),
-                                      figures_dir / f"probe_vs_flops{suffix}.png", "Frozen-probe score vs model FLOPs"),
+                                      figures_dir / f"probe_vs_flops{suffix}.png",
+                                      "Frozen-probe score vs model FLOPs", floor),
         "sweep": plots.plot_sweep(an.sweep_table(plan, runs, work_dir), figures_dir / f"size_sweep{suffix}.png",
                                   "CrossBERT (r=0.5, complementary): score vs size"),
     }

@@ -24,8 +24,10 @@ def _pyplot():
     return plt
 
 
-def plot_curves(curves: dict[str, list[Point]], x: str, budget: float, out: Path, title: str) -> Path | None:
-    """Average probe score against ``x`` ('samples' or 'flops') for every main run."""
+def plot_curves(curves: dict[str, list[Point]], x: str, budget: float, out: Path, title: str,
+                reference: float | None = None) -> Path | None:
+    """Average probe score against ``x`` ('samples' or 'flops') for every main run; ``reference``
+    (the untrained encoder's score) is drawn as a horizontal floor."""
     if not any(curves.values()):
         return None
     plt = _pyplot()
@@ -35,6 +37,8 @@ def plot_curves(curves: dict[str, list[Point]], x: str, budget: float, out: Path
         xs = [getattr(p, x) / (1e12 if x == "flops" else 1) for p in points if p.average is not None]
         ys = [p.average for p in points if p.average is not None]
         ax.plot(xs, ys, marker=marker, color=color, label=label)
+    if reference is not None:
+        ax.axhline(reference, color="tab:green", linestyle="--", linewidth=1, label="untrained encoder (1 step)")
     ax.axvline(budget / (1e12 if x == "flops" else 1), color="black", linestyle=":", linewidth=1,
                label="budget (equal samples)" if x == "samples" else "budget (BERT's FLOPs)")
     ax.set_xlabel("samples seen (sequences)" if x == "samples" else "model FLOPs (TFLOP, fwd+bwd)")
