@@ -87,9 +87,7 @@ def make_dataset_config(run_cfg: RunConfig, tokenizer: Tokenizer | None = None) 
         random_seed=masking.seed, sequence_length=data.seq_length, blend=blend, split=data.split,
         path_to_cache=data.cache_dir, tokenizer=None, arch=run_cfg.model.arch,
         cls_id=ids["cls"], sep_id=ids["sep"], mask_id=ids["mask"], special_ids=tuple(sorted(set(ids.values()))),
-        vocab_size=vocab_size, mask_ratio=masking.mask_ratio, complementary=masking.complementary,
-        pin_cls=masking.pin_cls, bert_mask_prob=masking.bert_mask_prob,
-        bert_replace_mask=masking.bert_replace_mask, bert_replace_random=masking.bert_replace_random)
+        vocab_size=vocab_size, masking=masking)
 
 
 def _dataset_class(run_cfg: RunConfig) -> type:
@@ -113,8 +111,9 @@ def build_datasets(run_cfg: RunConfig, train_valid_test_num_samples: tuple[int, 
     """
     config = make_dataset_config(run_cfg, tokenizer)
     if run_cfg.model.arch == "crossbert":  # fail now, not at the first sample (e.g. odd L at r = 0.5)
-        complementary_views(config.random_seed, 0, config.sequence_length, config.mask_ratio,
-                            config.complementary, (0,) if config.pin_cls else ())
+        masking = config.masking
+        complementary_views(config.random_seed, 0, config.sequence_length, masking.mask_ratio,
+                            masking.complementary, (0,) if masking.pin_cls else ())
     sizes = [int(n) if n is not None else None for n in train_valid_test_num_samples]
     builder = BlendedMegatronDatasetBuilder(_dataset_class(run_cfg), sizes, lambda: True, config)
     datasets = builder.build()

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from megatron.core.datasets.blended_megatron_dataset_config import BlendedMegatronDatasetConfig
@@ -33,6 +33,7 @@ from megatron.core.datasets.indexed_dataset import IndexedDataset
 from megatron.core.datasets.megatron_dataset import MegatronDataset
 from megatron.core.datasets.utils import Split
 
+from megatron_crossbert.config import MaskingConfig
 from megatron_crossbert.data.indexed import (
     check_vocab, document_lengths, document_reader, open_indexed, resolve_prefix,
 )
@@ -52,12 +53,7 @@ class CrossBertDatasetConfig(BlendedMegatronDatasetConfig):
     mask_id: int = 4
     special_ids: tuple[int, ...] = (0, 1, 2, 3, 4, 5)
     vocab_size: int = 32768
-    mask_ratio: float = 0.5
-    complementary: bool = True
-    pin_cls: bool = False
-    bert_mask_prob: float = 0.15
-    bert_replace_mask: float = 0.8
-    bert_replace_random: float = 0.1
+    masking: MaskingConfig = field(default_factory=MaskingConfig)
     json_key: str = "text"
 
 
@@ -133,8 +129,9 @@ class CrossBertDataset(MegatronDataset):
     def __getitem__(self, idx: int) -> dict[str, np.ndarray]:
         idx = int(idx)
         cfg = self.config
-        views = complementary_views(cfg.random_seed, idx, cfg.sequence_length, cfg.mask_ratio,
-                                    complementary=cfg.complementary, pinned=(0,) if cfg.pin_cls else ())
+        masking = cfg.masking
+        views = complementary_views(cfg.random_seed, idx, cfg.sequence_length, masking.mask_ratio,
+                                    complementary=masking.complementary, pinned=(0,) if masking.pin_cls else ())
         return {"tokens": self.packed_tokens(idx), "visible": views.visible, "targets": views.targets,
                 "index": np.int64(idx)}
 
@@ -147,8 +144,9 @@ class BertDataset(CrossBertDataset):
         cfg = self.config
         tokens = self.packed_tokens(idx)
         masked, labels, loss_mask = bert_mask(
-            cfg.random_seed, idx, tokens, mask_prob=cfg.bert_mask_prob, replace_mask=cfg.bert_replace_mask,
-            replace_random=cfg.bert_replace_random, mask_id=cfg.mask_id, vocab_size=cfg.vocab_size,
+            cfg.random_seed, idx, tokens, mask_prob=cfg.masking.bert_mask_prob,
+            replace_mask=cfg.masking.bert_replace_mask, replace_random=cfg.masking.bert_replace_random,
+            mask_id=cfg.mask_id, vocab_size=cfg.vocab_size,
             special_ids=cfg.special_ids)
         return {"tokens": masked, "labels": labels, "loss_mask": loss_mask,
                 "padding_mask": np.ones_like(tokens), "index": np.int64(idx)}

@@ -126,8 +126,8 @@ class StaticCrossBertDataset(MegatronDataset):
     @staticmethod
     def build_low_level_dataset(dataset_path: str, config) -> StaticPairs:
         pairs = open_static_pairs(dataset_path)
-        check_static_meta(pairs.meta, seq_length=config.sequence_length, mask_ratio=config.mask_ratio,
-                          complementary=config.complementary, seed=config.random_seed, prefix=dataset_path)
+        check_static_meta(pairs.meta, seq_length=config.sequence_length, mask_ratio=config.masking.mask_ratio,
+                          complementary=config.masking.complementary, seed=config.random_seed, prefix=dataset_path)
         return pairs
 
     @staticmethod
