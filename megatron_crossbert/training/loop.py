@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch.distributed as dist
 
@@ -118,9 +119,17 @@ def _make_logger(session: Session) -> MetricsLogger:
     return logger
 
 
+def _resumed_from_save_dir(session: Session) -> bool:
+    save_dir = session.run_cfg.checkpoint.save_dir
+    resumed = session.resumed_from
+    return bool(save_dir and resumed and Path(resumed).resolve().parent == Path(save_dir).resolve())
+
+
 def run_loop(session: Session, exit_at_iteration: int | None = None) -> LoopState:
     """Train until train_iters or a stop request; always ends with a checkpoint when saving."""
     cfg, state = session.run_cfg, LoopState()
+    if _resumed_from_save_dir(session):  # that checkpoint exists: never rewrite (and risk) it
+        state.last_saved, state.checkpoint = session.progress.iteration, str(session.resumed_from)
     train_iter, valid_ds = build_data(session)
     logger = _make_logger(session)
     probes = ProbeHook(cfg, logger)
