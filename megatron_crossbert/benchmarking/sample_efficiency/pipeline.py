@@ -27,7 +27,11 @@ CAVEATS = [
     "Throughput on 2 CPU cores shared with other jobs is noisy; only the interleaved ratios are meaningful, "
     "and CPU ratios need not match GPU ratios (attention/GEMM efficiency differs).",
     "The LR is constant after warm-up (no decay), so intermediate checkpoints are comparable across budgets, "
-    "but no run reaches the quality a decayed schedule would.",
+    "but no run reaches the quality a decayed schedule would. Runs were extended by resuming their "
+    "checkpoints with a larger step count (the constant schedule makes that identical to a longer run, "
+    "except that the data order past the old end is drawn for the new length).",
+    "The corpus subset holds ~12k sequences of 64 tokens: runs beyond that (the longest single-view run) "
+    "see part of the data a second time.",
 ]
 
 

@@ -92,7 +92,7 @@ PLANS: dict[str, Plan] = {
                  sweep_steps=3, probe_max_train=60, probe_max_test=40, probe_max_len=64,
                  glue_tasks=["SST-2", "STS-B"], jsonl_tasks=["rotten_tomatoes"]),
     "cpu": Plan(name="cpu", vocab_size=4096, tokenizer_docs=20_000, corpus_bytes=3_000_000, seq_length=64,
-                global_batch=16, micro_batch=16, sample_steps=200, save_interval=50, lr=1e-3, warmup=20,
+                global_batch=16, micro_batch=16, sample_steps=500, save_interval=50, lr=1e-3, warmup=20,
                 main_shape=ModelShape(128, 4, 4), sweep_shapes=[ModelShape(64, 2, 2), ModelShape(128, 4, 4),
                                                                 ModelShape(160, 4, 4)],
                 sweep_steps=100, probe_max_train=200, probe_max_test=100, probe_max_len=64),

@@ -106,6 +106,24 @@ def _verdict(points: dict[str, an.Point | None], label: str) -> str:
     return " ".join(out)
 
 
+def _reading_text(points: dict[str, an.Point | None], reference: an.Point | None) -> str:
+    """Whether pretraining beat the untrained floor at all; if not, the comparisons test nothing."""
+    trained = {n: p.average for n, p in points.items() if p is not None and p.average is not None
+               and not n.startswith("init")}
+    if reference is None or reference.average is None or not trained:
+        return ""
+    best = max(trained, key=trained.get)
+    if reference.average >= trained[best]:
+        return (f"**Reading.** The untrained encoder scores {reference.average:.1f}, at least as high as every "
+                f"trained model at this budget (best: {best}, {trained[best]:.1f}). At this scale pretraining has "
+                f"not yet produced features a frozen linear probe uses better than the random initial "
+                f"embeddings, so these numbers do not test the paper's claims in either direction; they show "
+                f"the pipeline end to end and the size of the noise.")
+    beaten = [n for n, v in trained.items() if v > reference.average]
+    return (f"**Reading.** Above the untrained floor ({reference.average:.1f}): {', '.join(beaten)}; "
+            f"only gaps larger than the noise spread below are evidence.")
+
+
 def _noise_text(curves: dict[str, list[an.Point]]) -> str:
     """How much each run's score moves between its own checkpoints: a floor for meaningful gaps."""
     parts = []
@@ -170,8 +188,10 @@ def _sample_efficiency_section(plan: Plan, runs: list[RunSpec], work_dir: Path, 
         "Exact commands (from `commands.jsonl`; time is wall-clock on 2 shared cores):", _commands_section(work_dir),
         f"### Equal samples ({plan.sample_steps * plan.global_batch} sequences)",
         _points_table(equal_samples, task_names), _verdict(equal_samples, "equal samples"),
+        _reading_text(equal_samples, reference["init (1 step, ~untrained)"]),
         f"### Equal compute (~{fmt(budget / 1e12, 2)} TFLOP, nearest checkpoint)",
         _points_table(equal_flops, task_names), _verdict(equal_flops, "equal compute"),
+        _reading_text(equal_flops, reference["init (1 step, ~untrained)"]),
         _noise_text(curves), "### Sample efficiency", _efficiency_text(curves, plan), "### Curves", images or "No curves yet.",
         "### Model-size sweep", _sweep_text(plan, runs, work_dir, figures.get("sweep"), docs_dir)])
 
