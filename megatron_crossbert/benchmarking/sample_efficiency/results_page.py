@@ -31,7 +31,27 @@ def _targets_text(results: list[dict]) -> str:
         ratio = compl["supervised_tokens_per_s_vs_bert"]
         lines.append(f"- Complementary r=0.5: **{ratio:.2f}x** BERT supervised tokens/s (target >= 5x): "
                      f"{'met' if ratio >= 5 else 'NOT met'}.")
+    bert = by_name.get("bert", {}).get("model_flops_per_sample")
+    for r in results:
+        if r["arch"] != "bert" and bert and r.get("model_flops_per_sample"):
+            lines.append(f"- {r['name']}: model-FLOP ratio BERT/CrossBERT per sample {bert / r['model_flops_per_sample']:.2f}x, "
+                         f"measured samples/s ratio {r['samples_per_s_vs_bert']:.2f}x.")
     return "\n".join(lines)
+
+
+def _flop_predictions() -> str:
+    """What the model-FLOP ratio predicts at the real BERT-base/large shapes (no run needed)."""
+    from megatron_crossbert.benchmarking.cases import default_cases
+    from megatron_crossbert.models.flops import model_flops_per_sample
+
+    lines = []
+    for size in ("base", "large"):
+        cases = default_cases(size)
+        bert = model_flops_per_sample(cases[0].run_cfg)
+        ratios = ", ".join(f"{c.name} {bert / model_flops_per_sample(c.run_cfg):.2f}x" for c in cases[1:])
+        lines.append(f"- BERT-{size} shape (L=512, 2 decoder layers): samples/s ratio predicted by FLOPs: {ratios}.")
+    return ("Step time tracks model FLOPs closely on this CPU (lines above), so the FLOP ratio predicts the "
+            "GPU-shape ratios until `gpu_check.py` measures them:\n" + "\n".join(lines))
 
 
 def _throughput_section(throughput_json: Path | None) -> str:
@@ -40,7 +60,7 @@ def _throughput_section(throughput_json: Path | None) -> str:
     report = json.loads(throughput_json.read_text())
     parts = ["## 1. Training-step throughput", f"Command: `crossbert-bench throughput` "
              f"(options `{json.dumps(report['meta']['options'])}`), started {report['meta']['started_utc']}.",
-             throughput_markdown(report), _targets_text(report["results"])]
+             throughput_markdown(report), _targets_text(report["results"]), _flop_predictions()]
     if "profile" in report:
         from megatron_crossbert.benchmarking.profile import profile_markdown
 
