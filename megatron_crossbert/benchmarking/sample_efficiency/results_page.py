@@ -50,8 +50,9 @@ def _flop_predictions() -> str:
         bert = model_flops_per_sample(cases[0].run_cfg)
         ratios = ", ".join(f"{c.name} {bert / model_flops_per_sample(c.run_cfg):.2f}x" for c in cases[1:])
         lines.append(f"- BERT-{size} shape (L=512, 2 decoder layers): samples/s ratio predicted by FLOPs: {ratios}.")
-    return ("Step time tracks model FLOPs closely on this CPU (lines above), so the FLOP ratio predicts the "
-            "GPU-shape ratios until `gpu_check.py` measures them:\n" + "\n".join(lines))
+    return ("Step time tracks model FLOPs closely on this CPU (lines above). If it tracked them as closely on "
+            "a GPU (memory-bound ops and attention kernels usually make it track less well), the ratios at the "
+            "real shapes would be as below; only `gpu_check.py` on the H200 can measure them:\n" + "\n".join(lines))
 
 
 def _throughput_section(throughput_json: Path | None) -> str:
