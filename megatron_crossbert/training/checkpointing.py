@@ -26,6 +26,7 @@ import torch
 import torch.distributed as dist
 from megatron.core import dist_checkpointing, parallel_state, tensor_parallel
 from megatron.core.dist_checkpointing.mapping import ShardedObject
+from torch.distributed.checkpoint.api import CheckpointException as TorchCheckpointException
 
 from megatron_crossbert.checkpoint_format import (
     ITER_PREFIX,
@@ -77,10 +78,23 @@ def config_mismatches(saved: RunConfig, current: RunConfig, *, weights_only: boo
     return diffs
 
 
+def _layout_mismatch(saved: RunConfig, current: RunConfig) -> list[str]:
+    """The distributed optimizer's dp_reshardable format reshards across DP only, not TP/PP."""
+    if not (saved.parallel.use_distributed_optimizer and current.parallel.use_distributed_optimizer):
+        return []
+    if _same_layout(saved, current):
+        return []
+    return [f"parallel: the distributed-optimizer state was saved at TP={saved.parallel.tensor_model_parallel_size}"
+            f"/PP={saved.parallel.pipeline_model_parallel_size} and can only be resumed at that TP/PP (any DP); "
+            f"resume at that layout, or load the weights only with checkpoint.init_from"]
+
+
 def check_compatible(ckpt_dir: Path, current: RunConfig, *, weights_only: bool = False) -> RunConfig:
     """Raise CheckpointError naming every incompatible field; returns the saved config."""
     saved = read_run_config(ckpt_dir)
     diffs = config_mismatches(saved, current, weights_only=weights_only)
+    if not weights_only:
+        diffs += _layout_mismatch(saved, current)
     if diffs:
         raise CheckpointError(f"checkpoint {ckpt_dir} is incompatible with this run:\n  " + "\n  ".join(diffs))
     return saved
@@ -232,7 +246,7 @@ def _read(ckpt_dir: Path, request: dict, model, optimizer) -> dict:
     with torch.no_grad():  # the distributed optimizer copies into views of leaf parameters
         try:
             loaded = dist_checkpointing.load(request, str(ckpt_dir))
-        except Exception as err:  # megatron raises several types for corrupt or mismatched checkpoints
+        except (Exception, TorchCheckpointException) as err:  # the latter derives from BaseException
             raise CheckpointError(f"cannot resume from {ckpt_dir}: {err}") from err
         model.load_state_dict(loaded["model"])
         optimizer.load_state_dict(loaded["optimizer"])
