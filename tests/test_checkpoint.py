@@ -172,3 +172,18 @@ def test_init_from_loads_weights_only(corpus, tmp_path):
     assert warm["losses"][0] < fresh["losses"][0]
     with pytest.raises(CheckpointError, match="hidden_size"):
         train(tiny_config("crossbert", corpus, None, checkpoint__init_from=str(source), model__hidden_size=64))
+
+
+def test_distributed_optimizer_checkpoint_refuses_other_tp_pp(tmp_path):
+    """dp_reshardable optimizer state reshards across DP only: a TP/PP change is a clear error."""
+    from megatron_crossbert.checkpoint_format import CheckpointError
+    from megatron_crossbert.training.checkpointing import check_compatible
+
+    saved = tiny_config("bert", "unused", parallel__use_distributed_optimizer=True)
+    saved.save_json(tmp_path / "run_config.json")
+    check_compatible(tmp_path, tiny_config("bert", "unused", parallel__use_distributed_optimizer=True))
+    with pytest.raises(CheckpointError, match="can only be resumed at that TP/PP"):
+        check_compatible(tmp_path, tiny_config("bert", "unused", parallel__use_distributed_optimizer=True,
+                                               parallel__tensor_model_parallel_size=2))
+    check_compatible(tmp_path, tiny_config("bert", "unused", parallel__use_distributed_optimizer=True,
+                                           parallel__tensor_model_parallel_size=2), weights_only=True)
