@@ -1,5 +1,6 @@
 """Console entry points: thin argparse front ends over importable functions."""
 
+import argparse
 import warnings
 
 
@@ -10,3 +11,26 @@ def quiet_library_warnings() -> None:
     """
     for category in (DeprecationWarning, FutureWarning, UserWarning, SyntaxWarning):
         warnings.filterwarnings("ignore", category=category)
+
+
+def add_encoder_arguments(parser: argparse.ArgumentParser, *, max_len: int) -> None:
+    """Options shared by the tools that embed text with an encoder (crossbert-probe, crossbert-mteb)."""
+    parser.add_argument("--model", required=True,
+                        help="native checkpoint (root or iter_* dir), HF encoder directory, or hub name (online)")
+    parser.add_argument("--pooling", choices=("mean", "cls"), default="mean")
+    parser.add_argument("--max-len", type=int, default=max_len, help="max tokens per text")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--tokenizer-dir",
+                        help="native checkpoints: tokenizer to export with (default: the run config's)")
+    parser.add_argument("--device", help="torch device (default: cuda if available)")
+    parser.add_argument("--cache-dir", help="feature / export cache (default $CROSSBERT_EVAL_CACHE or "
+                                            "~/.cache/megatron_crossbert/eval); 'none' disables")
+
+
+def cache_dir_arg(value: str | None) -> str | None:
+    """--cache-dir as the evaluation code wants it: 'none' disables caching, unset means the default dir."""
+    from megatron_crossbert.evaluation.encoders import default_cache_dir
+
+    if value and value.lower() == "none":
+        return None
+    return value or str(default_cache_dir())

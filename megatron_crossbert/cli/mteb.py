@@ -17,12 +17,13 @@ import argparse
 import logging
 import sys
 
+from megatron_crossbert.cli import add_encoder_arguments, cache_dir_arg
+
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="crossbert-mteb", description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--model", required=True,
-                   help="native checkpoint (root or iter_* dir), HF encoder directory, or hub name (online)")
+    add_encoder_arguments(p, max_len=256)
     p.add_argument("--benchmark", help='mteb benchmark name, e.g. "MTEB(eng, v2)" (online)')
     p.add_argument("--tasks", default="", help="comma list of built-in mteb task names (online)")
     p.add_argument("--local-task", action="append", default=[], metavar="KIND:NAME:PATH",
@@ -31,13 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--samples-per-label", type=int, help="local classification: train examples per class "
                                                          "(mteb default 8)")
     p.add_argument("--n-experiments", type=int, help="local classification: resampling rounds (mteb default 10)")
-    p.add_argument("--pooling", choices=("mean", "cls"), default="mean")
     p.add_argument("--normalize", action="store_true", help="L2-normalise embeddings")
-    p.add_argument("--max-len", type=int, default=256)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--tokenizer-dir", help="native checkpoints: tokenizer to export with (default: the run config's)")
-    p.add_argument("--device", help="torch device (default: cuda if available)")
-    p.add_argument("--cache-dir", help="where native checkpoints are exported to HF (default: eval cache)")
     p.add_argument("--raise-error", action="store_true", help="stop at the first failing task")
     p.add_argument("--out", default="mteb_results", help="output directory")
     return p
@@ -67,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     if not tasks:
         print("no tasks: give --benchmark, --tasks or --local-task", file=sys.stderr)
         return 2
-    encoder = HFEncoder(resolve_model(args.model, cache_dir=args.cache_dir, tokenizer_dir=args.tokenizer_dir),
+    encoder = HFEncoder(resolve_model(args.model, cache_dir=cache_dir_arg(args.cache_dir), tokenizer_dir=args.tokenizer_dir),
                         device=args.device,
                         max_len=args.max_len, batch_size=args.batch_size)
     summary = run_mteb(encoder, tasks, args.out, pooling=args.pooling, normalize=args.normalize,

@@ -14,46 +14,31 @@ import logging
 import os
 import sys
 
+from megatron_crossbert.cli import add_encoder_arguments, cache_dir_arg
 from megatron_crossbert.evaluation.probes import ProbeConfig
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="crossbert-probe", description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--model", required=True,
-                   help="native checkpoint (root or iter_* dir), HF encoder directory, or hub name (online)")
+    add_encoder_arguments(p, max_len=128)
     p.add_argument("--glue-dir", help="glue_data directory (<TASK>/train.tsv, dev.tsv)")
     p.add_argument("--glue-tasks", help="comma list, e.g. CoLA,SST-2,MRPC,STS-B,RTE (default: all present)")
     p.add_argument("--jsonl", action="append", default=[],
                    help="JSONL task dir (train.jsonl/test.jsonl) or a dir of them; repeatable")
     p.add_argument("--hf-glue", default="", help="comma list of nyu-mll/glue configs via `datasets` (online)")
-    p.add_argument("--pooling", choices=("mean", "cls"), default="mean")
     p.add_argument("--layers", choices=("last", "all"), default="last",
                    help="'all' probes every hidden layer and writes a per-layer table and PNG plot")
-    p.add_argument("--max-len", type=int, default=128, help="max tokens per text")
-    p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--max-train", type=int, help="subsample each train split to N rows (seeded)")
     p.add_argument("--max-test", type=int, help="subsample each test split to N rows (seeded)")
     p.add_argument("--cv-folds", type=int, default=3, help="folds for choosing C")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--tokenizer-dir", help="native checkpoints: tokenizer to export with (default: the run config's)")
-    p.add_argument("--device", help="torch device (default: cuda if available)")
-    p.add_argument("--cache-dir", help="feature / export cache (default $CROSSBERT_EVAL_CACHE or "
-                                       "~/.cache/megatron_crossbert/eval); 'none' disables")
     p.add_argument("--out", default="probe_results", help="output directory for JSON, markdown and plot")
     return p
 
 
 def _split_list(text: str | None) -> list[str]:
     return [item.strip() for item in (text or "").split(",") if item.strip()]
-
-
-def _cache_dir(arg: str | None) -> str | None:
-    from megatron_crossbert.evaluation.encoders import default_cache_dir
-
-    if arg and arg.lower() == "none":
-        return None
-    return arg or str(default_cache_dir())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     config = ProbeRunConfig(pooling=args.pooling, layers=args.layers, max_len=args.max_len,
                             batch_size=args.batch_size, max_train=args.max_train, max_test=args.max_test,
-                            seed=args.seed, cache_dir=_cache_dir(args.cache_dir), device=args.device,
+                            seed=args.seed, cache_dir=cache_dir_arg(args.cache_dir), device=args.device,
                             tokenizer_dir=args.tokenizer_dir,
                             probe=ProbeConfig(folds=args.cv_folds, seed=args.seed))
     report = run_probing(args.model, tasks, config)
