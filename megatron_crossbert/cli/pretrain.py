@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 
 from megatron_crossbert.config import RunConfig, load_run_config
@@ -60,18 +59,9 @@ def _override(key: str, value) -> str:
     return f"{key}={json.dumps(value)}"
 
 
-_SCIENTIFIC = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$")
-
-
-def _normalize_set(text: str) -> str:
-    """'training.lr=3e-4' -> 'training.lr=0.0003': YAML 1.1 reads '3e-4' as a string, not a float."""
-    key, sep, value = text.partition("=")
-    return f"{key}={float(value)!r}" if sep and _SCIENTIFIC.match(value.strip()) else text
-
-
 def resolve_config(args: argparse.Namespace) -> RunConfig:
     """YAML, then --set overrides, then shorthand flags (the most specific wins)."""
-    overrides = [_normalize_set(text) for text in args.overrides]
+    overrides = list(args.overrides)  # config.py turns YAML-1.1 strings like 3e-4 into numbers
     for flag, key in _SHORTHANDS.items():
         value = getattr(args, flag)
         if value is not None:
