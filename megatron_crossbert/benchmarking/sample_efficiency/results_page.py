@@ -164,7 +164,8 @@ def _efficiency_text(curves: dict[str, list[an.Point]], plan: Plan) -> str:
         needed = item["samples_needed"]
         rows.append([name, fmt(item["bert_score"], 1), item["bert_samples"],
                      "not reached" if needed is None else ("≤ " if item["at_first_point"] else "") + fmt(needed, 0),
-                     "—" if item["factor"] is None else fmt(item["factor"], 2, suffix="x"),
+                     "—" if item["factor"] is None else (fmt(item["factor"], 2, suffix="x") if item["stays_above"]
+                                                         else "none (crossing not sustained)"),
                      "yes" if item["stays_above"] else "no"])
     if not rows:
         return "Samples-to-match not available (BERT's sample-budget checkpoint has no probe result yet)."
