@@ -102,6 +102,12 @@ def _commands_section(work_dir: Path) -> str:
     return "```\n" + "\n".join(lines) + "\n```"
 
 
+def _operator_notes(work_dir: Path) -> str:
+    """``NOTES.md`` in the work dir, verbatim: how the stages were driven (invocations, restarts)."""
+    path = work_dir / "NOTES.md"
+    return "How the experiment was driven (operator notes, `NOTES.md`):\n\n" + path.read_text().strip() if path.is_file() else ""
+
+
 def _points_table(points: dict[str, an.Point | None], task_names: list[str]) -> str:
     headers = ["model", "step", "samples", "TFLOP"] + task_names + ["GLUE avg", "all avg"]
     rows = []
@@ -208,6 +214,7 @@ def _sample_efficiency_section(plan: Plan, runs: list[RunSpec], work_dir: Path, 
         "Stage status when this page was written:\n\n" + "\n".join(f"- `{k}`: {v}" for k, v in status.items()),
         "### What was run", _plan_section(plan, runs, work_dir),
         "Exact commands (from `commands.jsonl`; time is wall-clock on 2 shared cores):", _commands_section(work_dir),
+        _operator_notes(work_dir),
         f"### Equal samples ({plan.sample_steps * plan.global_batch} sequences)",
         _points_table(equal_samples, task_names), _verdict(equal_samples, "equal samples"),
         _reading_text(equal_samples, reference["init (1 step, ~untrained)"]),
