@@ -44,20 +44,15 @@ class StepRunner:
 
 
 def build_runner(case: BenchCase, device: torch.device) -> StepRunner:
-    """Model, DDP, optimizer and scheduler exactly as ``training.setup.build_session`` builds them.
+    """Model, DDP, optimizer and scheduler exactly as a training run builds them.
 
-    ``build_session`` itself cannot be called once per model: it re-initialises the process groups
-    and would restore checkpoints; the platform is initialised once by the caller instead. bf16/fp8
-    need no wrapper: the model is created with bf16 params from its TransformerConfig, and
-    megatron's TransformerBlock enters Transformer Engine's FP8 context itself when ``fp8`` is set.
+    The platform is initialised once by the caller (``training.setup.build_trainable`` neither
+    re-initialises process groups nor restores checkpoints). bf16/fp8 need no wrapper: the model is
+    created with bf16 params from its TransformerConfig, and megatron's TransformerBlock enters
+    Transformer Engine's FP8 context itself when ``fp8`` is set.
     """
-    from megatron_crossbert.training import optimizer as opt_lib
-    from megatron_crossbert.training.setup import build_model_chunk
+    from megatron_crossbert.training.setup import build_trainable
 
-    cfg = case.run_cfg
-    ddp = opt_lib.wrap_ddp(build_model_chunk(cfg), cfg)
-    opt_lib.install_schedule_hooks(ddp, cfg)
-    optimizer = opt_lib.build_optimizer(ddp, cfg)
-    scheduler = opt_lib.build_scheduler(optimizer, cfg)
+    _, ddp, optimizer, scheduler = build_trainable(case.run_cfg)
     ddp.train()
     return StepRunner(case=case, model=ddp, optimizer=optimizer, scheduler=scheduler, device=device)

@@ -76,17 +76,26 @@ def restore(session: Session, source: Path | None) -> None:
             reload()
 
 
+def build_trainable(run_cfg: RunConfig) -> tuple[torch.nn.Module, torch.nn.Module, object, object]:
+    """(model chunk, DDP wrapper, optimizer, scheduler) on an already-initialised platform.
+
+    Shared by ``build_session`` and the throughput benchmark, which builds several models in one
+    process and so cannot re-initialise process groups or restore checkpoints per model.
+    """
+    model = build_model_chunk(run_cfg)
+    ddp = wrap_ddp(model, run_cfg)
+    install_schedule_hooks(ddp, run_cfg)
+    optimizer = build_optimizer(ddp, run_cfg)
+    return model, ddp, optimizer, build_scheduler(optimizer, run_cfg)
+
+
 def build_session(run_cfg: RunConfig) -> Session:
     """Initialise the platform and build model, DDP, optimizer and scheduler; restore state."""
     source = check_sources(run_cfg)
     platform.initialize(run_cfg.parallel, run_cfg.training.seed)
     dp_size = parallel_state.get_data_parallel_world_size()
     num_micro = num_microbatches(run_cfg.training.global_batch_size, run_cfg.training.micro_batch_size, dp_size)
-    model = build_model_chunk(run_cfg)
-    ddp = wrap_ddp(model, run_cfg)
-    install_schedule_hooks(ddp, run_cfg)
-    optimizer = build_optimizer(ddp, run_cfg)
-    scheduler = build_scheduler(optimizer, run_cfg)
+    model, ddp, optimizer, scheduler = build_trainable(run_cfg)
     session = Session(run_cfg, ddp, model, optimizer, scheduler, Progress(), platform.device(), num_micro, dp_size)
     restore(session, source)
     return session
