@@ -20,7 +20,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--json-keys", nargs="+", default=["text"],
                         help="JSON key holding the text (the first key is used for training)")
     parser.add_argument("--model", choices=("unigram", "bpe", "wordpiece"), default="unigram",
-                        help="sentencepiece unigram/BPE, or HF tokenizers WordPiece")
+                        help="sentencepiece unigram/BPE (bit-reproducible), or HF tokenizers WordPiece (its "
+                             "trainer breaks frequency ties arbitrarily: reruns can differ in a few tokens)")
     parser.add_argument("--vocab-size", type=int, default=32768,
                         help="target vocabulary size, special tokens included")
     parser.add_argument("--max-docs", type=int, default=None, help="train on at most this many documents")
