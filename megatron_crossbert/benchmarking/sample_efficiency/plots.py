@@ -42,15 +42,8 @@ def plot_curves(curves: dict[str, list[Point]], x: str, budget: float, out: Path
     ax.axvline(budget / (1e12 if x == "flops" else 1), color="black", linestyle=":", linewidth=1,
                label="budget (equal samples)" if x == "samples" else "budget (BERT's FLOPs)")
     ax.set_xlabel("samples seen (sequences)" if x == "samples" else "model FLOPs (TFLOP, fwd+bwd)")
-    ax.set_ylabel("mean frozen-probe score (0-100)")
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return _save(plt, fig, ax, out, title)
 
 
 def plot_sweep(rows: list[dict], out: Path, title: str) -> Path | None:
@@ -66,6 +59,11 @@ def plot_sweep(rows: list[dict], out: Path, title: str) -> Path | None:
         ax.annotate(label, (xval, yval), textcoords="offset points", xytext=(4, 4), fontsize=8)
     ax.set_xscale("log")
     ax.set_xlabel("model size: GFLOP per sample (fwd+bwd), log scale")
+    return _save(plt, fig, ax, out, title)
+
+
+def _save(plt, fig, ax, out: Path, title: str) -> Path:
+    """The shared finish of every figure: probe-score axis, title, grid, PNG at a fixed DPI."""
     ax.set_ylabel("mean frozen-probe score (0-100)")
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
