@@ -123,19 +123,12 @@ def local_encoder_layer_spec() -> ModuleSpec:
 
 
 def local_decoder_layer_spec() -> ModuleSpec:
-    """Query self-attention, cross-attention to the encoder output, MLP; all pre-LN."""
-    return ModuleSpec(module=TransformerLayer, submodules=TransformerLayerSubmodules(
-        input_layernorm=SequenceParallelLayerNorm,
-        self_attention=_local_self_attention(),
-        self_attn_bda=get_bias_dropout_add,
-        pre_cross_attn_layernorm=SequenceParallelLayerNorm,
-        cross_attention=_local_cross_attention(),
-        cross_attn_bda=get_bias_dropout_add,
-        pre_mlp_layernorm=SequenceParallelLayerNorm,
-        mlp=_local_mlp(),
-        mlp_bda=get_bias_dropout_add,
-        sharded_state_dict_keys_map=dict(_LOCAL_KEYS_MAP),
-    ))
+    """The encoder layer plus cross-attention to the encoder output: self-attn, cross-attn, MLP; all pre-LN."""
+    layer = local_encoder_layer_spec()
+    layer.submodules.pre_cross_attn_layernorm = SequenceParallelLayerNorm
+    layer.submodules.cross_attention = _local_cross_attention()
+    layer.submodules.cross_attn_bda = get_bias_dropout_add
+    return layer
 
 
 def te_encoder_layer_spec() -> ModuleSpec:
