@@ -32,6 +32,7 @@ from itertools import islice
 import numpy as np
 from tqdm import tqdm
 
+from megatron_crossbert.checkpoint_format import atomic_write_text
 from megatron_crossbert.data.indexed import AtomicIndexedWriter
 from megatron_crossbert.data.jsonl import BadInputError, RawLine, expand_inputs, iter_raw_lines, iter_texts
 from megatron_crossbert.data.preprocess_worker import (
@@ -172,11 +173,7 @@ def _ordered_results(spec: WorkerSpec, chunks: Iterator[list[RawLine]], workers:
 
 
 def _write_json_atomic(path: str, payload: dict) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as handle:
-        json.dump(payload, handle, indent=2, sort_keys=True)
-        handle.write("\n")
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(payload, indent=2, sort_keys=True) + "\n")
 
 
 def _emit_mask_pairs(opts: PreprocessOptions, writers: dict[str, AtomicIndexedWriter], tokenizer):

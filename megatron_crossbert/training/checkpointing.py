@@ -41,7 +41,7 @@ from megatron_crossbert.checkpoint_format import (
     resolve_checkpoint_dir,
 )
 from megatron_crossbert.config import RunConfig
-from megatron_crossbert.platform import seed_everything
+from megatron_crossbert.platform import is_rank_zero, seed_everything
 
 SLEEP_IN_SAVE_ENV = "CROSSBERT_TEST_SLEEP_IN_SAVE"
 """Test hook, "ITERATION:SECONDS": sleep that long after the shards of that iteration's save are
@@ -63,10 +63,6 @@ class Progress:
 def _barrier() -> None:
     if dist.is_initialized():
         dist.barrier()
-
-
-def _rank0() -> bool:
-    return not dist.is_initialized() or dist.get_rank() == 0
 
 
 def config_mismatches(saved: RunConfig, current: RunConfig, *, weights_only: bool = False) -> list[str]:
@@ -189,7 +185,7 @@ def _state_dict(model, optimizer, scheduler, progress: Progress, run_cfg: RunCon
 
 def _prepare_dir(ckpt_dir: Path) -> None:
     """Remove a stale partial save of the same iteration (its shards would clash), then create."""
-    if _rank0():
+    if is_rank_zero():
         if ckpt_dir.exists():
             shutil.rmtree(ckpt_dir)
         ckpt_dir.mkdir(parents=True)
@@ -228,7 +224,7 @@ def save_checkpoint(root: str | Path, model, optimizer, scheduler, progress: Pro
     dist_checkpointing.save(state, str(ckpt_dir))
     _test_sleep(progress.iteration)
     _barrier()
-    if _rank0():
+    if is_rank_zero():
         run_cfg.save_json(ckpt_dir / RUN_CONFIG_FILE)
         atomic_write_text(root / LATEST_FILE, ckpt_dir.name)
         prune_checkpoints(root, run_cfg.checkpoint.keep_last)

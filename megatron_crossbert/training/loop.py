@@ -15,6 +15,7 @@ from pathlib import Path
 import torch.distributed as dist
 
 from megatron_crossbert.config import RunConfig
+from megatron_crossbert.platform import is_rank_zero
 from megatron_crossbert.training.checkpointing import save_checkpoint
 from megatron_crossbert.training.hooks import ProbeHook
 from megatron_crossbert.training.logging import MetricsLogger
@@ -112,7 +113,7 @@ def _one_step(session: Session, train_iter, state: LoopState, logger: MetricsLog
 def _make_logger(session: Session) -> MetricsLogger:
     world = dist.get_world_size() if dist.is_initialized() else 1
     logger = MetricsLogger(session.run_cfg, world_size=world, flops_per_sample=_model_flops(session.run_cfg),
-                           enabled=_is_rank0(), start_iteration=session.progress.iteration)
+                           enabled=is_rank_zero(), start_iteration=session.progress.iteration)
     if session.resumed_from is not None:
         logger.print(f"resumed from {session.resumed_from} at step {session.progress.iteration}, "
                      f"{session.progress.consumed_samples} samples consumed")
@@ -145,10 +146,6 @@ def run_loop(session: Session, exit_at_iteration: int | None = None) -> LoopStat
         finally:
             logger.close()
     return state
-
-
-def _is_rank0() -> bool:
-    return not dist.is_initialized() or dist.get_rank() == 0
 
 
 def train(run_cfg: RunConfig, *, exit_at_iteration: int | None = None) -> dict:
