@@ -18,7 +18,6 @@ shuffled?" - both need nothing but the corpus itself.
 
 from __future__ import annotations
 
-import gzip
 import json
 import random
 import time
@@ -64,14 +63,11 @@ def _stage(number: int, name: str, detail: str) -> float:
     return time.perf_counter()
 
 
-def _open_text(path: Path):
-    return gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else open(path, encoding="utf-8")
-
-
 def _read_records(path: Path) -> list[dict]:
-    with _open_text(path) as handle:
-        records = [json.loads(line) for line in handle if line.strip()]
-    return [r for r in records if isinstance(r.get("text"), str) and r["text"].strip()]
+    from megatron_crossbert.evaluation.tasks import read_jsonl_rows
+
+    return [r for r in read_jsonl_rows(path)
+            if isinstance(r, dict) and isinstance(r.get("text"), str) and r["text"].strip()]
 
 
 def prepare_corpus(opts: DemoOptions, out: Path) -> tuple[Path, list[dict]]:

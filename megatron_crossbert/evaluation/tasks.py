@@ -11,6 +11,7 @@ classification; a float ``label`` or ``score`` makes it a regression task).
 
 from __future__ import annotations
 
+import gzip
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -101,9 +102,10 @@ def default_spec(name: str, kind: Kind, is_pair: bool) -> TaskSpec:
 
 
 def read_jsonl_rows(path: str | Path) -> list[dict]:
-    """Parse a JSONL file; a bad line raises with its file and line number."""
+    """Parse a JSONL (or JSONL.gz) file; a bad line raises with its file and line number."""
     rows = []
-    with open(path, encoding="utf-8") as handle:
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as handle:
         for lineno, line in enumerate(handle, 1):
             if not line.strip():
                 continue
