@@ -10,6 +10,8 @@ import argparse
 import os
 import sys
 
+from megatron_crossbert.cli.errors import add_debug_flag, cli_main
+
 
 def _add_throughput(sub) -> None:
     p = sub.add_parser("throughput", help="interleaved training-step throughput, CrossBERT vs megatron BertModel")
@@ -69,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_throughput(sub)
     _add_sample_efficiency(sub)
     _add_gpu_check(sub)
+    add_debug_flag(parser)
     return parser
 
 
@@ -120,6 +123,7 @@ def run_gpu_check_command(args) -> int:
                          warmup=args.warmup, out=args.out)
 
 
+@cli_main
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _set_threads(getattr(args, "threads", None))

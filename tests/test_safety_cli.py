@@ -1,0 +1,135 @@
+"""Every damaged or hostile input ends in one ``error:`` line, exit status 2, and no traceback.
+
+One subprocess (``tests/cli_cases.py``) pays the torch/megatron imports once and forks a real
+process per case, so each case has its own exit status and stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from test_train_support import tiny_config, tiny_overrides, write_corpus
+
+REPO = Path(__file__).resolve().parents[1]
+PRETRAIN = "megatron_crossbert.cli.pretrain"
+
+
+def _pretrain(prefix: str, *extra: str, save: Path | None = None) -> dict:
+    overrides = tiny_overrides("crossbert", prefix, save, training__train_iters=1)
+    return {"module": PRETRAIN, "argv": [a for o in overrides for a in ("--set", o)] + list(extra)}
+
+
+def _copy_corpus(src: str, dst: Path) -> str:
+    dst.mkdir()
+    for suffix in (".bin", ".idx"):
+        shutil.copy(src + suffix, dst / ("corpus_text_document" + suffix))
+    return str(dst / "corpus_text_document")
+
+
+def _truncate(path: Path, keep: int) -> None:
+    with open(path, "r+b") as handle:
+        handle.truncate(keep)
+
+
+def _empty_dataset(directory: Path) -> str:
+    from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
+
+    directory.mkdir()
+    prefix = str(directory / "corpus_text_document")
+    IndexedDatasetBuilder(prefix + ".bin", dtype=np.int32).finalize(prefix + ".idx")
+    return prefix
+
+
+def _checkpoint_copy(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst / "iter_0000002"
+
+
+def _build_cases(tmp: Path, corpus: str, ckpt: Path) -> dict[str, tuple[dict, str]]:
+    """name -> (case, a fragment the single error line must contain)."""
+    from test_safety_checkpoint import write_malicious_metadata
+
+    short_bin = _copy_corpus(corpus, tmp / "short_bin")
+    _truncate(Path(short_bin + ".bin"), 1000)
+    short_idx = _copy_corpus(corpus, tmp / "short_idx")
+    _truncate(Path(short_idx + ".idx"), 40)
+    no_meta = _checkpoint_copy(ckpt, tmp / "no_meta")
+    (no_meta / ".metadata").unlink()
+    short_shard = _checkpoint_copy(ckpt, tmp / "short_shard")
+    _truncate(short_shard / "__0_0.distcp", 5000)
+    evil = _checkpoint_copy(ckpt, tmp / "evil")
+    write_malicious_metadata(evil / ".metadata", tmp / "pwned")
+    junk_latest = tmp / "junk_latest"
+    shutil.copytree(ckpt, junk_latest)
+    (junk_latest / "latest").write_bytes(b"\xff\xfe\x00junk")
+    binary_tok = tmp / "tokenizer.bin"
+    binary_tok.write_bytes(bytes(range(256)) * 4)
+    return {
+        "truncated .bin": (_pretrain(short_bin), f"{short_bin}.bin: size"),
+        "truncated .idx": (_pretrain(short_idx), f"{short_idx}.idx"),
+        "0-document dataset": (_pretrain(_empty_dataset(tmp / "empty")), "empty"),
+        "missing .metadata": (_pretrain(corpus, "--load", str(no_meta.parent)), f"{no_meta}/.metadata: missing"),
+        "truncated .distcp": (_pretrain(corpus, "--load", str(short_shard.parent)),
+                              f"{short_shard}/__0_0.distcp: truncated: 5000 bytes"),
+        "binary --tokenizer": (_pretrain(corpus, "--tokenizer", str(binary_tok)), f"{binary_tok}: not a tokenizer.json"),
+        "malicious .metadata (export)": ({"module": "megatron_crossbert.cli.convert_hf",
+                                          "argv": ["export", str(evil.parent), str(tmp / "hf")]},
+                                         "refused to unpickle posix.mkdir"),
+        "junk latest beside checkpoints": (_pretrain(corpus, save=junk_latest),
+                                           f"{junk_latest}/latest: holds 7 bytes that are not text"),
+    }
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> tuple[str, Path]:
+    from megatron_crossbert.training import train
+
+    root = tmp_path_factory.mktemp("cli_safety")
+    corpus = write_corpus(root / "corpus")
+    train(tiny_config("crossbert", corpus, root / "ckpt", training__train_iters=2))
+    return corpus, root / "ckpt"
+
+
+def run_cases(cases: list[dict], tmp: Path) -> list[dict]:
+    (tmp / "cases.json").write_text(json.dumps(cases))
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "tests"), env.get("PYTHONPATH", "")])
+    subprocess.run([sys.executable, str(REPO / "tests" / "cli_cases.py"), str(tmp / "cases.json"),
+                    str(tmp / "results.json")], check=True, cwd=tmp, env=env, timeout=600)
+    return json.loads((tmp / "results.json").read_text())
+
+
+def test_each_bad_input_is_one_error_line(trained, tmp_path):
+    corpus, ckpt = trained
+    cases = _build_cases(tmp_path, corpus, ckpt)
+    results = dict(zip(cases, run_cases([case for case, _ in cases.values()], tmp_path)))
+    for name, result in results.items():
+        errors = [line for line in result["stderr"].splitlines() if line.startswith("error: ")]
+        assert result["rc"] == 2, (name, result)
+        assert "Traceback" not in result["stderr"], (name, result["stderr"][-3000:])
+        assert len(errors) == 1 and cases[name][1] in errors[0], (name, errors, cases[name][1])
+    assert not (tmp_path / "pwned").exists()
+    junk = [line for line in results["junk latest beside checkpoints"]["stderr"].splitlines()
+            if line.startswith("error: ")][0]
+    assert "--resume-from iter_0000002" in junk and "--overwrite" in junk
+
+
+def test_debug_flag_shows_the_traceback(capsys, tmp_path):
+    """--debug re-raises (full traceback); without it the same error is one line and status 2."""
+    from megatron_crossbert.checkpoint_format import CheckpointError
+    from megatron_crossbert.cli import convert_hf
+
+    missing = str(tmp_path / "nope")
+    assert convert_hf.main(["export", missing, str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.startswith("error: cannot export")
+    with pytest.raises(Exception) as info:
+        convert_hf.main(["export", missing, str(tmp_path / "out"), "--debug"])
+    assert isinstance(info.value.__cause__, CheckpointError)
