@@ -30,6 +30,22 @@ def write_malicious_metadata(path: Path, marker: Path) -> None:
     path.write_bytes(pickle.dumps(Payload()))
 
 
+def write_tokenizer(directory: Path, reverse: bool = False) -> Path:
+    """A 128-token WordLevel tokenizer directory (specials first); ``reverse`` permutes the ordinary
+    ids, so both have the same size and special ids but map ids to different words."""
+    from tokenizers import Tokenizer as Backend
+    from tokenizers import models, pre_tokenizers
+
+    from megatron_crossbert.data.tokenizer import SPECIAL_TOKENS, Tokenizer, resolve_special_ids
+
+    words = [f"w{i}" for i in range(128 - len(SPECIAL_TOKENS))]
+    vocab = {tok: i for i, tok in enumerate([*SPECIAL_TOKENS.values(), *(words[::-1] if reverse else words)])}
+    backend = Backend(models.WordLevel(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    Tokenizer(backend, resolve_special_ids(backend, {}, str(directory))).save(directory)
+    return directory
+
+
 def tree_digest(root: Path) -> str:
     """Hash of every path, file content and mtime under root (any change shows)."""
     digest = hashlib.sha256()
@@ -188,7 +204,8 @@ def test_resume_from_and_overwrite_are_explicit_ways_out(real, tmp_path):
     moved = next(root.glob("replaced_*"))  # iter_0000002 was in the way of the resumed run's saves
     assert sorted(p.name for p in moved.iterdir()) == [ITER2, "latest"]
     assert tree_digest(moved / ITER2) == originals[ITER2] and (moved / "latest").read_text() == "garbage"
-    fresh = train(tiny_config("crossbert", corpus, root, training__train_iters=1, checkpoint__overwrite=True))
+    fresh = train(tiny_config("crossbert", corpus, root, training__train_iters=1, training__lr_warmup_iters=0,
+                              checkpoint__overwrite=True))
     assert fresh["start_iteration"] == 0 and fresh["checkpoint"].endswith("iter_0000001")
     kept = sorted(root.glob("replaced_*/iter_*"))
     assert [tree_digest(p) for p in kept if p.name == "iter_0000001"] == [originals["iter_0000001"]]
@@ -209,13 +226,14 @@ def test_malicious_metadata_is_refused_by_every_reader(real, tmp_path):
     refusal = (f"{evil / ITER2 / '.metadata'}: refused to unpickle posix.mkdir, which is not a checkpoint data "
                f"type (the file may be crafted to run code; nothing in it was executed)")
     with pytest.raises(CheckpointError) as resume:
-        train(tiny_config("crossbert", corpus, None, checkpoint__load_dir=str(evil)))
+        train(tiny_config("crossbert", corpus, None, training__train_iters=2, checkpoint__load_dir=str(evil)))
     with pytest.raises(CheckpointError) as init_from:
         train(tiny_config("crossbert", corpus, None, checkpoint__init_from=str(evil)))
+    tokenizer = write_tokenizer(tmp_path / "tok")
     with pytest.raises(ConversionError) as export:
-        export_to_hf(evil, tmp_path / "hf")
+        export_to_hf(evil, tmp_path / "hf", tokenizer_dir=tokenizer)
     with pytest.raises(ConversionError) as probe:
-        resolve_model(evil, cache_dir=tmp_path / "cache")
+        resolve_model(evil, cache_dir=tmp_path / "cache", tokenizer_dir=tokenizer)
     assert str(resume.value) == refusal and str(init_from.value) == refusal
     assert refusal in str(export.value) and refusal in str(probe.value)
     assert not marker.exists()
@@ -247,3 +265,69 @@ def test_stored_objects_load_weights_only(tmp_path):
     assert not (tmp_path / "payload_ran").exists()
     dist_checkpointing.load({"obj": ShardedObject("obj", None, (1,), (0,), replica_id=0)}, str(target))
     assert (tmp_path / "payload_ran").is_dir()  # the unguarded reader runs it
+
+
+def test_swapped_tokenizer_of_the_same_size_is_refused(tmp_path, caplog):
+    """Same vocab size and special ids, different id -> word map: resume, init_from and the
+    dataset check refuse it, naming both fingerprints and files; the override flag downgrades to a warning."""
+    from megatron_crossbert.checkpoint_format import CheckpointError
+    from megatron_crossbert.data.fingerprint import record_path, tokenizer_fingerprint, write_dataset_record
+    from megatron_crossbert.data.tokenizer import load_tokenizer
+    from megatron_crossbert.training import train
+    from megatron_crossbert.training.setup import check_sources
+    from megatron_crossbert.training.tokenizer_check import TokenizerMismatchError, check_dataset_tokenizers
+
+    corpus = write_corpus(tmp_path / "corpus")
+    dir_a, dir_b = write_tokenizer(tmp_path / "tok_a"), write_tokenizer(tmp_path / "tok_b", reverse=True)
+    tok_a, tok_b = load_tokenizer(dir_a), load_tokenizer(dir_b)
+    fp_a, fp_b = tokenizer_fingerprint(tok_a), tokenizer_fingerprint(tok_b)
+    assert tok_a.vocab_size == tok_b.vocab_size and tok_a.special_ids == tok_b.special_ids and fp_a != fp_b
+    ckpt = tmp_path / "ckpt"
+    train(tiny_config("crossbert", corpus, ckpt, training__train_iters=2, data__tokenizer=str(dir_a)))
+    record = ckpt / ITER2 / "tokenizer_record.json"
+    swapped = dict(training__train_iters=2, data__tokenizer=str(dir_b))
+    expected = (f"{record}: the checkpoint used tokenizer {fp_a} ({dir_a}), but this run's data.tokenizer is "
+                f"{fp_b} ({dir_b}); the same ids would mean different tokens. Set --allow-tokenizer-change "
+                f"(checkpoint.allow_tokenizer_change) only if the change is deliberate")
+    for extra in ({}, {"checkpoint__init_from": str(ckpt)}):
+        save = None if extra else ckpt
+        with pytest.raises(CheckpointError) as info:
+            check_sources(tiny_config("crossbert", corpus, save, **swapped, **extra))
+        assert str(info.value) == expected
+    with pytest.raises(CheckpointError, match="allow-tokenizer-change"):
+        train(tiny_config("crossbert", corpus, ckpt, **swapped))
+    assert check_sources(tiny_config("crossbert", corpus, ckpt, **swapped,
+                                     checkpoint__allow_tokenizer_change=True)).source == ckpt / ITER2
+    assert "allowed by checkpoint.allow_tokenizer_change" in caplog.text
+
+    check_dataset_tokenizers(tiny_config("crossbert", corpus, None, data__tokenizer=str(dir_b)))
+    # a dataset written by another tool (no record): checked by every call above, warned once
+    assert caplog.text.count(f"dataset {corpus} has no tokenizer record") == 1
+    write_dataset_record(corpus, tok_a, dir_a)
+    with pytest.raises(TokenizerMismatchError) as data:
+        check_dataset_tokenizers(tiny_config("crossbert", corpus, None, data__tokenizer=str(dir_b)))
+    assert str(data.value) == expected.replace(f"{record}: the checkpoint", f"{record_path(corpus)}: this dataset")
+    check_dataset_tokenizers(tiny_config("crossbert", corpus, None, data__tokenizer=str(dir_a)))
+
+
+def test_lr_schedule_change_on_resume_is_refused_kept_or_applied(real, caplog):
+    from megatron_crossbert.checkpoint_format import CheckpointError
+    from megatron_crossbert.training.setup import build_session, check_sources
+
+    corpus, ckpt = real
+    longer = dict(training__train_iters=4, training__lr_decay_style="linear")
+    with pytest.raises(CheckpointError) as info:
+        check_sources(tiny_config("crossbert", corpus, ckpt, **longer))
+    assert str(info.value) == (
+        f"{ckpt / ITER2}: the LR schedule differs from the checkpoint's (training.train_iters: checkpoint 2 -> "
+        f"run 4; training.lr_decay_style: checkpoint 'cosine' -> run 'linear'); set --lr-schedule-on-resume "
+        f"checkpoint (keep the saved schedule) or config (apply this run's from step 2 on), or restore the "
+        f"old values")
+    kept = build_session(tiny_config("crossbert", corpus, ckpt, **longer,
+                                     checkpoint__lr_schedule_on_resume="checkpoint")).scheduler
+    assert (kept.lr_decay_steps, kept.lr_decay_style, kept.num_steps) == (2, "cosine", 2)
+    assert "keeping the checkpoint's schedule (checkpoint.lr_schedule_on_resume=checkpoint)" in caplog.text
+    applied = build_session(tiny_config("crossbert", corpus, ckpt, **longer,
+                                        checkpoint__lr_schedule_on_resume="config")).scheduler
+    assert (applied.lr_decay_steps, applied.lr_decay_style, applied.num_steps) == (4, "linear", 2)
+    assert "applying this run's schedule (checkpoint.lr_schedule_on_resume=config)" in caplog.text

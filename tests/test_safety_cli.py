@@ -55,7 +55,7 @@ def _checkpoint_copy(src: Path, dst: Path) -> Path:
 
 def _build_cases(tmp: Path, corpus: str, ckpt: Path) -> dict[str, tuple[dict, str]]:
     """name -> (case, a fragment the single error line must contain)."""
-    from test_safety_checkpoint import write_malicious_metadata
+    from test_safety_checkpoint import write_malicious_metadata, write_tokenizer
 
     short_bin = _copy_corpus(corpus, tmp / "short_bin")
     _truncate(Path(short_bin + ".bin"), 1000)
@@ -81,7 +81,8 @@ def _build_cases(tmp: Path, corpus: str, ckpt: Path) -> dict[str, tuple[dict, st
                               f"{short_shard}/__0_0.distcp: truncated: 5000 bytes"),
         "binary --tokenizer": (_pretrain(corpus, "--tokenizer", str(binary_tok)), f"{binary_tok}: not a tokenizer.json"),
         "malicious .metadata (export)": ({"module": "megatron_crossbert.cli.convert_hf",
-                                          "argv": ["export", str(evil.parent), str(tmp / "hf")]},
+                                          "argv": ["export", str(evil.parent), str(tmp / "hf"), "--tokenizer",
+                                                   str(write_tokenizer(tmp / "tok"))]},
                                          "refused to unpickle posix.mkdir"),
         "junk latest beside checkpoints": (_pretrain(corpus, save=junk_latest),
                                            f"{junk_latest}/latest: holds 7 bytes that are not text"),
