@@ -23,7 +23,7 @@ PRETRAIN = "megatron_crossbert.cli.pretrain"
 
 
 def _pretrain(prefix: str, *extra: str, save: Path | None = None) -> dict:
-    overrides = tiny_overrides("crossbert", prefix, save, training__train_iters=1)
+    overrides = tiny_overrides("crossbert", prefix, save, training__train_iters=2)
     return {"module": PRETRAIN, "argv": [a for o in overrides for a in ("--set", o)] + list(extra)}
 
 
@@ -70,12 +70,13 @@ def _build_cases(tmp: Path, corpus: str, ckpt: Path) -> dict[str, tuple[dict, st
     junk_latest = tmp / "junk_latest"
     shutil.copytree(ckpt, junk_latest)
     (junk_latest / "latest").write_bytes(b"\xff\xfe\x00junk")
+    empty = _empty_dataset(tmp / "empty")
     binary_tok = tmp / "tokenizer.bin"
     binary_tok.write_bytes(bytes(range(256)) * 4)
     return {
         "truncated .bin": (_pretrain(short_bin), f"{short_bin}.bin: size"),
-        "truncated .idx": (_pretrain(short_idx), f"{short_idx}.idx"),
-        "0-document dataset": (_pretrain(_empty_dataset(tmp / "empty")), "empty"),
+        "truncated .idx": (_pretrain(short_idx), f"{short_idx}.idx: truncated: 40 bytes"),
+        "0-document dataset": (_pretrain(empty), f"{empty}.idx: the dataset holds 0 documents"),
         "missing .metadata": (_pretrain(corpus, "--load", str(no_meta.parent)), f"{no_meta}/.metadata: missing"),
         "truncated .distcp": (_pretrain(corpus, "--load", str(short_shard.parent)),
                               f"{short_shard}/__0_0.distcp: truncated: 5000 bytes"),
