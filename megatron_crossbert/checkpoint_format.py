@@ -11,6 +11,7 @@ are stored under the ``"model"`` key of the sharded state dict, so they reshard 
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import tempfile
@@ -189,6 +190,17 @@ def load_model_weights(model, path: str | Path) -> Path:
     return ckpt_dir
 
 
+def _write_tokenizer_record(ckpt_dir: Path, run_config: RunConfig) -> None:
+    """Best effort for model-only checkpoints (HF import): a tokenizer the data pipeline cannot load
+    is logged and left unrecorded, like a checkpoint of an older version (resume then warns)."""
+    from megatron_crossbert.training.tokenizer_check import write_checkpoint_record
+
+    try:
+        write_checkpoint_record(ckpt_dir, run_config)
+    except (ValueError, OSError) as err:
+        logging.getLogger(__name__).warning("%s: no tokenizer record written (%s)", ckpt_dir, err)
+
+
 def save_model_only(model, run_config: RunConfig, root: str | Path, iteration: int = 0) -> Path:
     """Write a model-only checkpoint (no optimizer) under ``root`` and point 'latest' at it."""
     from megatron.core import dist_checkpointing
@@ -200,6 +212,7 @@ def save_model_only(model, run_config: RunConfig, root: str | Path, iteration: i
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     dist_checkpointing.save({"model": model.sharded_state_dict()}, str(ckpt_dir))
     if not dist.is_initialized() or dist.get_rank() == 0:
+        _write_tokenizer_record(ckpt_dir, run_config)
         run_config.save_json(ckpt_dir / RUN_CONFIG_FILE)
         atomic_write_text(root / LATEST_FILE, ckpt_dir.name)
     if dist.is_initialized():

@@ -8,6 +8,7 @@ checkpoint trained once per module.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import pickle
 import shutil
@@ -284,7 +285,8 @@ def test_swapped_tokenizer_of_the_same_size_is_refused(tmp_path, caplog):
     assert tok_a.vocab_size == tok_b.vocab_size and tok_a.special_ids == tok_b.special_ids and fp_a != fp_b
     ckpt = tmp_path / "ckpt"
     train(tiny_config("crossbert", corpus, ckpt, training__train_iters=2, data__tokenizer=str(dir_a)))
-    record = ckpt / ITER2 / "tokenizer_record.json"
+    record = ckpt / ITER2 / "checkpoint.tokenizer.json"
+    assert json.loads(record.read_text())["fingerprint"] == fp_a
     swapped = dict(training__train_iters=2, data__tokenizer=str(dir_b))
     expected = (f"{record}: the checkpoint used tokenizer {fp_a} ({dir_a}), but this run's data.tokenizer is "
                 f"{fp_b} ({dir_b}); the same ids would mean different tokens. Set --allow-tokenizer-change "

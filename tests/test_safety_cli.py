@@ -135,3 +135,24 @@ def test_debug_flag_shows_the_traceback(capsys, tmp_path):
     with pytest.raises(Exception) as info:
         convert_hf.main(["export", missing, str(tmp_path / "out"), "--debug"])
     assert isinstance(info.value.__cause__, CheckpointError)
+
+
+def test_cli_main_prints_once_from_rank_zero_and_keeps_bugs_loud(capsys, monkeypatch):
+    from megatron_crossbert.checkpoint_format import CheckpointError
+    from megatron_crossbert.cli.errors import cli_main
+
+    @cli_main
+    def fails(argv):
+        raise {"ckpt": CheckpointError("a/latest: holds 'x'\n  second line"), "bug": KeyError("k"),
+               "missing": FileNotFoundError("tokenizer not found: t")}[argv[0]]
+
+    monkeypatch.delenv("CROSSBERT_DEBUG", raising=False)
+    assert fails(["ckpt"]) == 2 and capsys.readouterr().err == "error: a/latest: holds 'x'; second line\n"
+    assert fails(["missing"]) == 2 and capsys.readouterr().err == "error: tokenizer not found: t\n"
+    monkeypatch.setenv("RANK", "1")  # under torchrun every rank fails alike: only rank 0 prints
+    assert fails(["ckpt"]) == 2 and capsys.readouterr().err == ""
+    with pytest.raises(KeyError):  # not a user error: the traceback stays
+        fails(["bug"])
+    monkeypatch.setenv("CROSSBERT_DEBUG", "1")
+    with pytest.raises(CheckpointError):
+        fails(["ckpt"])

@@ -1,9 +1,9 @@
 """Refuse to mix tokenizers: checkpoints and datasets carry the fingerprint of the one they used.
 
 Two WordPiece vocabularies of the same size fit the same embedding table, so nothing else would
-notice that id 517 now means a different token. Every checkpoint gets ``tokenizer_record.json``
-beside its ``run_config.json`` (the record ``data.fingerprint.dataset_record`` builds, also what
-preprocessing writes as ``<prefix>.tokenizer.json``). Resume and init_from compare it with this
+notice that id 517 now means a different token. Every checkpoint gets ``checkpoint.tokenizer.json``
+beside its ``run_config.json``: the record ``data.fingerprint.dataset_record`` builds, named and read
+like the ``<prefix>.tokenizer.json`` preprocessing writes beside a dataset. Resume and init_from compare it with this
 run's ``data.tokenizer``; training compares every dataset prefix's record. A mismatch is an error
 naming both fingerprints and files unless ``checkpoint.allow_tokenizer_change`` is set. A dataset
 without a record (written by another tool) or a checkpoint without one (older version) warns once.
@@ -22,7 +22,8 @@ from megatron_crossbert.config import RunConfig
 
 logger = logging.getLogger(__name__)
 
-TOKENIZER_RECORD_FILE = "tokenizer_record.json"
+RECORD_PREFIX = "checkpoint"
+"""A checkpoint's record is ``<iter dir>/checkpoint.tokenizer.json`` (``data.fingerprint.record_path``)."""
 _warned: set[str] = set()
 
 
@@ -51,22 +52,11 @@ def run_record(run_cfg: RunConfig) -> dict | None:
 
 def write_checkpoint_record(ckpt_dir: Path, run_cfg: RunConfig) -> None:
     """Rank 0, before run_config.json marks the save complete."""
+    from megatron_crossbert.data.fingerprint import record_path
+
     record = run_record(run_cfg)
     if record is not None:
-        atomic_write_text(ckpt_dir / TOKENIZER_RECORD_FILE, json.dumps(record, indent=2) + "\n")
-
-
-def read_checkpoint_record(ckpt_dir: Path) -> dict | None:
-    path = ckpt_dir / TOKENIZER_RECORD_FILE
-    if not path.is_file():
-        return None
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise CheckpointError(f"{path}: not a valid tokenizer record ({err})") from None
-    if not isinstance(record, dict) or not str(record.get("fingerprint", "")).startswith("sha256:"):
-        raise CheckpointError(f"{path}: tokenizer record has no 'fingerprint' field")
-    return record
+        atomic_write_text(record_path(ckpt_dir / RECORD_PREFIX), json.dumps(record, indent=2) + "\n")
 
 
 def _mismatch(what: str, saved: dict, saved_file: Path, current: dict) -> str:
@@ -78,16 +68,18 @@ def _mismatch(what: str, saved: dict, saved_file: Path, current: dict) -> str:
 
 def check_checkpoint_tokenizer(ckpt_dir: Path, run_cfg: RunConfig) -> None:
     """Resume / init_from: CheckpointError when the checkpoint's tokenizer is not this run's."""
+    from megatron_crossbert.data.fingerprint import read_dataset_record, record_path
+
     current = run_record(run_cfg)
-    saved = read_checkpoint_record(ckpt_dir)
+    saved = read_dataset_record(ckpt_dir / RECORD_PREFIX)
     if current is None or saved is None:
         if current is not None:
             _warn_once(str(ckpt_dir), "%s has no %s (saved by an older version): the tokenizer cannot be "
-                       "checked", ckpt_dir, TOKENIZER_RECORD_FILE)
+                       "checked", ckpt_dir, record_path(ckpt_dir / RECORD_PREFIX).name)
         return
     if saved["fingerprint"] == current["fingerprint"]:
         return
-    message = _mismatch("the checkpoint", saved, ckpt_dir / TOKENIZER_RECORD_FILE, current)
+    message = _mismatch("the checkpoint", saved, record_path(ckpt_dir / RECORD_PREFIX), current)
     if not run_cfg.checkpoint.allow_tokenizer_change:
         raise CheckpointError(message)
     _warn_once(str(ckpt_dir), "allowed by checkpoint.allow_tokenizer_change: %s", message)
