@@ -103,8 +103,9 @@ def resolve_latest(root: str | Path) -> Path | None:
         return None
     target = Path(root) / name
     if not is_complete(target):
-        state = "an incomplete save (no run_config.json)" if target.is_dir() else "missing"
-        raise CheckpointError(f"{Path(root) / LATEST_FILE}: points at {name}, which is {state}")
+        detail = f"no {RUN_CONFIG_FILE}: its save did not finish" if target.is_dir() else "no such directory"
+        raise CheckpointError(f"{Path(root) / LATEST_FILE}: points at {name}, which is missing or incomplete "
+                              f"({detail})")
     return target
 
 

@@ -94,8 +94,9 @@ def test_latest_pointer_is_parsed_strictly(tmp_path):
         b"  \n": f"{latest}: is empty; expected 'iter_' followed by digits, e.g. iter_0000100",
         b"hello": f"{latest}: holds 'hello', not 'iter_' followed by digits",
         b"iter_xyz": f"{latest}: holds 'iter_xyz', not 'iter_' followed by digits",
-        b"iter_0000004": f"{latest}: points at iter_0000004, which is an incomplete save (no run_config.json)",
-        b"iter_0000009": f"{latest}: points at iter_0000009, which is missing",
+        b"iter_0000004": f"{latest}: points at iter_0000004, which is missing or incomplete (no run_config.json: "
+                         f"its save did not finish)",
+        b"iter_0000009": f"{latest}: points at iter_0000009, which is missing or incomplete (no such directory)",
     }
     for content, message in cases.items():
         latest.write_bytes(content)
