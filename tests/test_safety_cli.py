@@ -156,3 +156,15 @@ def test_cli_main_prints_once_from_rank_zero_and_keeps_bugs_loud(capsys, monkeyp
     monkeypatch.setenv("CROSSBERT_DEBUG", "1")
     with pytest.raises(CheckpointError):
         fails(["ckpt"])
+
+
+def test_help_states_the_resume_policies():
+    import importlib
+
+    from megatron_crossbert.cli.pretrain import build_parser
+
+    text = " ".join(build_parser().format_help().split())
+    assert "refuse (default), keep the checkpoint's schedule, or apply this run's config" in text
+    assert "--resume-from ITER_DIR" in text and "never deleted" in text and "--allow-tokenizer-change" in text
+    for name in ("bench", "convert_hf", "demo", "mteb", "pretrain", "probe", "train_tokenizer"):
+        assert "--debug" in importlib.import_module(f"megatron_crossbert.cli.{name}").build_parser().format_help()
