@@ -138,9 +138,11 @@ def _exports(work: Path, checkpoint: Path, options: ExportSpeedOptions) -> tuple
 
 
 def _batch(seq_length: int, options: ExportSpeedOptions, vocab: int, pad_id: int, device) -> dict:
-    """Random ids; the second half of the rows is right-padded to half length."""
+    """Random non-pad ids (a real pad id would shift XLM-R's positions); the second half of the rows
+    is right-padded to half length."""
     gen = torch.Generator().manual_seed(options.seed + seq_length)
-    ids = torch.randint(5, vocab, (options.batch_size, seq_length), generator=gen)
+    ids = torch.randint(0, vocab, (options.batch_size, seq_length), generator=gen)
+    ids[ids == pad_id] = (pad_id + 1) % vocab
     mask = torch.ones_like(ids)
     mask[options.batch_size // 2:, seq_length // 2:] = 0
     return {"input_ids": ids.masked_fill(mask == 0, pad_id).to(device), "attention_mask": mask.to(device)}

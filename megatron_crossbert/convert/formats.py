@@ -70,6 +70,12 @@ def model_traits(model_cfg: ModelConfig) -> ModelTraits:
                               "convert/formats.py") from None
 
 
+def arch_for_foreign_import(encoder_mlm_head: bool) -> str:
+    """The architecture an HF model we did not write is imported as: the first one whose encoder
+    MLM head matches what the files hold (a bare encoder becomes a CrossBERT encoder)."""
+    return next(arch for arch, traits in _TRAITS.items() if traits.encoder_mlm_head == encoder_mlm_head)
+
+
 @dataclass(frozen=True)
 class ExportContext:
     """Facts of one export beyond the model config (needed by config builders and adapters)."""

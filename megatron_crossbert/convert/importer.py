@@ -18,7 +18,7 @@ from pathlib import Path
 from megatron_crossbert.config import CheckpointConfig, ModelConfig, ParallelConfig, RunConfig
 from megatron_crossbert.convert import artifacts
 from megatron_crossbert.convert.errors import ConversionError
-from megatron_crossbert.convert.formats import HfFormat, format_for_hf_config, model_traits
+from megatron_crossbert.convert.formats import HfFormat, arch_for_foreign_import, format_for_hf_config, model_traits
 from megatron_crossbert.convert.native import save_native
 
 log = logging.getLogger(__name__)
@@ -32,15 +32,15 @@ def _read_json(path: Path) -> dict:
 
 
 def _base_run_config(hf_dir: Path, mlm: bool) -> RunConfig:
-    """Our export's RunConfig if present; else defaults: a stored MLM head means the BERT baseline
-    (the model whose MLM head reads the encoder), none means a CrossBERT encoder."""
+    """Our export's RunConfig if present; else defaults, with the architecture chosen by whether an
+    MLM head is stored (``formats.arch_for_foreign_import``)."""
     saved = hf_dir / artifacts.RUN_CONFIG_COPY
     if saved.is_file():
         try:
             return RunConfig.load_json(saved)
         except (ValueError, TypeError) as err:
             raise ConversionError(f"{saved} is not a valid run config: {err}") from err
-    return RunConfig(model=ModelConfig(arch="bert" if mlm else "crossbert"))
+    return RunConfig(model=ModelConfig(arch=arch_for_foreign_import(mlm)))
 
 
 def _tokenizer_size(hf_dir: Path) -> int | None:
