@@ -203,3 +203,15 @@ def test_config_exactness_checks(name):
                        ("model_type", "bert"), ("is_decoder", True)]:
         with pytest.raises(ConversionError, match=key):
             fmt.check_importable({**base, key: value})
+
+
+@pytest.mark.parametrize("name", CLASSIC)
+def test_classic_key_tables_cover_every_native_tensor(name):
+    from megatron_crossbert.convert import classic
+
+    fmt = get_format(name)
+    assert set(fmt.global_keys) == set(classic.NATIVE_GLOBAL)
+    assert set(fmt.layer_keys) == set(classic.NATIVE_LAYER) and set(fmt.qkv_keys) == set(classic.NATIVE_QKV)
+    assert set(fmt.mlm_head_keys) == set(classic.NATIVE_MLM_HEAD)
+    hf_names = [*fmt.global_keys.values(), *fmt.layer_keys.values(), *sum(fmt.qkv_keys.values(), ())]
+    assert len(hf_names) == len(set(hf_names))  # no two native tensors land on one HF key

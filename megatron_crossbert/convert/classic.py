@@ -45,6 +45,23 @@ NATIVE_MLM_HEAD = ("lm_head.dense.weight", "lm_head.dense.bias", "lm_head.layer_
 POSITION_KEY = "embedding.position_embeddings.weight"
 WORD_KEY = "embedding.word_embeddings.weight"
 
+# HF names every BERT-family class shares (relative to the base model): the formats add their own
+# LayerNorm and head names to these.
+HF_LAYER = "encoder.layer.{i}."
+BERT_FAMILY_LAYER_KEYS: dict[str, str] = {
+    "self_attention.linear_proj.weight": HF_LAYER + "attention.output.dense.weight",
+    "self_attention.linear_proj.bias": HF_LAYER + "attention.output.dense.bias",
+    "mlp.linear_fc1.weight": HF_LAYER + "intermediate.dense.weight",
+    "mlp.linear_fc1.bias": HF_LAYER + "intermediate.dense.bias",
+    "mlp.linear_fc2.weight": HF_LAYER + "output.dense.weight",
+    "mlp.linear_fc2.bias": HF_LAYER + "output.dense.bias",
+}
+BERT_FAMILY_QKV_KEYS: dict[str, tuple[str, str, str]] = {
+    f"self_attention.linear_qkv.{p}": tuple(f"{HF_LAYER}attention.self.{part}.{p}"
+                                            for part in ("query", "key", "value"))
+    for p in ("weight", "bias")
+}
+
 
 def classic_unsupported(model_cfg: ModelConfig) -> list[str]:
     """Why the classic HF targets cannot represent ``model_cfg`` (unknown fields are refused, not ignored)."""
@@ -74,14 +91,16 @@ class ClassicFormat(HfFormat):
     """``NATIVE_GLOBAL`` key -> HF key (relative to the base model)."""
     layer_keys: ClassVar[dict[str, str]]
     """``NATIVE_LAYER`` suffix -> HF per-layer template (``{i}`` = layer)."""
-    qkv_keys: ClassVar[dict[str, tuple[str, str, str]]]
+    qkv_keys: ClassVar[dict[str, tuple[str, str, str]]] = BERT_FAMILY_QKV_KEYS
     """``NATIVE_QKV`` suffix -> HF (query, key, value) templates."""
     mlm_head_keys: ClassVar[dict[str, str]]
     """``NATIVE_MLM_HEAD`` key -> HF key (relative to the MLM class)."""
     mlm_decoder_keys: ClassVar[tuple[str, str]]
     """HF (decoder weight, decoder bias) keys: tied to the embeddings / the head bias, so not stored."""
-    token_type_key: ClassVar[str]
-    pooler_keys: ClassVar[tuple[str, str]]
+    token_type_key: ClassVar[str] = "embeddings.token_type_embeddings.weight"
+    """Synthesised all-zero token-type table (our models have none)."""
+    pooler_keys: ClassVar[tuple[str, str]] = ("pooler.dense.weight", "pooler.dense.bias")
+    """Synthesised zero pooler (untrained; loading then reports nothing missing)."""
     base_prefix: ClassVar[str]
     """Prefix of the base model inside the MLM class."""
 

@@ -9,10 +9,8 @@ Positions are the row index (0..s-1), so only right padding is exact.
 from __future__ import annotations
 
 from megatron_crossbert.config import ModelConfig
-from megatron_crossbert.convert.classic import ClassicFormat
+from megatron_crossbert.convert.classic import BERT_FAMILY_LAYER_KEYS, HF_LAYER, ClassicFormat
 from megatron_crossbert.convert.formats import register_format
-
-_LAYER = "encoder.layer.{i}."
 
 
 class MegatronBertFormat(ClassicFormat):
@@ -30,21 +28,11 @@ class MegatronBertFormat(ClassicFormat):
         "encoder.final_layernorm.bias": "encoder.ln.bias",
     }
     layer_keys = {
-        "input_layernorm.weight": _LAYER + "attention.ln.weight",
-        "input_layernorm.bias": _LAYER + "attention.ln.bias",
-        "self_attention.linear_proj.weight": _LAYER + "attention.output.dense.weight",
-        "self_attention.linear_proj.bias": _LAYER + "attention.output.dense.bias",
-        "pre_mlp_layernorm.weight": _LAYER + "ln.weight",
-        "pre_mlp_layernorm.bias": _LAYER + "ln.bias",
-        "mlp.linear_fc1.weight": _LAYER + "intermediate.dense.weight",
-        "mlp.linear_fc1.bias": _LAYER + "intermediate.dense.bias",
-        "mlp.linear_fc2.weight": _LAYER + "output.dense.weight",
-        "mlp.linear_fc2.bias": _LAYER + "output.dense.bias",
-    }
-    qkv_keys = {
-        f"self_attention.linear_qkv.{p}": tuple(f"{_LAYER}attention.self.{part}.{p}"
-                                                for part in ("query", "key", "value"))
-        for p in ("weight", "bias")
+        "input_layernorm.weight": HF_LAYER + "attention.ln.weight",
+        "input_layernorm.bias": HF_LAYER + "attention.ln.bias",
+        "pre_mlp_layernorm.weight": HF_LAYER + "ln.weight",
+        "pre_mlp_layernorm.bias": HF_LAYER + "ln.bias",
+        **BERT_FAMILY_LAYER_KEYS,
     }
     mlm_head_keys = {
         "lm_head.dense.weight": "cls.predictions.transform.dense.weight",
@@ -54,8 +42,6 @@ class MegatronBertFormat(ClassicFormat):
         "output_layer.bias": "cls.predictions.bias",
     }
     mlm_decoder_keys = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
-    token_type_key = "embeddings.token_type_embeddings.weight"
-    pooler_keys = ("pooler.dense.weight", "pooler.dense.bias")
 
     def mlm_head_exact(self, model_cfg: ModelConfig) -> bool:
         """megatron's LM head always uses erf GELU while HF MegatronBert's applies ``hidden_act``, so the

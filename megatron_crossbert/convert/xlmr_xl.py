@@ -13,10 +13,8 @@ The MLM head applies exact (erf) GELU like megatron's, so it is exact under eith
 from __future__ import annotations
 
 from megatron_crossbert.config import ModelConfig
-from megatron_crossbert.convert.classic import ClassicFormat
+from megatron_crossbert.convert.classic import BERT_FAMILY_LAYER_KEYS, HF_LAYER, ClassicFormat
 from megatron_crossbert.convert.formats import ExportContext, register_format
-
-_LAYER = "encoder.layer.{i}."
 
 
 class XlmrXlFormat(ClassicFormat):
@@ -34,21 +32,11 @@ class XlmrXlFormat(ClassicFormat):
         "encoder.final_layernorm.bias": "encoder.LayerNorm.bias",
     }
     layer_keys = {
-        "input_layernorm.weight": _LAYER + "attention.self_attn_layer_norm.weight",
-        "input_layernorm.bias": _LAYER + "attention.self_attn_layer_norm.bias",
-        "self_attention.linear_proj.weight": _LAYER + "attention.output.dense.weight",
-        "self_attention.linear_proj.bias": _LAYER + "attention.output.dense.bias",
-        "pre_mlp_layernorm.weight": _LAYER + "LayerNorm.weight",
-        "pre_mlp_layernorm.bias": _LAYER + "LayerNorm.bias",
-        "mlp.linear_fc1.weight": _LAYER + "intermediate.dense.weight",
-        "mlp.linear_fc1.bias": _LAYER + "intermediate.dense.bias",
-        "mlp.linear_fc2.weight": _LAYER + "output.dense.weight",
-        "mlp.linear_fc2.bias": _LAYER + "output.dense.bias",
-    }
-    qkv_keys = {
-        f"self_attention.linear_qkv.{p}": tuple(f"{_LAYER}attention.self.{part}.{p}"
-                                                for part in ("query", "key", "value"))
-        for p in ("weight", "bias")
+        "input_layernorm.weight": HF_LAYER + "attention.self_attn_layer_norm.weight",
+        "input_layernorm.bias": HF_LAYER + "attention.self_attn_layer_norm.bias",
+        "pre_mlp_layernorm.weight": HF_LAYER + "LayerNorm.weight",
+        "pre_mlp_layernorm.bias": HF_LAYER + "LayerNorm.bias",
+        **BERT_FAMILY_LAYER_KEYS,
     }
     mlm_head_keys = {
         "lm_head.dense.weight": "lm_head.dense.weight",
@@ -58,8 +46,6 @@ class XlmrXlFormat(ClassicFormat):
         "output_layer.bias": "lm_head.bias",
     }
     mlm_decoder_keys = ("lm_head.decoder.weight", "lm_head.decoder.bias")
-    token_type_key = "embeddings.token_type_embeddings.weight"
-    pooler_keys = ("pooler.dense.weight", "pooler.dense.bias")
 
     def position_offset(self, pad_token_id: int) -> int:
         """RoBERTa numbers positions from ``pad_token_id + 1``."""
