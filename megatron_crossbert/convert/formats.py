@@ -19,8 +19,13 @@ How to add a format (e.g. ModernBert for the modern encoder):
 3. Add the module path to ``FORMAT_MODULES`` (its position sets its default-priority).
 4. ``unsupported`` must name every native config field it cannot represent, and ``check_importable``
    every config.json value it cannot import, so nothing is ever exported or imported silently wrong.
-5. Tests: ``tests/test_convert_formats.py`` runs its exactness and round-trip checks over every
-   registered format whose ``unsupported`` accepts the test config.
+5. Tests: follow ``tests/test_convert.py`` (AutoModel at every backend in ``attention_backends``,
+   left padding when ``left_padding``, SentenceTransformer, round trip) and ``tests/test_convert_tp.py``.
+
+When ``ModelConfig`` gains a field (e.g. ``encoder: bert|modern``), the classic formats refuse every
+config until ``classic.py`` knows it: add it to ``classic.REQUIRED_VALUES`` (``{"encoder": ("bert",)}``)
+or ``classic.NEUTRAL_FIELDS``. A new architecture (e.g. ``mlm``) adds its row to ``_TRAITS`` below
+(until the ArchSpec registry owns these traits and ``model_traits`` reads them from there).
 """
 
 from __future__ import annotations
