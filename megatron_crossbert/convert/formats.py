@@ -170,10 +170,10 @@ def _load() -> dict[str, HfFormat]:
 
 
 def all_formats() -> list[HfFormat]:
-    """Every registered format, in default-priority order."""
-    _load()
-    order = {name: i for i, name in enumerate(_REGISTRY)}
-    return sorted(_REGISTRY.values(), key=lambda fmt: order[fmt.name])
+    """Every registered format, in ``FORMAT_MODULES`` order (not import order: any module may have
+    been imported first); formats registered from elsewhere come last."""
+    rank = {module: i for i, module in enumerate(FORMAT_MODULES)}
+    return sorted(_load().values(), key=lambda fmt: rank.get(type(fmt).__module__, len(rank)))
 
 
 def format_names() -> list[str]:
