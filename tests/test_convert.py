@@ -1,8 +1,10 @@
-"""HF export/import end to end on tiny randomised checkpoints (CPU, fp32).
+"""HF export/import end to end on tiny randomised checkpoints (CPU, fp32), for every classic format.
 
-Checks the contract of docs/architecture.md: ``AutoModel`` equals ``encode`` (<= 1e-4, padded batch),
-``SentenceTransformer`` equals masked mean pooling, native -> HF -> native is bit-identical, the BERT
-baseline's MLM logits match through ``pipeline("fill-mask")``, and only safetensors are written.
+Checks the contract of docs/architecture.md: stock ``AutoModel`` (no remote code) equals ``encode``
+within 1e-5 at every attention backend the class supports (right-padded batches, and left-padded ones
+where the format's positions allow it), ``SentenceTransformer`` equals masked mean pooling,
+native -> HF -> native is bit-identical, the BERT baseline's MLM logits match through the format's
+``...ForMaskedLM`` and ``pipeline("fill-mask")``, and only safetensors are written.
 """
 
 from __future__ import annotations
@@ -22,9 +24,12 @@ from test_convert_support import (
 from megatron_crossbert import platform
 from megatron_crossbert.config import ParallelConfig
 from megatron_crossbert.convert import export_to_hf, import_from_hf
+from megatron_crossbert.convert.formats import get_format
 
-TOL = 1e-4
+TOL = 1e-5
 LENGTHS = [20, 13, 5, 20]
+FORMATS = ["xlmr-xl", "megatron-bert"]
+BACKENDS = [("xlmr-xl", "sdpa"), ("xlmr-xl", "eager"), ("megatron-bert", "eager")]
 
 
 @pytest.fixture(scope="module")
@@ -39,11 +44,13 @@ def tokenizer_dir(work):
 
 @pytest.fixture(scope="module")
 def crossbert(work, tokenizer_dir):
-    """(checkpoint root, native state, export dir) of a randomised CrossBERT."""
+    """(checkpoint root, native state, {format: export dir}) of a randomised CrossBERT."""
     run_cfg = tiny_run_config("crossbert", tokenizer=str(tokenizer_dir))
     state = make_checkpoint(work / "ckpt_crossbert", run_cfg)
-    out = export_to_hf(work / "ckpt_crossbert", work / "hf_crossbert")
-    return work / "ckpt_crossbert", state, out
+    outs = {"default": export_to_hf(work / "ckpt_crossbert", work / "hf_crossbert")}
+    outs.update({name: export_to_hf(work / "ckpt_crossbert", work / f"hf_crossbert_{name}", format_name=name)
+                 for name in FORMATS})
+    return work / "ckpt_crossbert", state, outs
 
 
 def _native_features(checkpoint, ids, mask):
@@ -58,73 +65,104 @@ def _max_diff(a, b, mask):
     return (a - b)[mask.bool()].abs().max().item()
 
 
-def test_automodel_matches_native_encoder_on_padded_batch(crossbert):
+def _hf_features(out, impl, ids, mask):
     from transformers import AutoModel
 
-    checkpoint, _, out = crossbert
+    hf = AutoModel.from_pretrained(out, use_safetensors=True, attn_implementation=impl).eval()
+    assert hf.config._attn_implementation == impl
+    with torch.no_grad():
+        return type(hf).__name__, hf(input_ids=ids, attention_mask=mask).last_hidden_state
+
+
+@pytest.mark.parametrize("name, impl", BACKENDS)
+def test_automodel_matches_native_encoder_on_right_padded_batch(crossbert, name, impl):
+    checkpoint, _, outs = crossbert
     ids, mask = padded_batch(125, LENGTHS)
     native = _native_features(checkpoint, ids, mask)
-    hf = AutoModel.from_pretrained(out, use_safetensors=True).eval()
-    assert type(hf).__name__ == "MegatronBertModel"
-    with torch.no_grad():
-        got = hf(input_ids=ids, attention_mask=mask).last_hidden_state
+    cls, got = _hf_features(outs[name], impl, ids, mask)
+    assert cls == get_format(name).base_class
     diff = _max_diff(got, native, mask)
-    print(f"AutoModel vs CrossBertModel.encode max abs diff: {diff:.3g}")
+    print(f"{name}/{impl} AutoModel vs CrossBertModel.encode max abs diff: {diff:.3g}")
     assert diff <= TOL
 
 
-def test_sentence_transformers_equals_mean_pooled_native(crossbert):
+@pytest.mark.parametrize("impl", ["sdpa", "eager"])
+def test_left_padded_batch_matches_native_rows(crossbert, impl):
+    """XLM-R positions count from each row's first real token, so left padding is exact too."""
+    checkpoint, _, outs = crossbert
+    assert get_format("xlmr-xl").left_padding and not get_format("megatron-bert").left_padding
+    ids, mask = padded_batch(125, LENGTHS, seed=5)
+    native = _native_features(checkpoint, ids, mask)
+    left_ids, left_mask = torch.zeros_like(ids), torch.zeros_like(mask)
+    for row, length in enumerate(LENGTHS):
+        left_ids[row, -length:], left_mask[row, -length:] = ids[row, :length], 1
+    _, got = _hf_features(outs["xlmr-xl"], impl, left_ids, left_mask)
+    diff = max((got[row, -n:] - native[row, :n]).abs().max().item() for row, n in enumerate(LENGTHS))
+    print(f"xlmr-xl/{impl} left-padded vs native max abs diff: {diff:.3g}")
+    assert diff <= TOL
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_sentence_transformers_equals_mean_pooled_native(crossbert, name):
     from sentence_transformers import SentenceTransformer
     from transformers import AutoTokenizer
 
-    checkpoint, _, out = crossbert
+    checkpoint, _, outs = crossbert
     texts = ["w1 w2 w3 w4 w5 w6", "w7 w8", "w9 w10 w11 w12 w13 w14 w15 w16 w17"]
-    batch = AutoTokenizer.from_pretrained(out).__call__(texts, padding=True, return_tensors="pt")
+    batch = AutoTokenizer.from_pretrained(outs[name]).__call__(texts, padding=True, return_tensors="pt")
     assert batch["input_ids"][1].tolist()[:4] == [2, 12, 13, 3]  # [CLS] w7 w8 [SEP]: real ids, not [UNK]
     features = _native_features(checkpoint, batch["input_ids"], batch["attention_mask"])
     keep = batch["attention_mask"].unsqueeze(-1).float()
     pooled = (features * keep).sum(1) / keep.sum(1)
-    st = SentenceTransformer(str(out), device="cpu", model_kwargs={"use_safetensors": True})
+    st = SentenceTransformer(str(outs[name]), device="cpu", model_kwargs={"use_safetensors": True})
+    assert type(st[0].auto_model).__name__ == get_format(name).base_class
     got = torch.as_tensor(st.encode(texts, convert_to_numpy=True))
     diff = (got - pooled).abs().max().item()
-    print(f"SentenceTransformer vs mean-pooled native max abs diff: {diff:.3g}")
+    print(f"{name} SentenceTransformer vs mean-pooled native max abs diff: {diff:.3g}")
     assert diff <= TOL
 
 
-def test_export_files_config_and_safe_formats(crossbert):
-    _, _, out = crossbert
+def test_default_export_files_config_card_and_safe_formats(crossbert):
+    _, _, outs = crossbert
+    out = outs["default"]
     names = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
     assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "modules.json",
             "1_Pooling/config.json", "sentence_bert_config.json", "README.md"} <= names
     assert not [n for n in names if n.endswith((".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle"))]
     cfg = read_json(out / "config.json")
-    assert cfg["architectures"] == ["MegatronBertModel"] and cfg["model_type"] == "megatron-bert"
+    assert cfg["architectures"] == ["XLMRobertaXLModel"] and cfg["model_type"] == "xlm-roberta-xl"
     assert (cfg["hidden_act"], cfg["layer_norm_eps"], cfg["vocab_size"]) == ("gelu", 1e-5, 384)
-    assert (cfg["type_vocab_size"], cfg["max_position_embeddings"], cfg["pad_token_id"]) == (2, 64, 0)
+    # RoBERTa positions start at pad + 1 = 1: one zero row before native position 0
+    assert (cfg["type_vocab_size"], cfg["max_position_embeddings"], cfg["pad_token_id"]) == (2, 65, 0)
     tensors = read_safetensors(out)
-    assert not any(k.startswith(("decoder", "mask_embedding", "cls.", "lm_head")) for k in tensors)
+    assert not any(k.startswith(("decoder", "mask_embedding", "lm_head", "roberta.")) for k in tensors)
     assert not tensors["embeddings.token_type_embeddings.weight"].any()
-    assert "decoder_num_layers: 1" in (out / "README.md").read_text()
+    assert not tensors["embeddings.position_embeddings.weight"][0].any()
+    card = (out / "README.md").read_text()
+    assert "`XLMRobertaXLModel`" in card and "`sdpa`, `eager`, `flash_attention_2`" in card
+    assert "decoder_num_layers: 1" in card and "Left and right padding are both exact" in card
+    legacy = (outs["megatron-bert"] / "README.md").read_text()
+    assert "`MegatronBertModel`" in legacy and "Attention backends (`attn_implementation`): `eager`." in legacy
+    assert read_json(outs["megatron-bert"] / "config.json")["max_position_embeddings"] == 64
     assert read_json(out / "tokenizer_config.json")["model_max_length"] == 64  # capped at the position table
     assert read_json(out / "sentence_bert_config.json")["max_seq_length"] == 64
 
 
-def test_round_trip_is_bit_identical(crossbert, work):
-    checkpoint, state, out = crossbert
-    ckpt_dir = import_from_hf(out, work / "reimported")
+@pytest.mark.parametrize("name", FORMATS)
+def test_round_trip_is_bit_identical(crossbert, work, name):
+    checkpoint, state, outs = crossbert
+    ckpt_dir = import_from_hf(outs[name], work / f"reimported_{name}")
     platform.initialize(ParallelConfig(), 0)
     back = load_native(ckpt_dir).state_dict()
     encoder = [k for k in state if k.startswith(("embedding.", "encoder.")) and not k.endswith("_extra_state")]
     assert encoder and all(torch.equal(back[k], state[k]) for k in encoder)
     assert any(k.startswith("decoder.") for k in back)  # decoder rebuilt (fresh init)
-    again = export_to_hf(ckpt_dir, work / "hf_again")  # reuses the caller's TP=1 parallel state
-    first, second = read_safetensors(out), read_safetensors(again)
+    again = export_to_hf(ckpt_dir, work / f"hf_again_{name}", format_name=name)  # reuses the TP=1 state
+    first, second = read_safetensors(outs[name]), read_safetensors(again)
     assert first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
 
 
 def test_tanh_gelu_run_exports_gelu_pytorch_tanh(work, tokenizer_dir):
-    from transformers import AutoModel
-
     run_cfg = tiny_run_config("crossbert", tokenizer=str(tokenizer_dir), bias_gelu_fusion=True,
                               layernorm_epsilon=1e-6)
     make_checkpoint(work / "ckpt_tanh", run_cfg)
@@ -133,55 +171,86 @@ def test_tanh_gelu_run_exports_gelu_pytorch_tanh(work, tokenizer_dir):
     assert (cfg["hidden_act"], cfg["layer_norm_eps"]) == ("gelu_pytorch_tanh", 1e-6)
     ids, mask = padded_batch(125, LENGTHS, seed=1)
     native = _native_features(work / "ckpt_tanh", ids, mask)
-    with torch.no_grad():
-        got = AutoModel.from_pretrained(out, use_safetensors=True)(input_ids=ids, attention_mask=mask)
-    diff = _max_diff(got.last_hidden_state, native, mask)
+    _, got = _hf_features(out, "sdpa", ids, mask)
+    diff = _max_diff(got, native, mask)
     print(f"tanh-GELU export max abs diff: {diff:.3g}")
     assert diff <= TOL
 
 
-def test_bert_baseline_fill_mask_and_mlm_logits(work, tokenizer_dir):
-    from transformers import AutoModel, AutoModelForMaskedLM, pipeline
-
+@pytest.fixture(scope="module")
+def bert(work, tokenizer_dir):
     run_cfg = tiny_run_config("bert", tokenizer=str(tokenizer_dir))
-    state = make_checkpoint(work / "ckpt_bert", run_cfg)
-    out = export_to_hf(work / "ckpt_bert", work / "hf_bert")
-    assert read_json(out / "config.json")["architectures"] == ["MegatronBertForMaskedLM"]
+    return work / "ckpt_bert", make_checkpoint(work / "ckpt_bert", run_cfg)
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_bert_baseline_mlm_logits_and_head_round_trip(work, bert, name):
+    from transformers import AutoModelForMaskedLM
+
+    checkpoint, state = bert
+    fmt = get_format(name)
+    out = export_to_hf(checkpoint, work / f"hf_bert_{name}", format_name=name)
+    assert read_json(out / "config.json")["architectures"] == [fmt.mlm_class]
     ids, mask = padded_batch(125, LENGTHS, seed=2)
     platform.initialize(ParallelConfig(), 0)
     with torch.no_grad():
-        native = load_native(work / "ckpt_bert")(ids, mask)[0]
+        native = load_native(checkpoint)(ids, mask)[0]
         mlm = AutoModelForMaskedLM.from_pretrained(out, use_safetensors=True).eval()
+        assert type(mlm).__name__ == fmt.mlm_class
         logits = mlm(input_ids=ids, attention_mask=mask).logits
-        base = AutoModel.from_pretrained(out, use_safetensors=True)(input_ids=ids, attention_mask=mask)
+    _, base = _hf_features(out, fmt.attention_backends[0], ids, mask)
     diff = _max_diff(logits, native, mask)
-    print(f"BERT MLM logits max abs diff: {diff:.3g}")
-    assert diff <= TOL and base.last_hidden_state.shape == (4, 20, 32)
-    fill = pipeline("fill-mask", model=str(out), model_kwargs={"use_safetensors": True})
+    print(f"{name} BERT MLM logits max abs diff: {diff:.3g}")
+    assert diff <= TOL and base.shape == (4, 20, 32)
+    back = load_native(import_from_hf(out, work / f"bert_back_{name}")).state_dict()
+    keys = [k for k in state if not k.endswith("_extra_state")]
+    assert all(torch.equal(back[k], state[k]) for k in keys)
+
+
+def test_bert_fill_mask_pipeline_and_tanh_head_choice(work, bert, tokenizer_dir):
+    from transformers import pipeline
+
+    fill = pipeline("fill-mask", model=str(export_to_hf(bert[0], work / "hf_fill")),
+                    model_kwargs={"use_safetensors": True})
     preds = fill("w1 w2 [MASK] w4")
     assert len(preds) == 5 and all("token_str" in p for p in preds)
-    back = load_native(import_from_hf(out, work / "bert_back")).state_dict()
-    heads = [k for k in state if k.startswith(("lm_head.", "output_layer.")) and not k.endswith("_extra_state")]
-    assert heads and all(torch.equal(back[k], state[k]) for k in heads)
+    # tanh encoder GELU: XLM-R's head (erf, like megatron's) stays exact; MegatronBert's would not
+    run_cfg = tiny_run_config("bert", tokenizer=str(tokenizer_dir), bias_gelu_fusion=True)
+    make_checkpoint(work / "ckpt_bert_tanh", run_cfg)
+    xlmr = export_to_hf(work / "ckpt_bert_tanh", work / "hf_bert_tanh")
+    legacy = export_to_hf(work / "ckpt_bert_tanh", work / "hf_bert_tanh_mb", format_name="megatron-bert")
+    assert read_json(xlmr / "config.json")["architectures"] == ["XLMRobertaXLForMaskedLM"]
+    assert read_json(legacy / "config.json")["architectures"] == ["MegatronBertModel"]
+    assert "The MLM head is omitted" in (legacy / "README.md").read_text()
 
 
-def test_import_foreign_megatron_bert(work, tokenizer_dir):
-    """An HF MegatronBertModel we did not write (odd vocab, no run config) imports and matches."""
-    from transformers import AutoTokenizer, MegatronBertConfig, MegatronBertModel
-
-    config = MegatronBertConfig(vocab_size=130, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                intermediate_size=48, max_position_embeddings=40, layer_norm_eps=1e-5)
-    hf = MegatronBertModel(config).eval()
+def _randomise_foreign(hf):
     with torch.no_grad():
         hf.embeddings.token_type_embeddings.weight.zero_()
         for name, param in hf.named_parameters():
-            if name.endswith("bias") or "ln." in name:
+            if name.endswith("bias") or "ln." in name.lower() or "layernorm" in name.lower():
                 param.add_(0.1 * torch.randn_like(param))
-    hf.save_pretrained(work / "foreign")
-    AutoTokenizer.from_pretrained(tokenizer_dir).save_pretrained(work / "foreign")
-    ckpt_dir = import_from_hf(work / "foreign", work / "foreign_native")
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_import_foreign_model(work, tokenizer_dir, name):
+    """An HF model we did not write (odd vocab, no run config) imports and matches."""
+    import transformers
+    from transformers import AutoTokenizer
+
+    fmt = get_format(name)
+    config_cls = getattr(transformers, fmt.base_class.replace("Model", "Config"))
+    config = config_cls(vocab_size=130, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=48, max_position_embeddings=40 + fmt.position_offset(0),
+                        layer_norm_eps=1e-5, pad_token_id=0)
+    hf = getattr(transformers, fmt.base_class)(config).eval()
+    _randomise_foreign(hf)
+    hf.save_pretrained(work / f"foreign_{name}")
+    AutoTokenizer.from_pretrained(tokenizer_dir).save_pretrained(work / f"foreign_{name}")
+    ckpt_dir = import_from_hf(work / f"foreign_{name}", work / f"foreign_native_{name}")
     cfg = read_json(ckpt_dir / "run_config.json")["model"]
     assert (cfg["arch"], cfg["vocab_size"], cfg["ffn_hidden_size"]) == ("crossbert", 125, 48)
+    assert cfg["max_position_embeddings"] == 40  # XLM-R: the pad + 1 rows before position 0 are dropped
     ids, mask = padded_batch(125, [17, 9, 3], seed=4)
     native = _native_features(ckpt_dir, ids, mask)
     with torch.no_grad():

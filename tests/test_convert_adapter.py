@@ -1,4 +1,5 @@
-"""Unit tests of the pure conversion pieces: QKV layout, key tables, strictness, TP gather, configs.
+"""Unit tests of the pure conversion pieces: QKV layout, every classic format's key tables and config
+rules, strictness, the format registry, TP gather.
 
 No megatron model is built here (fast); end-to-end numerical parity lives in test_convert.py.
 """
@@ -6,19 +7,23 @@ No megatron model is built here (fast); end-to-end numerical parity lives in tes
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 import torch
 
 from megatron_crossbert.config import ModelConfig
 from megatron_crossbert.convert import ConversionError
-from megatron_crossbert.convert.adapter import hf_to_megatron, megatron_to_hf
-from megatron_crossbert.convert.hf_config import (
-    check_exportable,
-    check_importable,
-    mlm_head_exportable,
-    vocab_layout,
+from megatron_crossbert.convert.artifacts import TokenizerInfo
+from megatron_crossbert.convert.formats import (
+    ExportContext,
+    default_format,
+    format_for_hf_config,
+    format_names,
+    get_format,
+    model_traits,
 )
+from megatron_crossbert.convert.hf_config import vocab_layout
 from megatron_crossbert.convert.layout import gather_tensor_parallel, merge_qkv, split_qkv
 
 CFG = ModelConfig(arch="bert", vocab_size=100, make_vocab_size_divisible_by=64, hidden_size=8, num_layers=2,
@@ -59,47 +64,96 @@ def test_qkv_split_follows_head_interleaved_layout():
     assert torch.equal(merge_qkv(*split_qkv(bias, heads), heads), bias)
 
 
-def test_state_dict_round_trip_and_mlm_keys():
-    state = fake_megatron_state()
-    hf = megatron_to_hf(state, CFG, with_mlm_head=True)
-    assert "cls.predictions.bias" in hf and "bert.encoder.layer.1.attention.self.value.weight" in hf
-    assert not hf["bert.embeddings.token_type_embeddings.weight"].any()
-    back = hf_to_megatron(hf, CFG)
+CLASSIC = ["xlmr-xl", "megatron-bert"]
+
+
+def ctx(pad: int = 0, rows: int = 128) -> ExportContext:
+    tok = TokenizerInfo(directory=Path("tok"), size=100, pad_token_id=pad, has_mask_token=True,
+                        cls_token_id=2, sep_token_id=3, mask_token_id=4)
+    return ExportContext(vocab_rows=rows, tokenizer=tok)
+
+
+@pytest.mark.parametrize("name", CLASSIC)
+def test_state_dict_round_trip_and_mlm_keys(name):
+    fmt, state = get_format(name), fake_megatron_state()
+    hf = fmt.to_hf(state, CFG, ctx(), with_mlm_head=True)
+    prefix = fmt.base_prefix
+    assert f"{prefix}encoder.layer.1.attention.self.value.weight" in hf and fmt.has_mlm_head(hf)
+    assert not hf[prefix + fmt.token_type_key].any()
+    back = fmt.from_hf(hf, fmt.hf_config(CFG, ctx(), True), CFG)
     assert back.keys() == state.keys() and all(torch.equal(back[k], state[k]) for k in state)
-    encoder_only = megatron_to_hf(state, CFG)  # head knowingly dropped, zero pooler added
-    assert "pooler.dense.weight" in encoder_only and not any(k.startswith("cls.") for k in encoder_only)
+    encoder_only = fmt.to_hf(state, CFG, ctx(), with_mlm_head=False)  # head knowingly dropped, zero pooler
+    assert "pooler.dense.weight" in encoder_only and not fmt.has_mlm_head(encoder_only)
 
 
-def test_transformer_engine_norm_names_are_accepted():
-    state = fake_megatron_state()
+@pytest.mark.parametrize("pad", [0, 1, 5])
+def test_xlmr_position_table_is_shifted_by_pad_plus_one(pad):
+    fmt, state = get_format("xlmr-xl"), fake_megatron_state()
+    hf = fmt.to_hf(state, CFG, ctx(pad), with_mlm_head=False)
+    table, native = hf["embeddings.position_embeddings.weight"], state["embedding.position_embeddings.weight"]
+    assert table.shape == (CFG.max_position_embeddings + pad + 1, CFG.hidden_size)
+    assert not table[: pad + 1].any() and torch.equal(table[pad + 1:], native)
+    config = fmt.hf_config(CFG, ctx(pad), False)
+    assert config["max_position_embeddings"] == CFG.max_position_embeddings + pad + 1
+    assert fmt.model_config_from_hf(config, CFG, 100).max_position_embeddings == CFG.max_position_embeddings
+    back = fmt.from_hf(hf, config, CFG)
+    assert torch.equal(back["embedding.position_embeddings.weight"], native)
+
+
+@pytest.mark.parametrize("name", CLASSIC)
+def test_transformer_engine_norm_names_are_accepted(name):
+    fmt, state = get_format(name), fake_megatron_state()
     te = {k.replace("input_layernorm.", "self_attention.linear_qkv.layer_norm_")
           .replace("pre_mlp_layernorm.", "mlp.linear_fc1.layer_norm_"): v for k, v in state.items()}
     te["encoder.layers.0.self_attention.linear_qkv._extra_state"] = None
-    hf_te, hf = megatron_to_hf(te, CFG), megatron_to_hf(state, CFG)
+    hf_te, hf = fmt.to_hf(te, CFG, ctx(), False), fmt.to_hf(state, CFG, ctx(), False)
     assert all(torch.equal(hf_te[k], hf[k]) for k in hf)
 
 
+@pytest.mark.parametrize("name", CLASSIC)
 @pytest.mark.parametrize("mutate, message", [
-    (lambda s: s.update({"embedding.tokentype_embeddings.weight": torch.zeros(2, 8)}), "no HF MegatronBert target"),
+    (lambda s: s.update({"embedding.tokentype_embeddings.weight": torch.zeros(2, 8)}), "no HF .* target"),
     (lambda s: s.pop("encoder.layers.1.mlp.linear_fc2.bias"), "missing tensor"),
     (lambda s: s.update({"embedding.position_embeddings.weight": torch.zeros(20, 8)}), "config expects"),
     (lambda s: s.update({"output_layer.weight": torch.zeros(128, 8)}), "not tied"),
 ])
-def test_megatron_to_hf_is_strict(mutate, message):
+def test_to_hf_is_strict(name, mutate, message):
     state = fake_megatron_state()
     mutate(state)
     with pytest.raises(ConversionError, match=message):
-        megatron_to_hf(state, CFG, with_mlm_head=True)
+        get_format(name).to_hf(state, CFG, ctx(), with_mlm_head=True)
 
 
-def test_hf_to_megatron_refuses_inexact_inputs():
-    hf = megatron_to_hf(fake_megatron_state(), CFG, with_mlm_head=True)
+@pytest.mark.parametrize("name", CLASSIC)
+def test_from_hf_refuses_inexact_inputs(name):
+    fmt = get_format(name)
+    hf = fmt.to_hf(fake_megatron_state(), CFG, ctx(), with_mlm_head=True)
+    config = fmt.hf_config(CFG, ctx(), True)
     crossbert = dataclasses.replace(CFG, arch="crossbert")
-    with pytest.raises(ConversionError, match="only be imported into the BERT"):
-        hf_to_megatron(hf, crossbert)
-    hf["bert.embeddings.token_type_embeddings.weight"][0, 0] = 1.0
+    with pytest.raises(ConversionError, match="MLM head can only be imported"):
+        fmt.from_hf(hf, config, crossbert)
+    hf[fmt.base_prefix + fmt.token_type_key][0, 0] = 1.0
     with pytest.raises(ConversionError, match="non-zero rows"):
-        hf_to_megatron(hf, CFG)
+        fmt.from_hf(hf, config, CFG)
+    hf[fmt.base_prefix + fmt.token_type_key].zero_()
+    hf["extra.weight"] = torch.zeros(2)
+    with pytest.raises(ConversionError, match="no megatron target"):
+        fmt.from_hf(hf, config, CFG)
+
+
+def test_registry_defaults_and_lookups():
+    assert format_names()[:2] == ["xlmr-xl", "megatron-bert"]
+    assert default_format(CFG).name == "xlmr-xl"  # fast (SDPA/flash) and exact comes first
+    assert "sdpa" in get_format("xlmr-xl").attention_backends
+    assert get_format("megatron-bert").attention_backends == ("eager",)
+    assert format_for_hf_config({"model_type": "megatron-bert"}).name == "megatron-bert"
+    with pytest.raises(ConversionError, match="unknown HF export format 'bert'"):
+        get_format("bert")
+    with pytest.raises(ConversionError, match="model_type='bert' is not importable"):
+        format_for_hf_config({"model_type": "bert"})
+    assert model_traits(CFG).encoder_mlm_head and not model_traits(CFG).has_reconstruction_decoder
+    crossbert = model_traits(dataclasses.replace(CFG, arch="crossbert"))
+    assert crossbert.has_reconstruction_decoder and not crossbert.encoder_mlm_head
 
 
 def test_gather_tensor_parallel_concatenates_along_partition_dim():
@@ -127,19 +181,37 @@ def test_vocab_layout_reproduces_padded_rows():
         vocab_layout(256, 300, 128)
 
 
-def test_config_exactness_checks():
+@pytest.mark.parametrize("name", CLASSIC)
+def test_config_exactness_checks(name):
     @dataclasses.dataclass
     class FutureModelConfig(ModelConfig):
         normalization: str = "RMSNorm"
 
+    fmt = get_format(name)
     with pytest.raises(ConversionError, match="normalization"):
-        check_exportable(FutureModelConfig())
-    check_exportable(CFG)
-    assert mlm_head_exportable(CFG)  # megatron's LM head GELU is always erf: exact only with erf HF act
-    assert not mlm_head_exportable(dataclasses.replace(CFG, bias_gelu_fusion=True))
-    base = {"model_type": "megatron-bert", "hidden_act": "gelu"}
-    check_importable(base)
+        fmt.check_exportable(FutureModelConfig())
+    with pytest.raises(ConversionError, match="no HF export format represents"):
+        default_format(FutureModelConfig())
+    fmt.check_exportable(CFG)
+    tanh = dataclasses.replace(CFG, bias_gelu_fusion=True)
+    assert fmt.mlm_head_exact(CFG)
+    # megatron's LM head GELU is always erf: MegatronBert's head applies hidden_act, XLM-R's always erf
+    assert fmt.mlm_head_exact(tanh) == (name == "xlmr-xl")
+    base = fmt.hf_config(CFG, ctx(), False)
+    fmt.check_importable(base)
     for key, value in [("hidden_act", "relu"), ("position_embedding_type", "relative_key"),
                        ("model_type", "bert"), ("is_decoder", True)]:
         with pytest.raises(ConversionError, match=key):
-            check_importable({**base, key: value})
+            fmt.check_importable({**base, key: value})
+
+
+@pytest.mark.parametrize("name", CLASSIC)
+def test_classic_key_tables_cover_every_native_tensor(name):
+    from megatron_crossbert.convert import classic
+
+    fmt = get_format(name)
+    assert set(fmt.global_keys) == set(classic.NATIVE_GLOBAL)
+    assert set(fmt.layer_keys) == set(classic.NATIVE_LAYER) and set(fmt.qkv_keys) == set(classic.NATIVE_QKV)
+    assert set(fmt.mlm_head_keys) == set(classic.NATIVE_MLM_HEAD)
+    hf_names = [*fmt.global_keys.values(), *fmt.layer_keys.values(), *sum(fmt.qkv_keys.values(), ())]
+    assert len(hf_names) == len(set(hf_names))  # no two native tensors land on one HF key

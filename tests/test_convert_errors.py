@@ -131,3 +131,20 @@ def test_parallel_state_handling(setup, tmp_path, monkeypatch):
         monkeypatch.setattr(parallel_state, "get_tensor_model_parallel_world_size", lambda: 2)
         with pytest.raises(ConversionError, match="TP=1/PP=1"):
             export_to_hf(ckpt, tmp_path / "refused")
+
+
+def test_format_selection(setup, tmp_path):
+    """``--format`` picks the target; unknown names and foreign model types fail with the choices."""
+    work, ckpt, _, hf = setup
+    assert json.loads((hf / "config.json").read_text())["architectures"] == ["XLMRobertaXLModel"]
+    assert cli_main(["export", str(ckpt), str(tmp_path / "mb"), "--format", "megatron-bert"]) == 0
+    assert json.loads((tmp_path / "mb" / "config.json").read_text())["architectures"] == ["MegatronBertModel"]
+    with pytest.raises(ConversionError, match=r"unknown HF export format 'bert'.*xlmr-xl"):
+        export_to_hf(ckpt, tmp_path / "a", format_name="bert")
+    with pytest.raises(SystemExit):
+        cli_main(["export", str(ckpt), str(tmp_path / "b"), "--format", "bert"])
+    foreign = shutil.copytree(hf, tmp_path / "foreign")
+    cfg = json.loads((foreign / "config.json").read_text())
+    (foreign / "config.json").write_text(json.dumps({**cfg, "model_type": "bert"}))
+    with pytest.raises(ConversionError, match="model_type='bert' is not importable"):
+        import_from_hf(foreign, tmp_path / "c")

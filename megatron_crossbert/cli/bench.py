@@ -1,4 +1,4 @@
-"""crossbert-bench: throughput, sample-efficiency and GPU-check benchmarks (thin argparse layer).
+"""crossbert-bench: throughput, sample-efficiency, GPU-check and HF export-speed benchmarks (thin argparse layer).
 
 Each subcommand parses options into the importable function that does the work
 (``megatron_crossbert.benchmarking``), prints a markdown table on stdout and writes JSON.
@@ -65,12 +65,32 @@ def _add_gpu_check(sub) -> None:
     p.add_argument("--out", default="benchmarks/out/gpu_check.json")
 
 
+def _add_export_speed(sub) -> None:
+    p = sub.add_parser("export-speed", help="HF export inference speed: every format x attention backend, s=128/512")
+    p.add_argument("--hidden-size", type=int, default=512, help="encoder width (default: BERT-small 512)")
+    p.add_argument("--num-layers", type=int, default=4)
+    p.add_argument("--num-attention-heads", type=int, default=8)
+    p.add_argument("--seq-lengths", type=int, nargs="+", default=[128, 512])
+    p.add_argument("--batch-size", type=int, default=8, help="sentences per forward (half padded to half length)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed rounds per sequence length")
+    p.add_argument("--repeats", type=int, default=3, help="timed round-robin rounds per sequence length")
+    p.add_argument("--formats", nargs="*", default=[], help="export formats to include (default: all)")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--gpu-dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    p.add_argument("--clock", default="auto", choices=["auto", "wall", "cpu"],
+                   help="auto: process CPU time on CPU (robust to other jobs), wall on GPU")
+    p.add_argument("--work-dir", default=None, help="keep the checkpoint and exports here (default: temp dir)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
+    p.add_argument("--out", default="benchmarks/out/export_speed.json", help="JSON report path")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="crossbert-bench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     _add_throughput(sub)
     _add_sample_efficiency(sub)
     _add_gpu_check(sub)
+    _add_export_speed(sub)
     add_debug_flag(parser)
     return parser
 
@@ -123,12 +143,32 @@ def run_gpu_check_command(args) -> int:
                          warmup=args.warmup, out=args.out)
 
 
+def run_export_speed_command(args) -> int:
+    from megatron_crossbert.benchmarking.export_speed import (
+        ExportSpeedOptions,
+        export_speed_markdown,
+        run_export_speed,
+    )
+    from megatron_crossbert.benchmarking.report import write_json
+
+    options = ExportSpeedOptions(hidden_size=args.hidden_size, num_layers=args.num_layers,
+                                 num_attention_heads=args.num_attention_heads, seq_lengths=args.seq_lengths,
+                                 batch_size=args.batch_size, warmup=args.warmup, repeats=args.repeats,
+                                 formats=args.formats, device=args.device, gpu_dtype=args.gpu_dtype,
+                                 clock=args.clock, work_dir=args.work_dir)
+    report = run_export_speed(options)
+    write_json(args.out, report)
+    print(export_speed_markdown(report))
+    print(f"\nJSON written to {args.out}")
+    return 0
+
+
 @cli_main
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _set_threads(getattr(args, "threads", None))
     handlers = {"throughput": run_throughput_command, "sample-efficiency": run_sample_efficiency_command,
-                "gpu-check": run_gpu_check_command}
+                "gpu-check": run_gpu_check_command, "export-speed": run_export_speed_command}
     return handlers[args.command](args)
 
 

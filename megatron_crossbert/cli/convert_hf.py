@@ -1,12 +1,15 @@
-"""``crossbert-convert-hf``: convert between native checkpoints and Hugging Face ``MegatronBert`` dirs.
+"""``crossbert-convert-hf``: convert between native checkpoints and Hugging Face model directories.
 
-  crossbert-convert-hf export CHECKPOINT OUT_DIR [--tokenizer DIR] [--force]
+  crossbert-convert-hf export CHECKPOINT OUT_DIR [--format NAME] [--tokenizer DIR] [--force]
   crossbert-convert-hf import HF_DIR OUT_ROOT [--force]
 
 ``export`` reads a dist checkpoint (root or iter_* dir, saved at any TP/PP) in one process and writes
-config.json + model.safetensors + tokenizer + sentence-transformers files + README.md. CrossBERT
-exports the encoder only; the BERT baseline also exports its MLM head (fill-mask). ``import`` writes a
-model-only checkpoint for ``checkpoint.init_from`` (a CrossBERT decoder is freshly initialised).
+config.json + model.safetensors + tokenizer + sentence-transformers files + README.md. The format
+defaults to the fastest exact target: ``xlmr-xl`` (XLMRobertaXLModel, SDPA/flash) for the classic
+encoder; ``--format megatron-bert`` writes MegatronBertModel (eager attention only). CrossBERT exports
+the encoder only; the BERT baseline also exports its MLM head (fill-mask). ``import`` detects the
+format from config.json and writes a model-only checkpoint for ``checkpoint.init_from`` (a CrossBERT
+decoder is freshly initialised).
 Exit status 2 with a one-line message for conversion errors.
 """
 
@@ -19,6 +22,12 @@ import sys
 from megatron_crossbert.cli.errors import add_debug_flag, cli_main
 
 
+def _format_names() -> list[str]:
+    from megatron_crossbert.convert.formats import format_names
+
+    return format_names()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="crossbert-convert-hf", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -29,8 +38,10 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--tokenizer", default=None,
                         help="tokenizer directory to ship (default: data.tokenizer of the run config)")
     export.add_argument("--force", action="store_true", help="replace OUT_DIR if it exists")
+    export.add_argument("--format", dest="format_name", default=None, choices=_format_names(),
+                        help="HF target (default: the first exact one, in this order)")
     imp = sub.add_parser("import", help="HF directory -> native model-only checkpoint")
-    imp.add_argument("hf_dir", help="HF MegatronBert directory (config.json + model.safetensors)")
+    imp.add_argument("hf_dir", help="HF directory of a supported format (config.json + model.safetensors)")
     imp.add_argument("out_root", help="checkpoint root to write (use as checkpoint.init_from)")
     imp.add_argument("--force", action="store_true", help="replace OUT_ROOT if it exists")
     add_debug_flag(parser)
@@ -42,7 +53,8 @@ def run(args: argparse.Namespace) -> str:
     from megatron_crossbert.convert import export_to_hf, import_from_hf
 
     if args.command == "export":
-        out = export_to_hf(args.checkpoint, args.out_dir, tokenizer_dir=args.tokenizer, force=args.force)
+        out = export_to_hf(args.checkpoint, args.out_dir, tokenizer_dir=args.tokenizer, force=args.force,
+                           format_name=args.format_name)
         return f"exported {args.checkpoint} -> {out}"
     ckpt_dir = import_from_hf(args.hf_dir, args.out_root, force=args.force)
     return f"imported {args.hf_dir} -> {ckpt_dir}"

@@ -1,9 +1,10 @@
-"""Hugging Face conversion: native dist checkpoints <-> ``MegatronBert`` directories.
+"""Hugging Face conversion: native dist checkpoints <-> HF directories in a registered format.
 
-- ``export_to_hf(checkpoint, out_dir)``: encoder (+ BERT MLM head) as safetensors, config.json,
-  tokenizer, sentence-transformers modules and a model card.
+- ``export_to_hf(checkpoint, out_dir, format_name=None)``: encoder (+ encoder MLM head) as safetensors,
+  config.json, tokenizer, sentence-transformers modules and a model card; the format defaults to the
+  fastest exact one (``xlmr-xl`` = ``XLMRobertaXLModel`` for the classic encoder).
 - ``import_from_hf(hf_dir, out_root)``: a model-only checkpoint for ``CheckpointConfig.init_from``.
-- ``adapter.megatron_to_hf`` / ``adapter.hf_to_megatron``: the pure state-dict mapping.
+- ``formats``: the format registry (``get_format(name).to_hf`` / ``.from_hf`` = the pure mapping).
 The heavy modules (megatron, transformers) load on first use, so importing this package is cheap.
 """
 
@@ -12,11 +13,11 @@ from __future__ import annotations
 from megatron_crossbert.convert.errors import ConversionError
 
 
-def export_to_hf(checkpoint, out_dir, *, tokenizer_dir=None, force=False):
+def export_to_hf(checkpoint, out_dir, *, tokenizer_dir=None, force=False, format_name=None):
     """See :func:`megatron_crossbert.convert.export.export_to_hf`."""
     from megatron_crossbert.convert.export import export_to_hf as _export
 
-    return _export(checkpoint, out_dir, tokenizer_dir=tokenizer_dir, force=force)
+    return _export(checkpoint, out_dir, tokenizer_dir=tokenizer_dir, force=force, format_name=format_name)
 
 
 def import_from_hf(hf_dir, out_root, *, force=False):

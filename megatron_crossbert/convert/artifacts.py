@@ -38,9 +38,19 @@ class TokenizerInfo:
     """What the export needs to know about a tokenizer (loaded through ``AutoTokenizer``)."""
 
     directory: Path
+    """The tokenizer directory that is copied into the export."""
     size: int
+    """``len(tokenizer)``: every id it can emit is below this."""
     pad_token_id: int
+    """Padding id (0 when the tokenizer defines none): HF ``pad_token_id``."""
     has_mask_token: bool
+    """Whether ``[MASK]``-style filling works (fill-mask pipelines need it)."""
+    cls_token_id: int | None = None
+    """Sequence-start id (``[CLS]``/``<s>``), for configs that record it (bos/cls ids)."""
+    sep_token_id: int | None = None
+    """Sequence-end id (``[SEP]``/``</s>``), for configs that record it (eos/sep ids)."""
+    mask_token_id: int | None = None
+    """Mask id, for configs that record it."""
 
 
 def _load_auto_tokenizer(directory: Path):
@@ -63,7 +73,8 @@ def inspect_tokenizer(path: str | Path) -> TokenizerInfo:
     tok = _load_auto_tokenizer(directory)
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     return TokenizerInfo(directory=directory, size=len(tok), pad_token_id=int(pad),
-                         has_mask_token=tok.mask_token is not None)
+                         has_mask_token=tok.mask_token is not None, cls_token_id=tok.cls_token_id,
+                         sep_token_id=tok.sep_token_id, mask_token_id=tok.mask_token_id)
 
 
 def check_tokenizer_fits(info: TokenizerInfo, vocab_size: int, vocab_rows: int) -> None:
