@@ -283,6 +283,9 @@ class CheckpointConfig:
     """Resume from this root (its 'latest'); None = save_dir when it has a checkpoint."""
     init_from: str | None = None
     """Start from these model weights only (e.g. a converted HF model), with a fresh optimizer."""
+    async_save: bool = False
+    """Write shards in background processes while training continues (megatron-core async save);
+    'latest' and run_config.json are committed only after every rank finished writing."""
 
     def __post_init__(self) -> None:
         _require(self.save_interval >= 0 and self.keep_last >= 0, "save_interval and keep_last must be >= 0")
