@@ -67,7 +67,7 @@ def _dp2_worker(rank: int, world_size: int, corpus: str, root: str) -> tuple[lis
 
 @pytest.mark.multirank
 def test_distributed_optimizer_resume_is_exact_at_dp2(corpus, tmp_path):
-    """ZeRO-1 (dp_reshardable) optimizer state, overlapped grad reduce, dropout on: resume is exact."""
+    """ZeRO-1 (fully_reshardable) optimizer state, overlapped grad reduce, dropout on: resume is exact."""
     from multirank import run_ranks
 
     results = run_ranks(_dp2_worker, 2, corpus, str(tmp_path))
@@ -179,7 +179,7 @@ def test_init_from_loads_weights_only(corpus, tmp_path):
 
 
 def test_distributed_optimizer_checkpoint_refuses_other_tp_pp(tmp_path):
-    """dp_reshardable optimizer state reshards across DP only: a TP/PP change is a clear error."""
+    """Older dp_reshardable optimizer state (no format record) reshards across DP only: a TP/PP change is a clear error."""
     from megatron_crossbert.checkpoint_format import CheckpointError
     from megatron_crossbert.training.checkpointing import check_compatible
 

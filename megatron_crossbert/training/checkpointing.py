@@ -150,8 +150,9 @@ def restore_adam_steps(optimizer, steps: int) -> None:
 
     Without Apex/TE, megatron's DistributedOptimizer load leaves torch AdamW's per-parameter 'step'
     wrong (one tensor shared by every parameter, and reset to 0 with the dp_reshardable format), so
-    the bias correction of a resumed run would differ. No optimizer layout stores per-parameter steps. Applied optimizer steps equal the scheduler's
-    step count here (both advance only when a step is applied), which gives the true value.
+    the bias correction of a resumed run would differ; no optimizer layout stores per-parameter
+    steps. Applied optimizer steps equal the scheduler's step count here (both advance only when a
+    step is applied), which gives the true value.
     """
     for inner in getattr(optimizer, "chained_optimizers", [optimizer]):
         torch_opt = getattr(inner, "optimizer", None)
