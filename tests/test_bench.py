@@ -84,7 +84,7 @@ def test_checkpoint_bench_tiny_writes_json_and_table(tmp_path, capsys):
     assert len(cases) == 5 and report["sizes"][0]["num_parameters"] > 0
     model, full = cases[("model", "sync", "-")], cases[("full", "sync", "fully_reshardable")]
     assert full["bytes"] > 2.5 * model["bytes"] > 0  # weights plus two Adam moments
-    assert cases[("model", "async", "-")]["bytes"] == model["bytes"]
+    assert cases[("model", "async", "-")]["bytes"] == pytest.approx(model["bytes"], rel=0.01)  # same shards
     assert all(c["save_s"] > 0 and c["load_s"] > 0 and c["save_MBps"] > 0 for c in cases.values())
     assert cases[("full", "async", "fully_reshardable")]["blocking_s"] <= cases[("full", "async", "fully_reshardable")]["save_s"]
     assert list((tmp_path / "work").iterdir()) == []  # every temporary checkpoint removed
