@@ -28,8 +28,8 @@ LEGACY_DP_RESHARDABLE = "dp_reshardable"
 SAVE_SHARDING_TYPE = FULLY_RESHARDABLE
 """The layout every new distributed-optimizer checkpoint is written in.
 
-``fully_reshardable`` stores each Adam moment (and the fp32 main weight) in model space: one tensor
-per parameter, with the parameter's own TP/PP sharding metadata, so a later run may use any TP, PP
+``fully_reshardable`` stores each Adam moment (and the optimizer's main weight) in model space: one
+tensor per parameter, with the parameter's own TP/PP sharding metadata, so a later run may use any TP, PP
 and DP the model config allows, exactly. The alternatives fall short here: ``dp_reshardable``
 stores raw DP buckets, which only map back under the same TP/PP; megatron-core's default
 ``fully_sharded_model_space`` fails on load in 0.19 ("flattened_range is not supported").
