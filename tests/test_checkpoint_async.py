@@ -20,10 +20,10 @@ def corpus(tmp_path_factory) -> str:
     return write_corpus(tmp_path_factory.mktemp("corpus"))
 
 
-def _cfg(corpus: str, save_dir: Path | None, async_save: bool, **extra):
+def _cfg(corpus: str, save_dir: Path | None, async_save: bool, save_interval: int = 1, **extra):
     return tiny_config("bert", corpus, save_dir, parallel__use_distributed_optimizer=True,
-                       training__train_iters=4, checkpoint__save_interval=1, checkpoint__async_save=async_save,
-                       **extra)
+                       training__train_iters=4, checkpoint__save_interval=save_interval,
+                       checkpoint__async_save=async_save, **extra)
 
 
 def _commit_waits_for_finalize(corpus: str, root: Path) -> dict:
@@ -54,7 +54,7 @@ def _worker(rank: int, world_size: int, corpus: str, root: str) -> dict:
     from megatron_crossbert.training import train
 
     root = Path(root)
-    straight = train(_cfg(corpus, root / "straight", False, checkpoint__save_interval=0))["losses"]
+    straight = train(_cfg(corpus, root / "straight", False, save_interval=0))["losses"]
     first = train(_cfg(corpus, root / "async", True), exit_at_iteration=2)["losses"]
     resumed = train(_cfg(corpus, root / "async", True))
     return {"straight": straight, "async": first + resumed["losses"], "start": resumed["start_iteration"],
