@@ -8,7 +8,8 @@ cannot leak into the checkpoint; on a GPU megatron copies the tensors to host me
 The checkpoint is committed (``metadata.json``, then ``run_config.json`` and ``latest``) by
 ``finalize``, which every rank calls at each step boundary: megatron-core runs the commit only
 when the writers of *all* ranks have finished, so crash safety is the synchronous save's: a
-crash before the commit leaves the previous checkpoint as the one readers resolve.
+crash before the commit leaves the previous checkpoint as the one readers resolve. A save still
+pending when training raises is never committed, for the same reason.
 
 One queue per process, like megatron-core's own caller: async saves are a property of the
 training process, not of one model. NVIDIA Resiliency Extension (``nvrx``) is not installed here,
