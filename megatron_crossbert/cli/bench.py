@@ -10,6 +10,8 @@ import argparse
 import os
 import sys
 
+from megatron_crossbert.cli.errors import add_debug_flag, cli_main
+
 
 def _add_throughput(sub) -> None:
     p = sub.add_parser("throughput", help="interleaved training-step throughput, CrossBERT vs megatron BertModel")
@@ -81,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sample_efficiency(sub)
     _add_gpu_check(sub)
     _add_checkpoint(sub)
+    add_debug_flag(parser)
     return parser
 
 
@@ -152,6 +155,7 @@ def run_checkpoint_command(args) -> int:
     return 0
 
 
+@cli_main
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _set_threads(getattr(args, "threads", None))

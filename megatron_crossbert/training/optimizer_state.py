@@ -65,7 +65,15 @@ def saved_sharding_type(ckpt_dir: Path, saved_cfg: RunConfig) -> str | None:
         return LEGACY_DP_RESHARDABLE
     from megatron.core.dist_checkpointing import load_content_metadata
 
-    content = load_content_metadata(str(ckpt_dir)) or {}  # torch.load(weights_only=True) inside
+    from megatron_crossbert.checkpoint_format import CheckpointError, checked_read
+
+    try:
+        with checked_read(Path(ckpt_dir)):  # restricted unpickling of .metadata and the common state
+            content = load_content_metadata(str(ckpt_dir)) or {}
+    except CheckpointError:
+        raise
+    except Exception as err:
+        raise CheckpointError(f"cannot read the content metadata of {ckpt_dir}: {err}") from err
     return content.get(CONTENT_FORMAT_KEY, LEGACY_DP_RESHARDABLE)
 
 
