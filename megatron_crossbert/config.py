@@ -283,6 +283,9 @@ class CheckpointConfig:
     """Resume from this root (its 'latest'); None = save_dir when it has a checkpoint."""
     init_from: str | None = None
     """Start from these model weights only (e.g. a converted HF model), with a fresh optimizer."""
+    async_save: bool = False
+    """Write shards in background processes while training continues (megatron-core async save);
+    'latest' and run_config.json are committed only after every rank finished writing."""
     resume_from: str | None = None
     """Resume from this checkpoint instead of the one 'latest' names: an iter_* name inside load_dir
     (or save_dir), or a path to an iter_* directory. The way out when 'latest' is missing or damaged."""

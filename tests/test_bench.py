@@ -73,3 +73,20 @@ def test_sample_efficiency_smoke_plan(tmp_path):
     assert "SST-2" in probe["tasks"]
     assert "Sample efficiency" in results.read_text()
     assert main(argv) == 0  # a second run finds everything done and only rewrites the report
+
+
+def test_checkpoint_bench_tiny_writes_json_and_table(tmp_path, capsys):
+    out = tmp_path / "ckpt.json"
+    assert main(["checkpoint", "--sizes", "tiny", "--repeats", "1", "--work-dir", str(tmp_path / "work"),
+                 "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    cases = {(c["state"], c["mode"], c["format"]): c for c in report["sizes"][0]["cases"]}
+    assert len(cases) == 5 and report["sizes"][0]["num_parameters"] > 0
+    model, full = cases[("model", "sync", "-")], cases[("full", "sync", "fully_reshardable")]
+    assert full["bytes"] > 2.5 * model["bytes"] > 0  # weights plus two Adam moments
+    assert cases[("model", "async", "-")]["bytes"] == pytest.approx(model["bytes"], rel=0.01)  # same shards
+    assert all(c["save_s"] > 0 and c["load_s"] > 0 and c["save_MBps"] > 0 for c in cases.values())
+    assert cases[("full", "async", "fully_reshardable")]["blocking_s"] <= cases[("full", "async", "fully_reshardable")]["save_s"]
+    assert list((tmp_path / "work").iterdir()) == []  # every temporary checkpoint removed
+    assert "| size | params M |" in capsys.readouterr().out and out.with_suffix(".md").is_file()
+    assert main(["checkpoint", "--sizes", "huge", "--out", str(out)]) == 2

@@ -67,7 +67,7 @@ def _dp2_worker(rank: int, world_size: int, corpus: str, root: str) -> tuple[lis
 
 @pytest.mark.multirank
 def test_distributed_optimizer_resume_is_exact_at_dp2(corpus, tmp_path):
-    """ZeRO-1 (dp_reshardable) optimizer state, overlapped grad reduce, dropout on: resume is exact."""
+    """ZeRO-1 (fully_reshardable) optimizer state, overlapped grad reduce, dropout on: resume is exact."""
     from multirank import run_ranks
 
     results = run_ranks(_dp2_worker, 2, corpus, str(tmp_path))
@@ -101,12 +101,13 @@ def _wait_for(predicate, timeout: float, proc: subprocess.Popen, seen: list[str]
         time.sleep(0.2)
 
 
-def test_sigterm_saves_and_exits_zero(corpus, tmp_path):
+@pytest.mark.parametrize("async_save", [False, True], ids=["sync", "async"])
+def test_sigterm_saves_and_exits_zero(corpus, tmp_path, async_save):
     from megatron_crossbert.checkpoint_format import latest_iteration, read_run_config
 
     save = tmp_path / "ckpt"
     args = _set_args(tiny_overrides("crossbert", corpus, save, training__train_iters=5000, training__log_interval=1,
-                                    training__lr_warmup_iters=10))
+                                    training__lr_warmup_iters=10, checkpoint__async_save=async_save))
     proc = _cli(args)
     lines: list[str] = []
 
@@ -126,12 +127,15 @@ def test_sigterm_saves_and_exits_zero(corpus, tmp_path):
     assert read_run_config(save).training.train_iters == 5000
 
 
-def test_sigkill_during_save_keeps_previous_checkpoint(corpus, tmp_path):
+@pytest.mark.parametrize("async_save", [False, True], ids=["sync", "async"])
+def test_sigkill_during_save_keeps_previous_checkpoint(corpus, tmp_path, async_save):
+    """With async_save the kill lands after the writers finished, before the commit."""
     from megatron_crossbert.checkpoint_format import latest_iteration, resolve_checkpoint_dir
     from megatron_crossbert.training import train
 
     save = tmp_path / "ckpt"
-    overrides = tiny_overrides("crossbert", corpus, save, training__train_iters=4, checkpoint__save_interval=2)
+    mode = dict(checkpoint__save_interval=2, checkpoint__async_save=async_save)
+    overrides = tiny_overrides("crossbert", corpus, save, training__train_iters=4, **mode)
     proc = _cli(_set_args(overrides), env={"CROSSBERT_TEST_SLEEP_IN_SAVE": "4:120"})
     partial = save / "iter_0000004"
     _wait_for(lambda: (partial / "metadata.json").is_file() and latest_iteration(save) == 2, 240, proc)
@@ -139,7 +143,7 @@ def test_sigkill_during_save_keeps_previous_checkpoint(corpus, tmp_path):
     proc.communicate(timeout=60)
     assert latest_iteration(save) == 2 and resolve_checkpoint_dir(save).name == "iter_0000002"
     assert not (partial / "run_config.json").exists()
-    resumed = train(tiny_config("crossbert", corpus, save, training__train_iters=4, checkpoint__save_interval=2))
+    resumed = train(tiny_config("crossbert", corpus, save, training__train_iters=4, **mode))
     assert resumed["start_iteration"] == 2 and resumed["iteration"] == 4
     assert latest_iteration(save) == 4 and (partial / "run_config.json").is_file()
 
@@ -175,7 +179,7 @@ def test_init_from_loads_weights_only(corpus, tmp_path):
 
 
 def test_distributed_optimizer_checkpoint_refuses_other_tp_pp(tmp_path):
-    """dp_reshardable optimizer state reshards across DP only: a TP/PP change is a clear error."""
+    """Older dp_reshardable optimizer state (no format record) reshards across DP only: a TP/PP change is a clear error."""
     from megatron_crossbert.checkpoint_format import CheckpointError
     from megatron_crossbert.training.checkpointing import check_compatible
 

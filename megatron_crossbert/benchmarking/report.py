@@ -62,3 +62,35 @@ def write_json(path: str | Path, payload: dict) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(payload, indent=2, sort_keys=False, default=str) + "\n")
     return path
+
+
+CHECKPOINT_HEADERS = ["size", "params M", "state", "mode", "optimizer format", "MB on disk", "save s",
+                      "blocking s", "save MB/s", "save CPU s", "load s", "load MB/s", "load CPU s"]
+
+
+def checkpoint_rows(sizes: list[dict]) -> list[list[str]]:
+    rows = []
+    for size in sizes:
+        for c in size["cases"]:
+            blocking = c["blocking_s"] if c["mode"] == "async" else c["save_s"]
+            rows.append([size["size"], fmt(size["num_parameters"], 1, 1e-6), c["state"], c["mode"], c["format"],
+                         fmt(c["bytes"], 1, 1e-6), fmt(c["save_s"], 2), fmt(blocking, 2), fmt(c["save_MBps"], 0),
+                         fmt(c["save_cpu_s"], 2), fmt(c["load_s"], 2), fmt(c["load_MBps"], 0),
+                         fmt(c["load_cpu_s"], 2)])
+    return rows
+
+
+def checkpoint_markdown(report: dict) -> str:
+    """The cost table, the growth exponents and how the numbers were taken."""
+    meta = report["meta"]
+    header = (f"Checkpoint cost on {meta['device']} ({meta['host']}, {meta['torch_threads']} torch threads), "
+              f"{meta['layout']}; median of {meta['options']['repeats']} saves and loads per case. "
+              "save s = until committed; blocking s = until training may continue (async: the writer "
+              "processes keep going); CPU s = this process only (async writers excluded).")
+    growth = [[case, fmt(g.get("save_s"), 2), fmt(g.get("load_s"), 2), fmt(g.get("bytes"), 2)]
+              for case, g in report["growth"].items()]
+    parts = [header, markdown_table(CHECKPOINT_HEADERS, checkpoint_rows(report["sizes"]))]
+    if growth:
+        parts += ["Growth with size: exponent k in cost ~ parameters^k, smallest to largest size "
+                  "(1 = linear).", markdown_table(["case", "save s", "load s", "bytes"], growth)]
+    return "\n\n".join(parts)

@@ -1,4 +1,4 @@
-"""crossbert-bench: throughput, sample-efficiency, GPU-check and HF export-speed benchmarks (thin argparse layer).
+"""crossbert-bench: throughput, sample-efficiency, GPU-check, HF export-speed and checkpoint benchmarks (thin argparse layer).
 
 Each subcommand parses options into the importable function that does the work
 (``megatron_crossbert.benchmarking``), prints a markdown table on stdout and writes JSON.
@@ -84,6 +84,17 @@ def _add_export_speed(sub) -> None:
     p.add_argument("--out", default="benchmarks/out/export_speed.json", help="JSON report path")
 
 
+def _add_checkpoint(sub) -> None:
+    p = sub.add_parser("checkpoint", help="checkpoint save/load seconds, MB/s and bytes at several model sizes")
+    p.add_argument("--sizes", nargs="+", default=["10M", "50M", "200M"],
+                   help="model sizes (10M, 50M, 200M; tiny for smoke tests)")
+    p.add_argument("--repeats", type=int, default=2, help="saves and loads per case (median reported)")
+    p.add_argument("--work-dir", default=None, help="where temporary checkpoints go (default: system temp dir)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
+    p.add_argument("--out", default="benchmarks/out/checkpoint.json",
+                   help="JSON report path (the markdown table goes beside it, .md)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="crossbert-bench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -91,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sample_efficiency(sub)
     _add_gpu_check(sub)
     _add_export_speed(sub)
+    _add_checkpoint(sub)
     add_debug_flag(parser)
     return parser
 
@@ -163,12 +175,29 @@ def run_export_speed_command(args) -> int:
     return 0
 
 
+def run_checkpoint_command(args) -> int:
+    from pathlib import Path
+
+    from megatron_crossbert.benchmarking.checkpoint import CheckpointBenchOptions, run_checkpoint_bench
+    from megatron_crossbert.benchmarking.report import checkpoint_markdown, write_json
+
+    options = CheckpointBenchOptions(sizes=args.sizes, repeats=args.repeats, work_dir=args.work_dir)
+    report = run_checkpoint_bench(options)
+    write_json(args.out, report)
+    table = checkpoint_markdown(report)
+    Path(args.out).with_suffix(".md").write_text(table + "\n")
+    print(table)
+    print(f"\nJSON written to {args.out}")
+    return 0
+
+
 @cli_main
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _set_threads(getattr(args, "threads", None))
     handlers = {"throughput": run_throughput_command, "sample-efficiency": run_sample_efficiency_command,
-                "gpu-check": run_gpu_check_command, "export-speed": run_export_speed_command}
+                "gpu-check": run_gpu_check_command, "export-speed": run_export_speed_command,
+                "checkpoint": run_checkpoint_command}
     return handlers[args.command](args)
 
 

@@ -6,14 +6,17 @@ complete only once every rank has written its shards AND rank 0 has written ``ru
 previous checkpoint as the one readers resolve. The partial directory is removed by the next save
 of the same iteration or pruned later.
 
-What is saved: model and optimizer as sharded tensors (reshardable across TP/PP, and across DP
-with the distributed optimizer's ``dp_reshardable`` format), the LR scheduler, consumed samples and
-iteration as common state, and RNG states as one ShardedObject per (PP, TP) rank. RNG states can
+What is saved: model and optimizer as sharded tensors (reshardable across TP, PP and DP; the
+distributed optimizer's format is chosen in ``optimizer_state``), the LR scheduler, consumed samples
+and iteration as common state, and RNG states as one ShardedObject per (PP, TP) rank. RNG states can
 only be restored under the same TP/PP layout; on a different layout they are re-seeded instead.
+With ``checkpoint.async_save`` the shards are written in the background (``async_save``) and the
+same commit runs once every rank has finished writing.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import shutil
@@ -46,6 +49,16 @@ from megatron_crossbert.checkpoint_format import (
 )
 from megatron_crossbert.config import RunConfig
 from megatron_crossbert.platform import is_rank_zero, seed_everything
+from megatron_crossbert.training import async_save
+from megatron_crossbert.training.optimizer_state import (
+    LEGACY_DP_RESHARDABLE,
+    SAVE_SHARDING_TYPE,
+    model_space_load,
+    reshard_refusal,
+    save_content_metadata,
+    saved_sharding_type,
+    sharding_metadata,
+)
 from megatron_crossbert.training.tokenizer_check import check_checkpoint_tokenizer, write_checkpoint_record
 
 SLEEP_IN_SAVE_ENV = "CROSSBERT_TEST_SLEEP_IN_SAVE"
@@ -79,23 +92,12 @@ def config_mismatches(saved: RunConfig, current: RunConfig, *, weights_only: boo
     return diffs
 
 
-def _layout_mismatch(saved: RunConfig, current: RunConfig) -> list[str]:
-    """The distributed optimizer's dp_reshardable format reshards across DP only, not TP/PP."""
-    if not (saved.parallel.use_distributed_optimizer and current.parallel.use_distributed_optimizer):
-        return []
-    if _same_layout(saved, current):
-        return []
-    return [f"parallel: the distributed-optimizer state was saved at TP={saved.parallel.tensor_model_parallel_size}"
-            f"/PP={saved.parallel.pipeline_model_parallel_size} and can only be resumed at that TP/PP (any DP); "
-            f"resume at that layout, or load the weights only with checkpoint.init_from"]
-
-
 def check_compatible(ckpt_dir: Path, current: RunConfig, *, weights_only: bool = False) -> RunConfig:
     """Raise CheckpointError naming every incompatible field; returns the saved config."""
     saved = read_run_config(ckpt_dir)
     diffs = config_mismatches(saved, current, weights_only=weights_only)
     if not weights_only:
-        diffs += _layout_mismatch(saved, current)
+        diffs += reshard_refusal(ckpt_dir, saved, current)
     if diffs:
         raise CheckpointError(f"checkpoint {ckpt_dir} is incompatible with this run:\n  " + "\n  ".join(diffs))
     return saved
@@ -128,12 +130,6 @@ def _sharded_rng() -> ShardedObject:
     return ShardedObject("rng_state", get_rng_state(), shape, offset, replica_id=replica)
 
 
-def _optimizer_metadata(run_cfg: RunConfig) -> dict | None:
-    if run_cfg.parallel.use_distributed_optimizer:
-        return {"distrib_optim_sharding_type": "dp_reshardable"}
-    return None
-
-
 def prime_optimizer_state(optimizer) -> None:
     """Give a fresh optimizer zero Adam moments and step 0 before it is loaded into.
 
@@ -159,8 +155,9 @@ def restore_adam_steps(optimizer, steps: int) -> None:
 
     Without Apex/TE, megatron's DistributedOptimizer load leaves torch AdamW's per-parameter 'step'
     wrong (one tensor shared by every parameter, and reset to 0 with the dp_reshardable format), so
-    the bias correction of a resumed run would differ. Applied optimizer steps equal the scheduler's
-    step count here (both advance only when a step is applied), which gives the true value.
+    the bias correction of a resumed run would differ; no optimizer layout stores per-parameter
+    steps. Applied optimizer steps equal the scheduler's step count here (both advance only when a
+    step is applied), which gives the true value.
     """
     for inner in getattr(optimizer, "chained_optimizers", [optimizer]):
         torch_opt = getattr(inner, "optimizer", None)
@@ -171,14 +168,17 @@ def restore_adam_steps(optimizer, steps: int) -> None:
                                                  device=state["step"].device)
 
 
-def _state_dict(model, optimizer, scheduler, progress: Progress, run_cfg: RunConfig,
+def _state_dict(model, optimizer, scheduler, progress: Progress, sharding_type: str | None,
                 is_loading: bool, with_rng: bool = True) -> dict:
-    """The sharded state dict for save or load (``model`` is the unwrapped module, not DDP)."""
+    """The sharded state dict for save or load (``model`` is the unwrapped module, not DDP).
+
+    ``sharding_type`` is the distributed optimizer's layout (None for megatron's other optimizers).
+    """
     model_sd = model.sharded_state_dict()
     state = {
         "model": model_sd,
         "optimizer": optimizer.sharded_state_dict(model_sd, is_loading=is_loading,
-                                                  metadata=_optimizer_metadata(run_cfg)),
+                                                  metadata=sharding_metadata(sharding_type)),
         "scheduler": scheduler.state_dict(),
         "data": {"consumed_samples": progress.consumed_samples},
         "iteration": progress.iteration,
@@ -233,15 +233,9 @@ def _test_sleep(iteration: int) -> None:
         time.sleep(float(seconds))
 
 
-def save_checkpoint(root: str | Path, model, optimizer, scheduler, progress: Progress,
-                    run_cfg: RunConfig) -> Path:
-    """Collective: write ``root/iter_XXXXXXX`` on all ranks, then commit it (run_config, 'latest')."""
-    root = Path(root)
-    ckpt_dir = root / iteration_dir_name(progress.iteration)
-    _prepare_dir(ckpt_dir)
-    state = _state_dict(model, optimizer, scheduler, progress, run_cfg, is_loading=False)
-    dist_checkpointing.save(state, str(ckpt_dir))
-    _test_sleep(progress.iteration)
+def _commit(root: Path, ckpt_dir: Path, run_cfg: RunConfig, iteration: int) -> None:
+    """Collective, once every rank's shards are on disk: run_config.json, then 'latest', then prune."""
+    _test_sleep(iteration)
     _barrier()
     if is_rank_zero():
         write_checkpoint_record(ckpt_dir, run_cfg)
@@ -250,6 +244,29 @@ def save_checkpoint(root: str | Path, model, optimizer, scheduler, progress: Pro
         prune_checkpoints(root, run_cfg.checkpoint.keep_last)
     _WRITTEN_THIS_RUN.add(ckpt_dir.resolve())
     _barrier()
+
+
+def save_checkpoint(root: str | Path, model, optimizer, scheduler, progress: Progress,
+                    run_cfg: RunConfig, *, sharding_type: str = SAVE_SHARDING_TYPE) -> Path:
+    """Collective: write ``root/iter_XXXXXXX`` on all ranks, then commit it (run_config, 'latest').
+
+    With ``checkpoint.async_save`` this returns once the shards are handed to background writers;
+    the commit happens in ``async_save.finalize``. ``sharding_type`` exists so tests can still
+    write the older ``dp_reshardable`` layout (without the content metadata, as it was written).
+    """
+    root = Path(root)
+    async_save.finalize(blocking=True)  # one save in flight at a time, committed in order
+    ckpt_dir = root / iteration_dir_name(progress.iteration)
+    _prepare_dir(ckpt_dir)
+    dist_sharding = sharding_type if run_cfg.parallel.use_distributed_optimizer else None
+    state = _state_dict(model, optimizer, scheduler, progress, dist_sharding, is_loading=False)
+    content = None if sharding_type == LEGACY_DP_RESHARDABLE else save_content_metadata(run_cfg)
+    commit = functools.partial(_commit, root, ckpt_dir, run_cfg, progress.iteration)
+    if run_cfg.checkpoint.async_save:
+        async_save.start(state, ckpt_dir, content, commit)
+    else:
+        dist_checkpointing.save(state, str(ckpt_dir), content_metadata=content)
+        commit()
     return ckpt_dir
 
 
@@ -260,7 +277,8 @@ def _same_layout(saved: RunConfig, current: RunConfig) -> bool:
 
 def _read(ckpt_dir: Path, request: dict, model, optimizer) -> dict:
     """dist_checkpointing.load plus the in-place model/optimizer loads (under no_grad)."""
-    with torch.no_grad():  # the distributed optimizer copies into views of leaf parameters
+    # no_grad: the distributed optimizer copies into views of leaf parameters
+    with torch.no_grad(), model_space_load(optimizer):
         try:
             with checked_read(ckpt_dir):
                 loaded = dist_checkpointing.load(request, str(ckpt_dir))
@@ -280,10 +298,14 @@ def load_checkpoint(path: str | Path, model, optimizer, scheduler, run_cfg: RunC
     ``training.seed + iteration`` (a resumed run then does not replay the dropout masks of step 1).
     """
     ckpt_dir = resolve_checkpoint_dir(path)
-    same_layout = _same_layout(check_compatible(ckpt_dir, run_cfg), run_cfg)
+    saved = check_compatible(ckpt_dir, run_cfg)
+    same_layout = _same_layout(saved, run_cfg)
+    sharding_type = None
     if run_cfg.parallel.use_distributed_optimizer:
         prime_optimizer_state(optimizer)
-    request = _state_dict(model, optimizer, scheduler, Progress(), run_cfg, is_loading=True, with_rng=same_layout)
+        sharding_type = saved_sharding_type(ckpt_dir, saved) or SAVE_SHARDING_TYPE
+    request = _state_dict(model, optimizer, scheduler, Progress(), sharding_type, is_loading=True,
+                          with_rng=same_layout)
     loaded = _read(ckpt_dir, request, model, optimizer)
     # start_guard.check_schedule already refused or logged any difference; 'config' applies this run's.
     scheduler.override_opt_param_scheduler = run_cfg.checkpoint.lr_schedule_on_resume == "config"

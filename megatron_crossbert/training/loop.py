@@ -16,6 +16,7 @@ import torch.distributed as dist
 
 from megatron_crossbert.config import RunConfig
 from megatron_crossbert.platform import is_rank_zero
+from megatron_crossbert.training import async_save
 from megatron_crossbert.training.checkpointing import save_checkpoint
 from megatron_crossbert.training.hooks import ProbeHook
 from megatron_crossbert.training.logging import MetricsLogger
@@ -86,6 +87,7 @@ def _after_step(session: Session, state: LoopState, logger: MetricsLogger, probe
         logger.log_validation(it, loss)
     if probes.due(it):
         probes(session.model, it)
+    async_save.finalize(blocking=False)  # commit background saves that finished on every rank
     interval = cfg.checkpoint.save_interval
     if interval and it % interval == 0:
         _save(session, state)
@@ -143,6 +145,7 @@ def run_loop(session: Session, exit_at_iteration: int | None = None) -> LoopStat
                     logger.print(f"stopping at step {session.progress.iteration}; saving a checkpoint")
                     break
             _save(session, state)
+            async_save.finalize(blocking=True)
         finally:
             logger.close()
     return state

@@ -1,0 +1,131 @@
+"""The distributed optimizer's on-disk format: which one is written, which one a checkpoint holds.
+
+megatron-core's ``DistributedOptimizer.sharded_state_dict`` can write its Adam state in several
+layouts (``distrib_optim_sharding_type``). This module is the one place that picks the layout for
+new checkpoints, records it in the checkpoint (dist_checkpointing ``content_metadata``, JSON-safe
+and read back with a weights-only loader), recognises the layout of an existing checkpoint and
+says whether it can be resumed under a different TP/PP layout.
+
+Per-parameter Adam ``step`` counts are not part of any of these layouts (megatron keeps one step
+in the param groups); ``checkpointing.restore_adam_steps`` re-derives them after a load.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import torch
+
+from megatron_crossbert.config import RunConfig
+
+SHARDING_TYPE_KEY = "distrib_optim_sharding_type"
+"""The megatron-core metadata key (sharded_state_dict ``metadata``) that selects the layout."""
+
+FULLY_RESHARDABLE = "fully_reshardable"
+LEGACY_DP_RESHARDABLE = "dp_reshardable"
+
+SAVE_SHARDING_TYPE = FULLY_RESHARDABLE
+"""The layout every new distributed-optimizer checkpoint is written in.
+
+``fully_reshardable`` stores each Adam moment (and the optimizer's main weight) in model space: one
+tensor per parameter, with the parameter's own TP/PP sharding metadata, so a later run may use any TP, PP
+and DP the model config allows, exactly. The alternatives fall short here: ``dp_reshardable``
+stores raw DP buckets, which only map back under the same TP/PP; megatron-core's default
+``fully_sharded_model_space`` fails on load in 0.19 ("flattened_range is not supported").
+The price is a gather of the DP shards at save time (over the DP group) and each rank reading a
+superset of its shard at load time; the ``crossbert-bench checkpoint`` numbers show the cost.
+"""
+
+CONTENT_FORMAT_KEY = "crossbert_distrib_optim_format"
+"""Our key in the checkpoint's content metadata; absent in checkpoints written before this format."""
+
+
+def save_content_metadata(run_cfg: RunConfig) -> dict | None:
+    """What ``dist_checkpointing.save(content_metadata=...)`` records for this run's optimizer."""
+    if not run_cfg.parallel.use_distributed_optimizer:
+        return None
+    return {CONTENT_FORMAT_KEY: SAVE_SHARDING_TYPE}
+
+
+def sharding_metadata(sharding_type: str | None) -> dict | None:
+    """The ``metadata`` argument for ``optimizer.sharded_state_dict`` (None: not a distributed optimizer)."""
+    return None if sharding_type is None else {SHARDING_TYPE_KEY: sharding_type}
+
+
+def saved_sharding_type(ckpt_dir: Path, saved_cfg: RunConfig) -> str | None:
+    """The layout of the distributed-optimizer state in ``ckpt_dir`` (None: saved without one).
+
+    A checkpoint without our content-metadata entry predates this format and is ``dp_reshardable``
+    (that includes a directory holding only run_config.json, e.g. in tests).
+    """
+    if not saved_cfg.parallel.use_distributed_optimizer:
+        return None
+    if not (Path(ckpt_dir) / "metadata.json").is_file():
+        return LEGACY_DP_RESHARDABLE
+    from megatron.core.dist_checkpointing import load_content_metadata
+
+    from megatron_crossbert.checkpoint_format import CheckpointError, checked_read
+
+    try:
+        with checked_read(Path(ckpt_dir)):  # restricted unpickling of .metadata and the common state
+            content = load_content_metadata(str(ckpt_dir)) or {}
+    except CheckpointError:
+        raise
+    except Exception as err:
+        raise CheckpointError(f"cannot read the content metadata of {ckpt_dir}: {err}") from err
+    return content.get(CONTENT_FORMAT_KEY, LEGACY_DP_RESHARDABLE)
+
+
+def _layout(cfg: RunConfig) -> tuple[int, int]:
+    return cfg.parallel.tensor_model_parallel_size, cfg.parallel.pipeline_model_parallel_size
+
+
+def reshard_refusal(ckpt_dir: Path, saved_cfg: RunConfig, current: RunConfig) -> list[str]:
+    """One-line reasons why ``current`` cannot resume the optimizer state in ``ckpt_dir``."""
+    both = saved_cfg.parallel.use_distributed_optimizer and current.parallel.use_distributed_optimizer
+    if not both or _layout(saved_cfg) == _layout(current):
+        return []
+    if saved_sharding_type(ckpt_dir, saved_cfg) != LEGACY_DP_RESHARDABLE:
+        return []
+    tp, pp = _layout(saved_cfg)
+    return [f"parallel: the distributed-optimizer state in {ckpt_dir} is in the older "
+            f"'{LEGACY_DP_RESHARDABLE}' format, saved at TP={tp}/PP={pp}, and can only be resumed at that "
+            f"TP/PP (any DP); resume at that layout, or load the weights only with checkpoint.init_from"]
+
+
+def _with_current_step(inner, set_states):
+    """Wrap one DistributedOptimizer's ``_set_main_param_and_optimizer_states`` (see below)."""
+    def set_states_keeping_step(model_param, tensors):
+        if "step" not in tensors:
+            group_index, group_order = inner.model_param_group_index_map[model_param]
+            main_param = inner.optimizer.param_groups[group_index]["params"][group_order]
+            step = inner.optimizer.state[main_param].get("step")
+            if isinstance(step, torch.Tensor):
+                tensors = {**tensors, "step": step.clone()}
+        return set_states(model_param, tensors)
+    return set_states_keeping_step
+
+
+@contextlib.contextmanager
+def model_space_load(optimizer):
+    """While loading a model-space layout, tolerate torch Adam's per-parameter ``step`` tensor.
+
+    Without Apex/Transformer Engine (the CPU case) the inner optimizer is torch AdamW, whose state
+    holds a ``step`` tensor per parameter. megatron-core 0.19 copies every tensor of that state
+    from the loaded ``fully_reshardable`` entry, which (rightly) has no ``step``, and fails with
+    KeyError 'step'. For the duration of the load each parameter's current step is offered as
+    its own value (a no-op copy); ``checkpointing.restore_adam_steps`` sets the true count after.
+    The wrapper is an instance attribute, removed again on exit.
+    """
+    patched = []
+    for inner in getattr(optimizer, "chained_optimizers", [optimizer]):
+        original = getattr(inner, "_set_main_param_and_optimizer_states", None)
+        if original is not None and hasattr(inner, "model_param_group_index_map"):
+            inner._set_main_param_and_optimizer_states = _with_current_step(inner, original)
+            patched.append(inner)
+    try:
+        yield
+    finally:
+        for inner in patched:
+            del inner._set_main_param_and_optimizer_states
