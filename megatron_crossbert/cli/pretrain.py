@@ -86,11 +86,12 @@ def run(run_cfg: RunConfig, exit_at_iteration: int | None = None) -> int:
     """Train, print a one-line summary on rank 0, tear down the process group."""
     from megatron_crossbert import platform
     from megatron_crossbert.checkpoint_format import CheckpointError
+    from megatron_crossbert.evaluation import probe_in_training
     from megatron_crossbert.training import NonFiniteLossError, train
 
     rank_zero = True
     try:
-        summary = train(run_cfg, exit_at_iteration=exit_at_iteration)
+        summary = train(run_cfg, exit_at_iteration=exit_at_iteration, probe_fn=probe_in_training)
         rank_zero = platform.is_rank_zero()
     except (CheckpointError, NonFiniteLossError) as err:
         print(f"crossbert-pretrain: error: {err}", file=sys.stderr, flush=True)
