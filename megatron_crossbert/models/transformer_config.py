@@ -52,11 +52,13 @@ def _layout(run_cfg: RunConfig) -> dict:
     the combination that maps exactly onto HF ``MegatronBertModel``. modern: no linear biases, GeGLU
     (``gated_linear_unit`` + gelu = gelu(first half) * second half, as ModernBERT), and the unfused
     RoPE path: per-row frequencies ``[s, b, 1, d]`` are refused by TE's fused RoPE in bshd layout.
+    With an embedding norm, layer 0 has no attention norm, so layers differ and dist-checkpointing
+    must key them per layer (``encoder.layers.<i>.``) instead of stacking them along a layer axis.
     """
     model, layout = run_cfg.model, get_encoder(run_cfg.model.encoder)
     return dict(add_bias_linear=layout.linear_bias, gated_linear_unit=layout.gated_mlp,
                 bias_activation_fusion=model.bias_gelu_fusion and layout.linear_bias,
-                apply_rope_fusion=False)
+                apply_rope_fusion=False, hetereogenous_dist_checkpoint=layout.embedding_norm)
 
 
 def transformer_config(run_cfg: RunConfig, decoder: bool = False) -> TransformerConfig:
