@@ -17,11 +17,12 @@ import argparse
 import json
 import sys
 
+from megatron_crossbert.arch import ENCODERS, REGISTRY
 from megatron_crossbert.config import RunConfig, load_run_config
 
 # flag -> (config key, how to turn the parsed value into an override string)
 _SHORTHANDS = {
-    "model": "model.arch", "train_iters": "training.train_iters", "save": "checkpoint.save_dir",
+    "model": "model.arch", "encoder": "model.encoder", "train_iters": "training.train_iters", "save": "checkpoint.save_dir",
     "load": "checkpoint.load_dir", "init_from": "checkpoint.init_from", "tokenizer": "data.tokenizer",
     "data_path": "data.data_path", "micro_batch_size": "training.micro_batch_size",
     "global_batch_size": "training.global_batch_size", "lr": "training.lr", "precision": "training.precision",
@@ -36,7 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", help="YAML run config (sections: model, masking, data, parallel, training, checkpoint)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override one config value (YAML-parsed), repeatable, e.g. --set training.lr=3e-4")
-    parser.add_argument("--model", choices=["crossbert", "bert"], help="architecture (model.arch)")
+    parser.add_argument("--model", choices=sorted(REGISTRY), help="architecture (model.arch)")
+    parser.add_argument("--encoder", choices=sorted(ENCODERS), help="encoder family (model.encoder)")
     parser.add_argument("--train-iters", type=int, help="optimizer steps (training.train_iters)")
     parser.add_argument("--micro-batch-size", type=int, help="sequences per micro-batch per DP rank")
     parser.add_argument("--global-batch-size", type=int, help="sequences per optimizer step")
