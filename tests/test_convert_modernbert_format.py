@@ -6,6 +6,7 @@ and tensors bit for bit, and a classic config is refused with the reason.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,6 @@ def test_modernbert_format_is_registered_exact_and_importable():
     with torch.no_grad():
         assert (model(ids) - hf(input_ids=ids).logits).abs().max() <= 1e-5
     imported_cfg = fmt.model_config_from_hf(hf_cfg, cfg.model, cfg.model.vocab_size)
-    assert imported_cfg == cfg.model
+    assert imported_cfg == dataclasses.replace(cfg.model, ffn_hidden_size=cfg.model.ffn)
     back = fmt.from_hf(hf_state, hf_cfg, imported_cfg)
     assert all(torch.equal(back[k], native[k]) for k in back) and fmt.has_mlm_head(hf_state)
