@@ -108,8 +108,9 @@ def build_datasets(run_cfg: RunConfig, train_valid_test_num_samples: tuple[int, 
                    tokenizer: Tokenizer | None = None):
     """Return ``(train, valid, test)``: torch-style datasets (or None for an empty split).
 
-    Each yields the sample dicts of docs/architecture.md for ``run_cfg.model.arch`` (its ``make_sample``). Call on every
-    rank; under torch.distributed rank 0 builds (and caches) first, then the others.
+    Each yields the sample dicts of docs/architecture.md for ``run_cfg.model.arch`` (its
+    ``make_sample``). Call on every rank; under torch.distributed rank 0 builds (and caches) first,
+    then the others.
     """
     config = make_dataset_config(run_cfg, tokenizer)
     # fail now, not at the first sample (e.g. pinned positions that do not fit)

@@ -141,7 +141,10 @@ class CrossBertDataset(MegatronDataset):
 
 
 class BertDataset(CrossBertDataset):
-    """The same packed samples for the MLM baselines; ``make_sample`` (80/10/10) decides the dict."""
+    """The same packed samples for the MLM baselines; ``make_sample`` (80/10/10) decides the dict.
+
+    A class of its own so its megatron description and sample-index cache name say what it serves.
+    """
 
 
 def describe(dataset: MegatronDataset) -> str:
