@@ -322,15 +322,16 @@ class RunConfig:
                  f"seq_length={seq} does not fit the position table (max_position_embeddings="
                  f"{model.max_position_embeddings}); raise max_position_embeddings or shorten sequences")
         get_arch(model.arch).check_run(self)
-        visible = get_arch(model.arch).pipeline_shape(self)[0]
+        encoder_length = get_arch(model.arch).pipeline_shape(self)[0]
         _require(model.num_attention_heads % tp == 0 and model.dec_heads % tp == 0,
                  f"tensor_model_parallel_size={tp} must divide the attention heads")
         model.padded_vocab_size(tp)  # raises when the padding multiple is not TP-divisible
         _require(model.num_layers % self.parallel.pipeline_model_parallel_size == 0,
                  f"pipeline_model_parallel_size={self.parallel.pipeline_model_parallel_size} must divide "
                  f"num_layers={model.num_layers}")
-        _require(not self.parallel.sequence_parallel or (visible % tp == 0 and seq % tp == 0),
-                 f"sequence_parallel needs seq_length ({seq}) and the encoder length ({visible}) divisible by TP={tp}")
+        _require(not self.parallel.sequence_parallel or (encoder_length % tp == 0 and seq % tp == 0),
+                 f"sequence_parallel needs seq_length ({seq}) and the encoder length ({encoder_length}) "
+                 f"divisible by TP={tp}")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
