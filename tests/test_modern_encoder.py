@@ -90,9 +90,12 @@ def test_row_rotary_matches_megatron_rotary_embedding():
                            use_cpu_initialization=True)
     positions = torch.arange(10).expand(3, 10)
     expected = torch.cat([torch.outer(torch.arange(10.0), rope.inv_freq)] * 2, dim=-1)[:, None, None, :]
-    rows = RowRotary(model.config, 160000)(positions)
+    rotary = RowRotary(model.config, 160000)
+    rows = rotary(positions)
     assert rows.shape == (10, 3, 1, model.config.kv_channels)
     torch.testing.assert_close(rows, expected.expand(10, 3, 1, -1), atol=0, rtol=0)
+    rotary.bfloat16()  # what bf16 runs do to the whole model: the frequencies must stay float32
+    torch.testing.assert_close(rotary(positions), rows, atol=0, rtol=0)
 
 
 def test_modern_crossbert_sees_relative_positions_of_visible_tokens():

@@ -27,17 +27,21 @@ class RowRotary(torch.nn.Module):
     """Rotary frequencies at given positions: ``positions [b, s] -> [s, b, 1, d]`` (float32).
 
     The inverse frequencies come from megatron's ``RotaryEmbedding`` (full rotary dim, non-interleaved
-    halves, as HF ModernBert); only the per-row gather is ours. Not a parameter: nothing is saved.
+    halves, as HF ModernBert); only the per-row gather is ours. They are a plain float32 attribute,
+    not a buffer, as in megatron: ``model.bfloat16()`` must not round them (a bf16 inverse frequency
+    is off by ~0.4%, i.e. radians at position 1000), and nothing is saved in checkpoints.
     """
 
     def __init__(self, config: TransformerConfig, rotary_base: float) -> None:
         super().__init__()
         rope = RotaryEmbedding(kv_channels=config.kv_channels, rotary_percent=1.0, rotary_base=rotary_base,
                                use_cpu_initialization=True)
-        self.register_buffer("inv_freq", rope.inv_freq.float(), persistent=False)
+        self.inv_freq = rope.inv_freq.float()
 
     def forward(self, positions: Tensor) -> Tensor:
-        angles = positions.transpose(0, 1).float()[..., None] * self.inv_freq.to(positions.device)
+        if self.inv_freq.device != positions.device:
+            self.inv_freq = self.inv_freq.to(positions.device)
+        angles = positions.transpose(0, 1).float()[..., None] * self.inv_freq
         return torch.cat((angles, angles), dim=-1)[:, :, None, :]
 
 
