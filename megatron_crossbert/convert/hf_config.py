@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from megatron_crossbert.arch import get_encoder
 from megatron_crossbert.config import ModelConfig
 from megatron_crossbert.convert.adapter import DEFAULT_TYPE_VOCAB_SIZE
 from megatron_crossbert.convert.errors import ConversionError
@@ -24,7 +25,8 @@ EXPORTED_FIELDS = frozenset({
 # off at inference; init and kernel choice do not change the math).
 NEUTRAL_FIELDS = frozenset({
     "decoder_num_layers", "decoder_hidden_size", "decoder_num_attention_heads", "decoder_ffn_hidden_size",
-    "hidden_dropout", "attention_dropout", "init_method_std", "transformer_impl"})
+    "hidden_dropout", "attention_dropout", "init_method_std", "transformer_impl", "rotary_base",
+    "decoder_position_embedding", "encoder"})
 
 HIDDEN_ACT = {False: "gelu", True: "gelu_pytorch_tanh"}
 """bias_gelu_fusion -> HF hidden_act (megatron's fused bias-GELU is the tanh approximation)."""
@@ -33,6 +35,10 @@ IMPORTABLE_ACTS = {"gelu": False, "gelu_pytorch_tanh": True, "gelu_new": True}
 
 def check_exportable(model_cfg: ModelConfig) -> None:
     """Raise ``ConversionError`` unless every ModelConfig field has an exact HF MegatronBert meaning."""
+    formats = get_encoder(model_cfg.encoder).hf_formats
+    if "megatron-bert" not in formats:
+        raise ConversionError(f"model.encoder={model_cfg.encoder!r} has no HF MegatronBert equivalent; "
+                              f"its export formats are {list(formats)}")
     unknown = {f.name for f in dataclasses.fields(model_cfg)} - EXPORTED_FIELDS - NEUTRAL_FIELDS
     if unknown:
         raise ConversionError(f"ModelConfig fields {sorted(unknown)} have no known HF MegatronBert equivalent; "
