@@ -135,7 +135,8 @@ def write_probe_task(heldout: list[dict], out: Path, seed: int) -> Path:
 def demo_run_config(opts: DemoOptions, data_prefix: str, tokenizer_dir: Path, save_dir: Path) -> RunConfig:
     """A tiny run of ``opts.arch``; the LR warms up for a tenth of the run and decays by cosine."""
     decoder_layers = opts.decoder_layers if get_arch(opts.arch).has_reconstruction_decoder else 0
-    model = ModelConfig(arch=opts.arch, encoder=opts.encoder, vocab_size=opts.vocab_size, hidden_size=opts.hidden_size, num_layers=opts.num_layers,
+    model = ModelConfig(arch=opts.arch, encoder=opts.encoder, vocab_size=opts.vocab_size,
+                        hidden_size=opts.hidden_size, num_layers=opts.num_layers,
                         num_attention_heads=opts.num_heads, max_position_embeddings=opts.seq_length,
                         decoder_num_layers=decoder_layers, hidden_dropout=0.0, attention_dropout=0.0,
                         make_vocab_size_divisible_by=64, transformer_impl="local")

@@ -112,7 +112,8 @@ def make_run_config(shape: dict, setting: BenchSetting, precision: str = "fp32",
     micro-batch per step keeps the step a single forward/backward plus one optimizer update.
     """
     spec = get_arch(setting.arch)
-    model = dict(arch=setting.arch, encoder=setting.encoder, hidden_size=shape["hidden_size"], num_layers=shape["num_layers"],
+    model = dict(arch=setting.arch, encoder=setting.encoder, hidden_size=shape["hidden_size"],
+                 num_layers=shape["num_layers"],
                  num_attention_heads=shape["num_attention_heads"], vocab_size=shape["vocab_size"],
                  max_position_embeddings=max(512, shape["seq_length"]), hidden_dropout=0.0,
                  attention_dropout=0.0, transformer_impl=transformer_impl,
@@ -132,4 +133,5 @@ def default_cases(size: str = "cpu", precision: str = "fp32", transformer_impl: 
                   settings: list[BenchSetting] | None = None, **changes) -> list[BenchCase]:
     """Every setting (each family's MLM baseline and its CrossBERT rows) at the same encoder shape and L."""
     shape = size_overrides(size, **changes)
-    return [BenchCase(s.name, make_run_config(shape, s, precision, transformer_impl)) for s in (settings or SETTINGS)]
+    return [BenchCase(s.name, make_run_config(shape, s, precision, transformer_impl))
+            for s in (settings or SETTINGS)]

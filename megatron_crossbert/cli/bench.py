@@ -12,7 +12,8 @@ import sys
 
 
 def _add_throughput(sub) -> None:
-    p = sub.add_parser("throughput", help="interleaved training-step throughput, CrossBERT vs the MLM baseline of its encoder family")
+    p = sub.add_parser("throughput",
+                       help="interleaved training-step throughput, CrossBERT vs the MLM baseline of its encoder family")
     p.add_argument("--size", default="cpu", choices=["tiny", "cpu", "base", "large"],
                    help="shared encoder shape (cpu = BERT-base shape ratios scaled down; base/large for GPU)")
     p.add_argument("--steps", type=int, default=6, help="timed round-robin rounds (each model one step per round)")

@@ -22,7 +22,8 @@ from megatron_crossbert.config import RunConfig, load_run_config
 
 # flag -> (config key, how to turn the parsed value into an override string)
 _SHORTHANDS = {
-    "model": "model.arch", "encoder": "model.encoder", "train_iters": "training.train_iters", "save": "checkpoint.save_dir",
+    "model": "model.arch", "encoder": "model.encoder", "train_iters": "training.train_iters",
+    "save": "checkpoint.save_dir",
     "load": "checkpoint.load_dir", "init_from": "checkpoint.init_from", "tokenizer": "data.tokenizer",
     "data_path": "data.data_path", "micro_batch_size": "training.micro_batch_size",
     "global_batch_size": "training.global_batch_size", "lr": "training.lr", "precision": "training.precision",

@@ -88,7 +88,8 @@ def _take(source: dict[str, torch.Tensor], key: str, where: str) -> torch.Tensor
     return source[key]
 
 
-def to_modernbert(native: dict[str, torch.Tensor], model_cfg: ModelConfig, masked_lm: bool) -> dict[str, torch.Tensor]:
+def to_modernbert(native: dict[str, torch.Tensor], model_cfg: ModelConfig,
+                  masked_lm: bool) -> dict[str, torch.Tensor]:
     """TP=1 native state dict -> ModernBert state dict (``decoder.weight`` is tied, not stored)."""
     prefix = HF_BASE_PREFIX if masked_lm else ""
     out = {prefix + hf: _take(native, n, "native checkpoint").clone() for n, hf in _layer_pairs(model_cfg)}
@@ -100,7 +101,8 @@ def to_modernbert(native: dict[str, torch.Tensor], model_cfg: ModelConfig, maske
     return out
 
 
-def from_modernbert(hf: dict[str, torch.Tensor], model_cfg: ModelConfig, masked_lm: bool) -> dict[str, torch.Tensor]:
+def from_modernbert(hf: dict[str, torch.Tensor], model_cfg: ModelConfig,
+                    masked_lm: bool) -> dict[str, torch.Tensor]:
     """Inverse of ``to_modernbert`` (tied ``decoder.weight`` ignored); unknown HF tensors are an error."""
     prefix = HF_BASE_PREFIX if masked_lm else ""
     hf = {k: v for k, v in hf.items() if k != "decoder.weight"}

@@ -73,8 +73,8 @@ class EncoderLanguageModel(LanguageModule):
             self.embedding = build_embedding(layout, config, vocab_size, max_sequence_length, use_te)
         self.rotary = None if layout.learned_positions else RowRotary(config, rotary_base)
         num_layers = get_num_layers_to_build(config, pp_rank=get_pg_rank(self.pp_group))
-        self.encoder = TransformerBlock(config=config, spec=encoder_block_spec(use_te, num_layers, layout, pre_process),
-                                        pre_process=pre_process, post_process=post_process)
+        spec = encoder_block_spec(use_te, num_layers, layout, first_stage=pre_process)
+        self.encoder = TransformerBlock(config=config, spec=spec, pre_process=pre_process, post_process=post_process)
 
     def set_input_tensor(self, input_tensor) -> None:
         """Pipeline schedules hand the previous stage's activations here."""

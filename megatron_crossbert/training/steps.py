@@ -1,8 +1,8 @@
 """One optimizer step and one validation pass, on megatron-core's pipeline schedules.
 
 The forward-step functions are per architecture (the batch contracts differ, see
-docs/architecture.md) and are looked up in ``arch.REGISTRY``; all return per-token losses and use the per-token loss convention
-(``calculate_per_token_loss=True``): each micro-batch reports ``(loss_sum, num_tokens)`` and
+docs/architecture.md) and are looked up in ``arch.REGISTRY``; all return per-token losses and use
+the per-token loss convention (``calculate_per_token_loss=True``): each micro-batch reports ``(loss_sum, num_tokens)`` and
 ``finalize_model_grads`` divides the gradients by the job-wide token count, so the result does not
 depend on how the global batch is split into micro-batches or DP ranks.
 
