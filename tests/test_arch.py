@@ -83,3 +83,13 @@ def test_no_arch_branches_outside_the_registry():
             if path.name != "arch.py" and "convert" not in path.parts
             for number, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
     assert hits == []
+
+
+def test_checkpoints_of_another_encoder_family_are_refused():
+    from megatron_crossbert.training.checkpointing import config_mismatches
+
+    classic = load_run_config(None, [])
+    modern = load_run_config(None, ["model.encoder=modern", "model.decoder_position_embedding=false"])
+    diffs = config_mismatches(classic, modern, weights_only=True)
+    assert any(d.startswith("model.encoder: checkpoint 'classic' vs run 'modern'") for d in diffs), diffs
+    assert any(d.startswith("model.decoder_position_embedding") for d in diffs), diffs
