@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import torch
 from megatron.core.models.bert.bert_model import BertModel
-from megatron.core.transformer.transformer_config import TransformerConfig
 from torch import Tensor
 
 from megatron_crossbert.config import RunConfig
