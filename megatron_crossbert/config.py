@@ -16,6 +16,9 @@ from typing import Any, Literal
 
 import yaml
 
+from megatron_crossbert import masking as masking_rules
+from megatron_crossbert.arch import get_arch, get_encoder
+
 
 def _require(condition: bool, message: str) -> None:
     if not condition:
@@ -32,8 +35,17 @@ def _positive(obj: Any, *names: str) -> None:
 class ModelConfig:
     """Encoder (kept) and reconstruction decoder (discarded after pretraining) dimensions."""
 
-    arch: Literal["crossbert", "bert"] = "crossbert"
-    """'crossbert' = encoder on visible tokens + cross-attention decoder; 'bert' = megatron-core BertModel baseline."""
+    arch: Literal["crossbert", "bert", "mlm"] = "crossbert"
+    """A name in ``arch.REGISTRY``: 'crossbert' = encoder on visible tokens + cross-attention decoder;
+    'bert' = megatron-core BertModel baseline (classic encoder); 'mlm' = modern encoder + MLM head."""
+    encoder: Literal["classic", "modern"] = "classic"
+    """Encoder family (``arch.ENCODERS``): 'classic' = BERT layout (learned positions, GELU, biases);
+    'modern' = ModernBERT layout (embedding norm, RoPE, GeGLU, no biases, no attention norm on layer 0)."""
+    rotary_base: float = 160000.0
+    """RoPE base (theta) of the modern encoder and decoder (ModernBERT's global layers use 160000)."""
+    decoder_position_embedding: bool = True
+    """CrossBERT decoder queries add a learned position embedding of their target position. With the
+    modern encoder RoPE already places queries and keys, so this can be turned off."""
     vocab_size: int = 32768
     """Tokenizer vocabulary size; the embedding table is padded up (see make_vocab_size_divisible_by)."""
     make_vocab_size_divisible_by: int = 128
@@ -71,13 +83,18 @@ class ModelConfig:
     """Layer spec: 'auto' = Transformer Engine when CUDA and TE are present, else megatron-core's local spec."""
 
     def __post_init__(self) -> None:
-        _require(self.arch in ("crossbert", "bert"), f"ModelConfig.arch must be 'crossbert' or 'bert', got {self.arch!r}")
+        spec, _ = get_arch(self.arch), get_encoder(self.encoder)
+        _require(self.encoder in spec.encoders,
+                 f"arch={self.arch!r} is built with encoder {' or '.join(spec.encoders)}, not {self.encoder!r}")
         _positive(self, "vocab_size", "make_vocab_size_divisible_by", "hidden_size", "num_layers",
                   "num_attention_heads", "max_position_embeddings", "layernorm_epsilon")
         _require(self.hidden_size % self.num_attention_heads == 0,
                  f"num_attention_heads={self.num_attention_heads} must divide hidden_size={self.hidden_size}")
-        _require(self.decoder_num_layers >= (1 if self.arch == "crossbert" else 0),
-                 f"CrossBERT needs decoder_num_layers >= 1, got {self.decoder_num_layers}")
+        _require(self.decoder_num_layers >= int(spec.has_reconstruction_decoder),
+                 f"arch={self.arch!r} needs decoder_num_layers >= 1, got {self.decoder_num_layers}")
+        _require(self.rotary_base > 0, f"ModelConfig.rotary_base must be > 0, got {self.rotary_base}")
+        _require(get_encoder(self.encoder).linear_bias or not self.bias_gelu_fusion,
+                 f"bias_gelu_fusion needs linear biases, which the {self.encoder!r} encoder does not have")
         _require(self.decoder_hidden_size in (None, self.hidden_size),
                  f"decoder_hidden_size={self.decoder_hidden_size} cannot be tied to word embeddings of width "
                  f"{self.hidden_size}: the LM head output layer shares the embedding table, so the decoder "
@@ -129,11 +146,11 @@ class MaskingConfig:
     pin_cls: bool = False
     """Keep position 0 ([CLS]) visible in every view; only possible without complementary views."""
     bert_mask_prob: float = 0.15
-    """BERT baseline: fraction of positions selected for prediction."""
+    """MLM baselines ('bert', 'mlm'): fraction of positions selected for prediction (BERT 0.15, ModernBERT 0.3)."""
     bert_replace_mask: float = 0.8
-    """BERT baseline: of the selected, fraction replaced by [MASK]."""
+    """MLM baselines: of the selected, fraction replaced by [MASK]."""
     bert_replace_random: float = 0.1
-    """BERT baseline: of the selected, fraction replaced by a random token (the rest stay unchanged)."""
+    """MLM baselines: of the selected, fraction replaced by a random token (the rest stay unchanged)."""
     seed: int = 1234
     """Masks are a pure function of (seed, sample index); resumed runs see the same masks."""
 
@@ -152,8 +169,8 @@ class MaskingConfig:
         return 2 if self.complementary else 1
 
     def visible_length(self, seq_length: int) -> int:
-        """Lv = round((1-r)*L): the encoder's input length for every view."""
-        return int(round((1.0 - self.mask_ratio) * seq_length))
+        """Lv for ``seq_length``; the rule lives in ``masking.visible_length``."""
+        return masking_rules.visible_length(seq_length, self.mask_ratio)
 
 
 @dataclass
@@ -322,20 +339,17 @@ class RunConfig:
         _require(seq <= model.max_position_embeddings,
                  f"seq_length={seq} does not fit the position table (max_position_embeddings="
                  f"{model.max_position_embeddings}); raise max_position_embeddings or shorten sequences")
-        visible = self.masking.visible_length(seq)
-        _require(model.arch == "bert" or 1 <= visible < seq,
-                 f"mask_ratio={self.masking.mask_ratio} leaves {visible} visible tokens of {seq}")
-        _require(model.arch == "bert" or not self.masking.complementary or 2 * visible <= seq,
-                 f"complementary views need 2 * visible <= seq_length, but round((1-{self.masking.mask_ratio})"
-                 f"*{seq}) = {visible}; use an even seq_length at mask_ratio 0.5")
+        get_arch(model.arch).check_run(self)
+        encoder_length = get_arch(model.arch).pipeline_shape(self)[0]
         _require(model.num_attention_heads % tp == 0 and model.dec_heads % tp == 0,
                  f"tensor_model_parallel_size={tp} must divide the attention heads")
         model.padded_vocab_size(tp)  # raises when the padding multiple is not TP-divisible
         _require(model.num_layers % self.parallel.pipeline_model_parallel_size == 0,
                  f"pipeline_model_parallel_size={self.parallel.pipeline_model_parallel_size} must divide "
                  f"num_layers={model.num_layers}")
-        _require(not self.parallel.sequence_parallel or (visible % tp == 0 and seq % tp == 0),
-                 f"sequence_parallel needs seq_length ({seq}) and visible length ({visible}) divisible by TP={tp}")
+        _require(not self.parallel.sequence_parallel or (encoder_length % tp == 0 and seq % tp == 0),
+                 f"sequence_parallel needs seq_length ({seq}) and the encoder length ({encoder_length}) "
+                 f"divisible by TP={tp}")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

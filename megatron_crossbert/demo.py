@@ -7,7 +7,7 @@ Stages (each prints a numbered header; the tools underneath show their own progr
                  the HF WordPiece trainer breaks frequency ties arbitrarily)
  3. preprocess - Megatron .bin/.idx
  4. init ckpt  - the untrained model, saved for the probe comparison
- 5. pretrain   - a tiny CrossBERT (complementary masking, r=0.5)
+ 5. pretrain   - a tiny CrossBERT (complementary masking, r=0.5), or ``--arch``/``--encoder``
  6. export     - Hugging Face MegatronBert dir (AutoModel / SentenceTransformer ready)
  7. probe      - frozen linear probe on the held-out task: trained vs untrained encoder vs chance
 
@@ -25,6 +25,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from megatron_crossbert.arch import get_arch
 from megatron_crossbert.config import (CheckpointConfig, DataConfig, MaskingConfig, ModelConfig, RunConfig,
                                        TrainingConfig)
 
@@ -40,6 +41,10 @@ class DemoOptions:
     """
 
     out_dir: str = "outputs/demo"
+    arch: str = "crossbert"
+    """Architecture (``arch.REGISTRY``)."""
+    encoder: str = "classic"
+    """Encoder family (``arch.ENCODERS``); the HF export needs a registered format for it."""
     corpus: str | None = None
     corpus_bytes: int = 3_000_000
     vocab_size: int = 8000
@@ -128,10 +133,12 @@ def write_probe_task(heldout: list[dict], out: Path, seed: int) -> Path:
 
 
 def demo_run_config(opts: DemoOptions, data_prefix: str, tokenizer_dir: Path, save_dir: Path) -> RunConfig:
-    """A tiny CrossBERT run; the LR warms up for a tenth of the run and decays by cosine."""
-    model = ModelConfig(vocab_size=opts.vocab_size, hidden_size=opts.hidden_size, num_layers=opts.num_layers,
+    """A tiny run of ``opts.arch``; the LR warms up for a tenth of the run and decays by cosine."""
+    decoder_layers = opts.decoder_layers if get_arch(opts.arch).has_reconstruction_decoder else 0
+    model = ModelConfig(arch=opts.arch, encoder=opts.encoder, vocab_size=opts.vocab_size,
+                        hidden_size=opts.hidden_size, num_layers=opts.num_layers,
                         num_attention_heads=opts.num_heads, max_position_embeddings=opts.seq_length,
-                        decoder_num_layers=opts.decoder_layers, hidden_dropout=0.0, attention_dropout=0.0,
+                        decoder_num_layers=decoder_layers, hidden_dropout=0.0, attention_dropout=0.0,
                         make_vocab_size_divisible_by=64, transformer_impl="local")
     training = TrainingConfig(micro_batch_size=opts.micro_batch_size, global_batch_size=opts.micro_batch_size,
                               train_iters=opts.train_iters, lr=opts.lr, min_lr=opts.lr / 10,
@@ -228,7 +235,8 @@ def run_demo(opts: DemoOptions) -> dict:
     start = _stage(4, "initial checkpoint", "the untrained encoder, kept as the probe baseline")
     init_ckpt = save_initial_checkpoint(run_cfg, out / "init_checkpoint")
     timings["init_checkpoint"] = time.perf_counter() - start
-    start = _stage(5, "pretrain", f"CrossBERT h={opts.hidden_size} L={opts.num_layers}, {opts.train_iters} steps")
+    start = _stage(5, "pretrain", f"{get_arch(opts.arch).description} ({opts.encoder}) h={opts.hidden_size} "
+                                  f"L={opts.num_layers}, {opts.train_iters} steps")
     summary = pretrain_stage(run_cfg)
     timings["pretrain"] = time.perf_counter() - start
     start = _stage(6, "export", "Hugging Face MegatronBert + sentence-transformers files")

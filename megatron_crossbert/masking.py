@@ -15,16 +15,25 @@ One random permutation ``perm`` of the free (non-pinned) positions is drawn per 
   complement of A's visible set, so the two visible sets are disjoint. At ``2*Lv == L`` (r = 0.5
   with even L) B's visible set is exactly A's target set.
 
-``Lv = round((1 - r) * L)`` with Python's ``round`` (the same formula as
-``MaskingConfig.visible_length``) so the model, the config and the data agree on shapes.
+``Lv = round((1 - r) * L)`` with Python's ``round``; ``visible_length`` below is the only owner of
+that rule (``MaskingConfig.visible_length`` delegates here) so the model, the config and the data
+agree on shapes.
+
+``crossbert_sample`` and ``mlm_sample`` turn one packed sequence into the sample dict of its
+architecture (docs/architecture.md); the datasets and the benchmarks' synthetic batches both call
+them, with the ``MaskingConfig`` itself, so no call site unpacks masking fields.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only (config imports this module)
+    from megatron_crossbert.config import MaskingConfig
 
 
 @dataclass(frozen=True)
@@ -43,14 +52,25 @@ class MaskViews:
         return int(self.visible.shape[0])
 
 
+@dataclass(frozen=True)
+class TokenIds:
+    """The token ids MLM masking needs from the tokenizer."""
+
+    mask_id: int
+    """Id written at the 80% of selected positions."""
+    vocab_size: int
+    """Random replacements are drawn from ``[0, vocab_size)`` minus the specials."""
+    special_ids: tuple[int, ...]
+    """Never selected for prediction and never drawn as a random replacement."""
+
+
 def visible_length(seq_length: int, mask_ratio: float) -> int:
-    """``Lv = round((1 - r) * L)``; identical to ``MaskingConfig.visible_length``."""
+    """``Lv = round((1 - r) * L)``: the encoder's input length for every view (the one owner of the rule)."""
     return int(round((1.0 - mask_ratio) * seq_length))
 
 
-def _check_view_args(seq_length: int, mask_ratio: float, complementary: bool,
-                     pinned: np.ndarray) -> int:
-    """Validate arguments and return Lv; raises ValueError with the offending values."""
+def check_view_shape(seq_length: int, mask_ratio: float, complementary: bool) -> int:
+    """Lv for this shape, or ValueError when the views cannot be drawn (checked at config time too)."""
     if seq_length < 2:
         raise ValueError(f"seq_length must be >= 2, got {seq_length}")
     if not 0.0 < mask_ratio < 1.0:
@@ -63,6 +83,13 @@ def _check_view_args(seq_length: int, mask_ratio: float, complementary: bool,
         raise ValueError(f"complementary views need disjoint visible sets, i.e. 2*Lv <= L, but "
                          f"Lv={lv}, L={seq_length} (mask_ratio={mask_ratio}); use a mask_ratio >= 0.5 "
                          "(and an even L at exactly 0.5)")
+    return lv
+
+
+def _check_view_args(seq_length: int, mask_ratio: float, complementary: bool,
+                     pinned: np.ndarray) -> int:
+    """Validate arguments and return Lv; raises ValueError with the offending values."""
+    lv = check_view_shape(seq_length, mask_ratio, complementary)
     if pinned.size:
         if complementary:
             raise ValueError("pinned positions are visible in every view, which breaks the disjoint "
@@ -138,3 +165,20 @@ def bert_mask(seed: int, index: int, tokens: np.ndarray, *, mask_prob: float, re
     loss_mask = np.zeros(tokens.shape, dtype=np.float32)
     loss_mask[selected] = 1.0
     return masked, tokens.copy(), loss_mask
+
+
+def crossbert_sample(masking: MaskingConfig, index: int, tokens: np.ndarray, ids: TokenIds) -> dict:
+    """CrossBERT sample: ``tokens [L]``, ``visible [V, Lv]``, ``targets [V, L-Lv]`` (``ids`` unused)."""
+    views = complementary_views(masking.seed, index, len(tokens), masking.mask_ratio,
+                                complementary=masking.complementary, pinned=(0,) if masking.pin_cls else ())
+    return {"tokens": np.asarray(tokens, dtype=np.int64), "visible": views.visible, "targets": views.targets}
+
+
+def mlm_sample(masking: MaskingConfig, index: int, tokens: np.ndarray, ids: TokenIds) -> dict:
+    """MLM sample (BERT and modern MLM): 80/10/10-masked ``tokens``, ``labels``, ``loss_mask``, ``padding_mask``."""
+    masked, labels, loss_mask = bert_mask(
+        masking.seed, index, tokens, mask_prob=masking.bert_mask_prob, replace_mask=masking.bert_replace_mask,
+        replace_random=masking.bert_replace_random, mask_id=ids.mask_id, vocab_size=ids.vocab_size,
+        special_ids=ids.special_ids)
+    return {"tokens": masked, "labels": labels, "loss_mask": loss_mask,
+            "padding_mask": np.ones(len(tokens), dtype=np.int64)}

@@ -43,10 +43,12 @@ def test_throughput_tiny_writes_json(tmp_path, capsys):
                  "--out", str(out)]) == 0
     report = json.loads(out.read_text())
     names = [r["name"] for r in report["results"]]
-    assert names[0] == "bert" and len(names) == 4
+    assert names[0] == "bert" and len(names) == 6
+    assert {"mlm-modern", "crossbert-modern r=0.5 compl"} <= set(names)
     for result in report["results"]:
         assert result["samples_per_s"] > 0 and result["supervised_tokens_per_s"] > 0
-        assert "samples_per_s_vs_bert" in result and result["model_flops_per_sample"] > 0
+        assert result["samples_per_s_vs_ref"] > 0 and result["model_flops_per_sample"] > 0
+        assert result["reference"] == ("mlm-modern" if result["encoder"] == "modern" else "bert")
     assert set(report["profile"]) == set(names)
     assert "| model |" in capsys.readouterr().out
 

@@ -39,8 +39,17 @@ def test_bad_model_values(kwargs, message):
 def test_cross_section_checks():
     with pytest.raises(ValueError, match="position table"):
         load_run_config(None, ["data.seq_length=1024"])
-    with pytest.raises(ValueError, match="complementary views need 2 \\* visible <= seq_length"):
+    with pytest.raises(ValueError, match="complementary views need disjoint visible sets"):
         load_run_config(None, ["data.seq_length=127"])
+    load_run_config(None, ["data.seq_length=127", "model.arch=bert", "model.decoder_num_layers=0"])  # no views
+    with pytest.raises(ValueError, match="arch='mlm' is built with encoder modern"):
+        load_run_config(None, ["model.arch=mlm"])
+    with pytest.raises(ValueError, match="unknown architecture 'gpt'"):
+        load_run_config(None, ["model.arch=gpt"])
+    with pytest.raises(ValueError, match="unknown encoder family"):
+        load_run_config(None, ["model.encoder=ancient"])
+    with pytest.raises(ValueError, match="bias_gelu_fusion"):
+        load_run_config(None, ["model.encoder=modern", "model.bias_gelu_fusion=true"])
     with pytest.raises(ValueError, match="must divide the attention heads"):
         load_run_config(None, ["parallel.tensor_model_parallel_size=5"])
     with pytest.raises(ValueError, match="must divide num_layers"):

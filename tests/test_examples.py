@@ -28,14 +28,19 @@ def test_every_example_opens_with_usage():
         assert any("Usage" in line for line in head), path.name
 
 
-@pytest.mark.parametrize("name", ["tiny_cpu.yaml", "crossbert_base.yaml", "crossbert_large.yaml"])
+@pytest.mark.parametrize("name", ["tiny_cpu.yaml", "crossbert_base.yaml", "crossbert_large.yaml",
+                                  "crossbert_modern_base.yaml"])
 def test_example_configs_validate(name):
     from megatron_crossbert.config import load_run_config
 
     cfg = load_run_config(EXAMPLES / name)
     assert cfg.model.arch == "crossbert"
     if name != "tiny_cpu.yaml":
-        assert cfg.training.precision == "bf16" and cfg.data.seq_length == 512
+        assert cfg.training.precision == "bf16" and cfg.data.seq_length == (1024 if "modern" in name else 512)
+    if "modern" in name:  # the MLM baseline of the header's command line validates too
+        mlm = load_run_config(EXAMPLES / name, ["model.arch=mlm", "model.decoder_num_layers=0",
+                                                "masking.bert_mask_prob=0.3"])
+        assert mlm.model.encoder == "modern"
 
 
 def _run_tiny(work: Path, extra: str = "", **env) -> str:

@@ -48,3 +48,11 @@ def test_half_masking_halves_encoder_cost_per_view(seq, hidden):
     ratio = encoder_forward_flops(cross, seq // 2) / encoder_forward_flops(bert, seq)
     assert 0.45 < ratio <= 0.5
     assert model_flops_per_sample(cross) > 0 and model_flops_per_sample(bert) > 0
+
+
+def test_modern_mlm_counts_the_geglu_fc1_twice_as_wide():
+    """GeGLU: fc1 projects to 2*ffn (gate and up), fc2 back from ffn: 6*s*h*ffn per layer instead of 4."""
+    cfg = load_run_config(None, TINY + ["model.arch=mlm", "model.encoder=modern"])
+    h, f, seq, vocab = 8, 32, 4, 128
+    layer = 2 * seq * h * 3 * h + 4 * seq * seq * h + 2 * seq * h * h + 2 * seq * h * 2 * f + 2 * seq * f * h
+    assert model_flops_per_sample(cfg) == 3 * (2 * layer + 2 * seq * h * (h + vocab))

@@ -9,12 +9,17 @@ model falls well below that floor (about half the targets have a visible partner
 At megatron's default init (std 0.02) tiny models sit on that floor for many hundreds of steps (so
 does megatron's own BertModel on this task: 4.16 after 800 steps); std 0.1 shortens the plateau, so
 the test stays cheap while still needing working cross-attention.
+
+The modern variant runs without the learned decoder position embedding: the only way a query can
+find its partner is RoPE in cross-attention (queries rotated at the targets, keys at the visible
+positions), which megatron's TransformerLayer would otherwise skip (see models/rotary.py).
 """
 
 from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 from test_model import build, tiny_config
 
@@ -29,8 +34,10 @@ def paired_batch(cfg, batch: int, gen: torch.Generator) -> dict[str, torch.Tenso
     return {"tokens": tokens, "visible": torch.stack([vis_a, vis_b], 1), "targets": torch.stack([vis_b, vis_a], 1)}
 
 
-def test_decoder_copies_visible_partner_below_unigram_floor():
-    cfg = tiny_config("model.hidden_size=64", "model.num_layers=2", "model.init_method_std=0.1")
+@pytest.mark.parametrize("variant", [(), ("model.encoder=modern", "model.decoder_position_embedding=false")],
+                         ids=["classic", "modern-rope-only"])
+def test_decoder_copies_visible_partner_below_unigram_floor(variant):
+    cfg = tiny_config("model.hidden_size=64", "model.num_layers=2", "model.init_method_std=0.1", *variant)
     model = build(cfg, seed=3)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     gen, losses = torch.Generator().manual_seed(0), []

@@ -1,12 +1,15 @@
 """TP=2 (with and without sequence parallel) and PP=2 give the TP=1/PP=1 loss, gradients and encode().
 
-One spawn of 2 gloo ranks runs every layout in turn (each spawn costs ~10 s of imports): the
-TP=1/PP=1 model is built on both ranks from one seed, its weights and gradients are kept, and each
-parallel layout is loaded from those same weights by slicing along megatron's ``partition_dim``
-(or by pipeline stage) and compared.
+One spawn of 2 gloo ranks runs every layout of every model variant in turn (each spawn costs ~10 s of
+imports): the TP=1/PP=1 model is built on both ranks from one seed, its weights and gradients are kept,
+and each parallel layout is loaded from those same weights by slicing along megatron's
+``partition_dim`` (or by pipeline stage) and compared. Variants: classic CrossBERT, modern CrossBERT
+(RoPE incl. cross-attention keys, GeGLU, no biases) and the modern MLM baseline.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -17,11 +20,38 @@ pytestmark = pytest.mark.multirank
 TOL = dict(atol=1e-5, rtol=1e-5)
 
 
+@dataclass(frozen=True)
+class Variant:
+    """A model to check: config overrides, and how its batch is made and read."""
+
+    overrides: tuple[str, ...]
+    ids_key: str = "tokens"
+    """The batch entry holding token ids (what encode() is checked on)."""
+
+
+VARIANTS = {
+    "classic": Variant(()),
+    "modern": Variant(("model.encoder=modern",)),
+    "mlm": Variant(("model.arch=mlm", "model.encoder=modern", "model.decoder_num_layers=0"), ids_key="input_ids"),
+}
+_ACTIVE: list[Variant] = [VARIANTS["classic"]]
+
+
+def _make_batch(cfg, variant: Variant) -> dict[str, torch.Tensor]:
+    """CrossBERT views, or an MLM batch (a few ids replaced by [MASK]=4, labels = original ids)."""
+    batch = make_batch(cfg, batch=2, seed=3)
+    if variant.ids_key == "tokens":
+        return batch
+    masked = batch["tokens"].clone()
+    masked[:, ::3] = 4
+    return {"input_ids": masked, "lm_labels": batch["tokens"]}
+
+
 def _layout(cfg_overrides):
     from megatron_crossbert import platform
     from megatron_crossbert.models import build_model
 
-    cfg = tiny_config(*cfg_overrides)
+    cfg = tiny_config(*_ACTIVE[0].overrides, *cfg_overrides)
     platform.initialize(cfg.parallel, 7)
     from megatron.core import parallel_state as ps
 
@@ -43,9 +73,10 @@ def _reference(batch, ckpt_dir: str):
     loss.sum().backward()
     weights = {k: v.detach().clone() for k, v in model.state_dict().items() if torch.is_tensor(v)}
     grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+    ids = batch[_ACTIVE[0].ids_key]
     with torch.no_grad():
-        encoded = model.encode(batch["tokens"], _padding_mask(batch["tokens"]))
-        encoded_11 = model.encode(batch["tokens"][:, :11])
+        encoded = model.encode(ids, _padding_mask(ids))
+        encoded_11 = model.encode(ids[:, :11])
     return {"weights": weights, "loss": loss.detach(), "grads": grads, "encoded": encoded,
             "encoded_11": encoded_11}
 
@@ -56,10 +87,17 @@ def _padding_mask(tokens: torch.Tensor) -> torch.Tensor:
     return mask
 
 
-def _tp_shard(full: torch.Tensor, param: torch.Tensor, tp_rank: int) -> torch.Tensor:
-    if getattr(param, "tensor_model_parallel", False):
-        return full.chunk(2, dim=param.partition_dim)[tp_rank]
-    return full
+def _tp_shard(full: torch.Tensor, param: torch.Tensor, tp_rank: int, gated: bool = False) -> torch.Tensor:
+    """This rank's slice; a GeGLU fc1 ``[gate; up]`` is sharded per half (rank r: ``[gate_r; up_r]``)."""
+    if not getattr(param, "tensor_model_parallel", False):
+        return full
+    if gated:
+        return torch.cat([half.chunk(2, dim=0)[tp_rank] for half in full.chunk(2, dim=0)])
+    return full.chunk(2, dim=param.partition_dim)[tp_rank]
+
+
+def _is_gated_fc1(model, name: str) -> bool:
+    return name.endswith("mlp.linear_fc1.weight") and model.config.gated_linear_unit
 
 
 def _assert_checkpoint_loads_same_weights(model, ckpt_dir: str) -> None:
@@ -82,7 +120,7 @@ def _check_tensor_parallel(batch, ref: dict, sequence_parallel: bool, ckpt_dir: 
     tp_rank = ps.get_tensor_model_parallel_rank()
     with torch.no_grad():
         for name, param in model.named_parameters():
-            param.copy_(_tp_shard(ref["weights"][name], param, tp_rank))
+            param.copy_(_tp_shard(ref["weights"][name], param, tp_rank, _is_gated_fc1(model, name)))
     if ckpt_dir:
         _assert_checkpoint_loads_same_weights(model, ckpt_dir)
     loss = model(**batch)
@@ -93,12 +131,13 @@ def _check_tensor_parallel(batch, ref: dict, sequence_parallel: bool, ckpt_dir: 
         grad = param.grad
         if getattr(param, "sequence_parallel", False):          # what finalize_model_grads does under SP
             torch.distributed.all_reduce(grad, group=ps.get_tensor_model_parallel_group())
-        expected = _tp_shard(ref["grads"][name], param, tp_rank)
+        expected = _tp_shard(ref["grads"][name], param, tp_rank, _is_gated_fc1(model, name))
         torch.testing.assert_close(grad, expected, **TOL, msg=lambda m: f"{name}: {m}")
         worst = max(worst, (grad - expected).abs().max().item())
+    ids = batch[_ACTIVE[0].ids_key]
     with torch.no_grad():
-        encoded = model.encode(batch["tokens"], _padding_mask(batch["tokens"]))
-        odd_length = model.encode(batch["tokens"][:, :11])               # SP pads 11 -> 12 internally
+        encoded = model.encode(ids, _padding_mask(ids))
+        odd_length = model.encode(ids[:, :11])               # SP pads 11 -> 12 internally
     torch.testing.assert_close(encoded, ref["encoded"], **TOL)
     torch.testing.assert_close(odd_length, ref["encoded_11"], **TOL)
     return worst
@@ -129,7 +168,10 @@ def _check_pipeline_parallel(batch, ref: dict, ckpt_dir: str) -> float:
     from megatron.core import parallel_state as ps
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
+    from megatron_crossbert.arch import get_arch
+
     cfg, model = _layout(["parallel.pipeline_model_parallel_size=2"])
+    seq, rows = get_arch(cfg.model.arch).pipeline_shape(cfg)
     pp_rank = ps.get_pipeline_model_parallel_rank()
     names = {n: _global_name(n, pp_rank, 1) for n, _ in model.named_parameters()}
     with torch.no_grad():
@@ -139,8 +181,7 @@ def _check_pipeline_parallel(batch, ref: dict, ckpt_dir: str) -> float:
     micro = [{k: v[i:i + 1] for k, v in batch.items()} for i in range(2)]
     reports = get_forward_backward_func()(
         forward_step_func=_forward_step, data_iterator=iter(micro), model=[model], num_microbatches=2,
-        seq_length=cfg.masking.visible_length(cfg.data.seq_length),
-        micro_batch_size=cfg.masking.num_views, forward_only=False)
+        seq_length=seq, micro_batch_size=rows // cfg.training.micro_batch_size, forward_only=False)
     if ps.is_pipeline_last_stage():
         total = torch.stack([r["lm loss"] for r in reports]).sum(0)
         torch.testing.assert_close(total[0], ref["loss"].sum(), **TOL)
@@ -162,21 +203,31 @@ def _compare_pipeline_grads(model, names, ref_grads) -> float:
     return worst
 
 
-def _worker(rank: int, world_size: int, ckpt_dir: str) -> dict:
-    cfg = tiny_config()
-    batch = make_batch(cfg, batch=2, seed=3)
+def _check_variant(name: str, ckpt_dir: str) -> dict[str, float]:
+    _ACTIVE[0] = VARIANTS[name]
+    batch = _make_batch(tiny_config(*VARIANTS[name].overrides), VARIANTS[name])
     ref = _reference(batch, ckpt_dir)
     return {
-        "tp2": _check_tensor_parallel(batch, ref, sequence_parallel=False, ckpt_dir=ckpt_dir),
-        "tp2_sp": _check_tensor_parallel(batch, ref, sequence_parallel=True),
-        "pp2": _check_pipeline_parallel(batch, ref, ckpt_dir),
+        f"{name}/tp2": _check_tensor_parallel(batch, ref, sequence_parallel=False, ckpt_dir=ckpt_dir),
+        f"{name}/tp2_sp": _check_tensor_parallel(batch, ref, sequence_parallel=True),
+        f"{name}/pp2": _check_pipeline_parallel(batch, ref, ckpt_dir),
     }
+
+
+def _worker(rank: int, world_size: int, ckpt_root: str) -> dict:
+    from pathlib import Path
+
+    results = {}
+    for name in VARIANTS:
+        ckpt_dir = Path(ckpt_root) / name
+        ckpt_dir.mkdir(exist_ok=True)
+        results.update(_check_variant(name, str(ckpt_dir)))
+    return results
 
 
 def test_tensor_and_pipeline_parallel_match_single_rank(tmp_path):
     from multirank import run_ranks
 
-    (tmp_path / "tp1_ckpt").mkdir()
-    results = run_ranks(_worker, 2, str(tmp_path / "tp1_ckpt"))
+    results = run_ranks(_worker, 2, str(tmp_path))
     for result in results:
-        assert max(result.values()) < 1e-5, results
+        assert len(result) == 3 * len(VARIANTS) and max(result.values()) < 1e-5, results

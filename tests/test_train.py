@@ -38,14 +38,14 @@ def _checkpoint_tensors(ckpt_dir: str) -> dict[str, torch.Tensor]:
     return _flatten(dist_checkpointing.load_plain_tensors(ckpt_dir))
 
 
-@pytest.mark.parametrize("arch", ["crossbert", "bert"])
-def test_resume_is_bit_identical(arch, corpus, tmp_path):
+@pytest.mark.parametrize("arch,encoder", [("crossbert", "classic"), ("bert", "classic"), ("mlm", "modern")])
+def test_resume_is_bit_identical(arch, encoder, corpus, tmp_path):
     """20 steps straight == 10 steps, stop (with checkpoint), resume, 10 steps; dropout is on."""
     from megatron_crossbert.training import train
 
-    straight = train(tiny_config(arch, corpus, tmp_path / "a"))
-    first = train(tiny_config(arch, corpus, tmp_path / "b"), exit_at_iteration=10)
-    second = train(tiny_config(arch, corpus, tmp_path / "b"))
+    straight = train(tiny_config(arch, corpus, tmp_path / "a", model__encoder=encoder))
+    first = train(tiny_config(arch, corpus, tmp_path / "b", model__encoder=encoder), exit_at_iteration=10)
+    second = train(tiny_config(arch, corpus, tmp_path / "b", model__encoder=encoder))
     assert first["iteration"] == 10 and second["start_iteration"] == 10
     assert second["resumed_from"].endswith("iter_0000010")
     assert straight["losses"] == first["losses"] + second["losses"]

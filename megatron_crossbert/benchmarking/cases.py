@@ -1,8 +1,9 @@
 """Which models a throughput benchmark compares, and at which shape.
 
-A comparison is only fair if BERT and every CrossBERT setting share the encoder (width, depth,
-heads, MLP), the vocabulary and the packed sequence length L; only the masking and the
-reconstruction branch differ. ``SIZES`` holds those shared shapes:
+A comparison is only fair if the MLM baseline and every CrossBERT setting share the encoder (width,
+depth, heads, MLP), the vocabulary and the packed sequence length L; only the masking and the
+reconstruction branch differ. Each encoder family has its own reference: megatron's BertModel for
+the classic family, the modern encoder + MLM head for the modern one. ``SIZES`` holds the shapes:
 
 * ``cpu``: BERT-base *shape ratios* scaled down so a 2-core run takes a few minutes. What sets
   the CrossBERT/BERT ratio is the split of work between the encoder's dense GEMMs, attention
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from megatron_crossbert.arch import get_arch
 from megatron_crossbert.config import RunConfig
 
 SIZES: dict[str, dict] = {
@@ -30,12 +32,29 @@ SIZES: dict[str, dict] = {
                   decoder_num_layers=2, micro_batch_size=32),
 }
 
-# (name, arch, mask_ratio, complementary): the settings the issue asks for, BERT first (the reference).
-SETTINGS: list[tuple[str, str, float, bool]] = [
-    ("bert", "bert", 0.5, True),
-    ("crossbert r=0.5 single", "crossbert", 0.5, False),
-    ("crossbert r=0.5 compl", "crossbert", 0.5, True),
-    ("crossbert r=0.75 compl", "crossbert", 0.75, True),
+
+
+@dataclass(frozen=True)
+class BenchSetting:
+    """One row of the comparison before the shape is applied."""
+
+    name: str
+    arch: str
+    """A name in ``arch.REGISTRY``."""
+    encoder: str = "classic"
+    """Encoder family; each family's MLM baseline is the reference of its rows."""
+    mask_ratio: float = 0.5
+    complementary: bool = True
+
+
+# The settings the issues ask for, each family's MLM baseline first (its reference).
+SETTINGS: list[BenchSetting] = [
+    BenchSetting("bert", "bert"),
+    BenchSetting("crossbert r=0.5 single", "crossbert", complementary=False),
+    BenchSetting("crossbert r=0.5 compl", "crossbert"),
+    BenchSetting("crossbert r=0.75 compl", "crossbert", mask_ratio=0.75),
+    BenchSetting("mlm-modern", "mlm", "modern"),
+    BenchSetting("crossbert-modern r=0.5 compl", "crossbert", "modern"),
 ]
 
 
@@ -51,6 +70,15 @@ class BenchCase:
         return self.run_cfg.model.arch
 
     @property
+    def encoder(self) -> str:
+        return self.run_cfg.model.encoder
+
+    @property
+    def is_reference(self) -> bool:
+        """An MLM baseline: the reference row of its encoder family."""
+        return get_arch(self.arch).encoder_mlm_head
+
+    @property
     def seq_length(self) -> int:
         return self.run_cfg.data.seq_length
 
@@ -63,17 +91,8 @@ class BenchCase:
         return self.seq_length
 
     def supervised_tokens_per_sample(self) -> float:
-        """Tokens that receive a reconstruction loss per sample.
-
-        CrossBERT: (L - Lv) targets per view times the number of views. BERT: the 15% selected
-        positions (``bert_mask`` selects round(p·n) of the n non-special positions; synthetic
-        batches contain no special tokens, so n = L).
-        """
-        masking = self.run_cfg.masking
-        if self.arch == "bert":
-            return float(max(1, round(masking.bert_mask_prob * self.seq_length)))
-        targets = self.seq_length - masking.visible_length(self.seq_length)
-        return float(targets * masking.num_views)
+        """Tokens that receive a reconstruction loss per sample (``ArchSpec.supervised_tokens``)."""
+        return get_arch(self.arch).supervised_tokens(self.run_cfg)
 
 
 def size_overrides(size: str, **changes) -> dict:
@@ -85,21 +104,23 @@ def size_overrides(size: str, **changes) -> dict:
     return shape
 
 
-def make_run_config(shape: dict, arch: str, mask_ratio: float, complementary: bool,
-                    precision: str = "fp32", transformer_impl: str = "auto") -> RunConfig:
+def make_run_config(shape: dict, setting: BenchSetting, precision: str = "fp32",
+                    transformer_impl: str = "auto") -> RunConfig:
     """A RunConfig for one benchmark model; dropout off so timings do not depend on RNG work.
 
     ``train_iters``/``global_batch_size`` are irrelevant for timing but must validate; one
     micro-batch per step keeps the step a single forward/backward plus one optimizer update.
     """
-    model = dict(arch=arch, hidden_size=shape["hidden_size"], num_layers=shape["num_layers"],
+    spec = get_arch(setting.arch)
+    model = dict(arch=setting.arch, encoder=setting.encoder, hidden_size=shape["hidden_size"],
+                 num_layers=shape["num_layers"],
                  num_attention_heads=shape["num_attention_heads"], vocab_size=shape["vocab_size"],
                  max_position_embeddings=max(512, shape["seq_length"]), hidden_dropout=0.0,
                  attention_dropout=0.0, transformer_impl=transformer_impl,
-                 decoder_num_layers=shape["decoder_num_layers"] if arch == "crossbert" else 0)
+                 decoder_num_layers=shape["decoder_num_layers"] if spec.has_reconstruction_decoder else 0)
     raw = {
         "model": model,
-        "masking": {"mask_ratio": mask_ratio, "complementary": complementary},
+        "masking": {"mask_ratio": setting.mask_ratio, "complementary": setting.complementary},
         "data": {"seq_length": shape["seq_length"]},
         "training": {"micro_batch_size": shape["micro_batch_size"],
                      "global_batch_size": shape["micro_batch_size"], "train_iters": 1000,
@@ -109,8 +130,8 @@ def make_run_config(shape: dict, arch: str, mask_ratio: float, complementary: bo
 
 
 def default_cases(size: str = "cpu", precision: str = "fp32", transformer_impl: str = "auto",
-                  settings: list[tuple[str, str, float, bool]] | None = None, **changes) -> list[BenchCase]:
-    """BERT plus the three CrossBERT settings, all at the same encoder shape and L."""
+                  settings: list[BenchSetting] | None = None, **changes) -> list[BenchCase]:
+    """Every setting (each family's MLM baseline and its CrossBERT rows) at the same encoder shape and L."""
     shape = size_overrides(size, **changes)
-    return [BenchCase(name, make_run_config(shape, arch, ratio, compl, precision, transformer_impl))
-            for name, arch, ratio, compl in (settings or SETTINGS)]
+    return [BenchCase(s.name, make_run_config(shape, s, precision, transformer_impl))
+            for s in (settings or SETTINGS)]

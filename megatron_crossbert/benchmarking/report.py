@@ -23,8 +23,8 @@ def markdown_table(headers: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(lines)
 
 
-THROUGHPUT_HEADERS = ["model", "step ms (median, see clock)", "samples/s", "× BERT", "input tok/s", "supervised tok/s",
-                      "× BERT (supervised)", "step peak mem MB", "params M", "GFLOP/sample",
+THROUGHPUT_HEADERS = ["model", "encoder", "step ms (median, see clock)", "samples/s", "× ref", "input tok/s",
+                      "supervised tok/s", "× ref (supervised)", "step peak mem MB", "params M", "GFLOP/sample",
                       "TFLOP/s", "MFU"]
 
 
@@ -32,9 +32,9 @@ def throughput_rows(results: list[dict]) -> list[list[str]]:
     rows = []
     for r in results:
         rows.append([
-            r["name"], fmt(r["step_time_s"]["median"], 0, 1e3), fmt(r["samples_per_s"]),
-            fmt(r.get("samples_per_s_vs_bert"), 2, suffix="x"), fmt(r["input_tokens_per_s"], 0),
-            fmt(r["supervised_tokens_per_s"], 0), fmt(r.get("supervised_tokens_per_s_vs_bert"), 2, suffix="x"),
+            r["name"], r.get("encoder", "classic"), fmt(r["step_time_s"]["median"], 0, 1e3), fmt(r["samples_per_s"]),
+            fmt(r.get("samples_per_s_vs_ref"), 2, suffix="x"), fmt(r["input_tokens_per_s"], 0),
+            fmt(r["supervised_tokens_per_s"], 0), fmt(r.get("supervised_tokens_per_s_vs_ref"), 2, suffix="x"),
             fmt(r.get("peak_step_bytes"), 0, 1 / 2**20), fmt(r.get("num_parameters"), 2, 1e-6),
             fmt(r.get("model_flops_per_sample"), 2, 1e-9), fmt(r.get("achieved_tflops"), 3),
             fmt(r.get("mfu"), 1, 100, "%"),
@@ -53,7 +53,8 @@ def throughput_markdown(report: dict) -> str:
               f"vocab={shape['vocab_size']}, micro-batch={shape['micro_batch_size']}, CrossBERT decoder "
               f"layers={shape['decoder_num_layers']}; {meta['options']['steps']} timed rounds after "
               f"{meta['options']['warmup']} warm-up rounds.")
-    notes = (f"Timing: {meta['timing']}.\nMemory: {meta['memory_method']}.\nData: {meta['data']}.")
+    notes = (f"× ref: ratio to the reference row of the same encoder family (classic: bert, modern: "
+             f"mlm-modern).\nTiming: {meta['timing']}.\nMemory: {meta['memory_method']}.\nData: {meta['data']}.")
     return "\n\n".join([header, markdown_table(THROUGHPUT_HEADERS, throughput_rows(report["results"])), notes])
 
 

@@ -1,10 +1,13 @@
-"""Interleaved training-step throughput: CrossBERT settings against megatron-core's BertModel.
+"""Interleaved training-step throughput: CrossBERT settings against the MLM baseline of their family.
+
+References: megatron-core's BertModel for the classic encoder, the modern encoder + MLM head for the
+modern one (``BenchCase.is_reference``); every row's ratios are to its own family's reference.
 
 Why interleaved: on a shared machine the available compute drifts by tens of percent within a
 minute, so timing one model after another would measure the neighbours, not the models. All
 models are built in one process, warmed up, then timed round-robin: in every round each model
 runs one full training step (forward, backward, grad finalisation, optimizer update), and the
-order rotates between rounds. Ratios to BERT are medians of the per-round ratios, so drift that
+order rotates between rounds. Ratios to the reference are medians of the per-round ratios, so drift that
 affects a whole round cancels. Samples/s use the median step time.
 
 Which clock: on a GPU, wall time (with CUDA syncs). On a CPU shared with other jobs, wall time
@@ -22,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from megatron_crossbert.arch import get_arch
 from megatron_crossbert.benchmarking.batches import make_batches
 from megatron_crossbert.benchmarking.cases import BenchCase, default_cases, size_overrides
 from megatron_crossbert.benchmarking.memory import measure_step_memory, persistent_bytes
@@ -42,7 +46,7 @@ class ThroughputOptions:
     micro_batch_size: int | None = None
     num_layers: int | None = None
     only: list[str] = field(default_factory=list)
-    """Restrict to these case names (BERT is always kept as the reference)."""
+    """Restrict to these case names (the MLM baselines are always kept as references)."""
     seed: int = 1234
     clock: str = "auto"
     """'wall', 'cpu' (process CPU time) or 'auto' (cpu on a CPU device, wall on GPU)."""
@@ -75,7 +79,7 @@ def select_cases(options: ThroughputOptions) -> list[BenchCase]:
                           seq_length=options.seq_length, micro_batch_size=options.micro_batch_size,
                           num_layers=options.num_layers)
     if options.only:
-        cases = [c for c in cases if c.arch == "bert" or c.name in options.only]
+        cases = [c for c in cases if c.is_reference or c.name in options.only]
     return cases
 
 
@@ -105,6 +109,14 @@ def _flops_per_sample(case: BenchCase) -> float | None:
         return None
 
 
+def _masking_fields(case: BenchCase) -> dict:
+    """mask_ratio and views where the architecture draws views; MLM rows have one unmasked view."""
+    masking = case.run_cfg.masking
+    if get_arch(case.arch).uses_views:
+        return {"mask_ratio": masking.mask_ratio, "views": masking.num_views}
+    return {"mask_ratio": None, "views": 1}
+
+
 def _case_metrics(case: BenchCase, clocks: dict[str, list[float]], clock: str, peak_tflops: float | None) -> dict:
     step_times = clocks[clock]
     median = statistics.median(step_times)
@@ -112,8 +124,7 @@ def _case_metrics(case: BenchCase, clocks: dict[str, list[float]], clock: str, p
     flops = _flops_per_sample(case)
     achieved = flops * samples_s / 1e12 if flops else None
     return {
-        "name": case.name, "arch": case.arch, "mask_ratio": case.run_cfg.masking.mask_ratio if case.arch != "bert" else None,
-        "views": case.run_cfg.masking.num_views if case.arch != "bert" else 1,
+        "name": case.name, "arch": case.arch, "encoder": case.encoder, **_masking_fields(case),
         "step_time_s": {"clock": clock, "median": median, "min": min(step_times), "all": step_times},
         "wall_step_s": clocks["wall"], "cpu_step_s": clocks["cpu"],
         "samples_per_s": samples_s,
@@ -127,17 +138,20 @@ def _case_metrics(case: BenchCase, clocks: dict[str, list[float]], clock: str, p
 
 
 def _add_ratios(results: list[dict], times: dict[str, dict[str, list[float]]], clock: str) -> None:
-    """Per-round ratios to BERT (same round, so shared drift cancels), summarised by the median."""
-    ref = next(r for r in results if r["arch"] == "bert")
-    ref_times = times[ref["name"]][clock]
+    """Per-round ratios to the family's reference (same round, so shared drift cancels), by the median."""
+    refs = {r["encoder"]: r for r in reversed(results) if get_arch(r["arch"]).encoder_mlm_head}
     for result in results:
-        own = times[result["name"]][clock]
+        ref = refs.get(result["encoder"])
+        if ref is None:
+            continue
+        own, ref_times = times[result["name"]][clock], times[ref["name"]][clock]
         rounds = [b / o for b, o in zip(ref_times, own)]
-        result["samples_per_s_vs_bert"] = statistics.median(rounds)
-        result["supervised_tokens_per_s_vs_bert"] = (result["samples_per_s_vs_bert"]
-                                                     * result["supervised_tokens_per_sample"]
-                                                     / ref["supervised_tokens_per_sample"])
-        result["samples_per_s_vs_bert_per_round"] = rounds
+        result["reference"] = ref["name"]
+        result["samples_per_s_vs_ref"] = statistics.median(rounds)
+        result["supervised_tokens_per_s_vs_ref"] = (result["samples_per_s_vs_ref"]
+                                                    * result["supervised_tokens_per_sample"]
+                                                    / ref["supervised_tokens_per_sample"])
+        result["samples_per_s_vs_ref_per_round"] = rounds
 
 
 def _meta(options: ThroughputOptions, device: torch.device, memory_method: str, clock: str) -> dict:
@@ -150,7 +164,8 @@ def _meta(options: ThroughputOptions, device: torch.device, memory_method: str, 
         "clock": clock,
         "timing": "round-robin interleaved full training steps (fwd+bwd+optimizer), median step time by the "
                   + ("process CPU-time clock (robust to other jobs on a shared CPU)" if clock == "cpu"
-                     else "wall clock") + "; ratios = median of per-round ratios to BERT",
+                     else "wall clock") + "; ratios = median of per-round ratios to the row's reference "
+                  "(the MLM baseline of its encoder family)",
         "memory_method": memory_method,
         "data": "synthetic random tokens, masks from megatron_crossbert.masking, pre-built before timing",
         "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -14,7 +14,8 @@ from megatron_crossbert.cli.errors import add_debug_flag, cli_main
 
 
 def _add_throughput(sub) -> None:
-    p = sub.add_parser("throughput", help="interleaved training-step throughput, CrossBERT vs megatron BertModel")
+    p = sub.add_parser("throughput",
+                       help="interleaved training-step throughput, CrossBERT vs the MLM baseline of its encoder family")
     p.add_argument("--size", default="cpu", choices=["tiny", "cpu", "base", "large"],
                    help="shared encoder shape (cpu = BERT-base shape ratios scaled down; base/large for GPU)")
     p.add_argument("--steps", type=int, default=6, help="timed round-robin rounds (each model one step per round)")
@@ -25,7 +26,7 @@ def _add_throughput(sub) -> None:
     p.add_argument("--seq-length", type=int, default=None, help="override the size's sequence length L")
     p.add_argument("--micro-batch-size", type=int, default=None, help="override the size's micro-batch")
     p.add_argument("--num-layers", type=int, default=None, help="override the size's encoder depth")
-    p.add_argument("--only", nargs="*", default=[], help="CrossBERT case names to keep (BERT always runs)")
+    p.add_argument("--only", nargs="*", default=[], help="CrossBERT case names to keep (the MLM baselines always run)")
     p.add_argument("--peak-tflops", type=float, default=None, help="device peak TFLOP/s for MFU")
     p.add_argument("--clock", default="auto", choices=["auto", "wall", "cpu"],
                    help="step timer: process CPU time is robust to other jobs on a shared CPU (auto: cpu on CPU, wall on GPU)")

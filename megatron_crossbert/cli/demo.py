@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from megatron_crossbert.arch import ENCODERS, REGISTRY
 from megatron_crossbert.cli import quiet_library_warnings
 from megatron_crossbert.cli.errors import add_debug_flag, cli_main
 from megatron_crossbert.demo import DemoOptions, format_summary, run_demo
@@ -20,6 +21,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--corpus", help="JSONL(.gz) with a 'text' field instead of the embedded docstring corpus")
     parser.add_argument("--corpus-bytes", type=int, default=defaults.corpus_bytes,
                         help="size of the embedded corpus in bytes of text (default: %(default)s)")
+    parser.add_argument("--arch", default=defaults.arch, choices=sorted(REGISTRY),
+                        help="architecture to pretrain (default: %(default)s)")
+    parser.add_argument("--encoder", default=defaults.encoder, choices=sorted(ENCODERS),
+                        help="encoder family (default: %(default)s; 'mlm' needs 'modern', 'bert' 'classic')")
     parser.add_argument("--vocab-size", type=int, default=defaults.vocab_size)
     parser.add_argument("--seq-length", type=int, default=defaults.seq_length)
     parser.add_argument("--hidden-size", type=int, default=defaults.hidden_size)

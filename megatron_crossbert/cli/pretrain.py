@@ -17,12 +17,14 @@ import argparse
 import json
 import sys
 
+from megatron_crossbert.arch import ENCODERS, REGISTRY
 from megatron_crossbert.cli.errors import add_debug_flag, cli_main
 from megatron_crossbert.config import RunConfig, load_run_config
 
 # flag -> (config key, how to turn the parsed value into an override string)
 _SHORTHANDS = {
-    "model": "model.arch", "train_iters": "training.train_iters", "save": "checkpoint.save_dir",
+    "model": "model.arch", "encoder": "model.encoder", "train_iters": "training.train_iters",
+    "save": "checkpoint.save_dir",
     "load": "checkpoint.load_dir", "init_from": "checkpoint.init_from", "tokenizer": "data.tokenizer",
     "data_path": "data.data_path", "micro_batch_size": "training.micro_batch_size",
     "global_batch_size": "training.global_batch_size", "lr": "training.lr", "precision": "training.precision",
@@ -40,7 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", help="YAML run config (sections: model, masking, data, parallel, training, checkpoint)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override one config value (YAML-parsed), repeatable, e.g. --set training.lr=3e-4")
-    parser.add_argument("--model", choices=["crossbert", "bert"], help="architecture (model.arch)")
+    parser.add_argument("--model", choices=sorted(REGISTRY), help="architecture (model.arch)")
+    parser.add_argument("--encoder", choices=sorted(ENCODERS), help="encoder family (model.encoder)")
     parser.add_argument("--train-iters", type=int, help="optimizer steps (training.train_iters)")
     parser.add_argument("--micro-batch-size", type=int, help="sequences per micro-batch per DP rank")
     parser.add_argument("--global-batch-size", type=int, help="sequences per optimizer step")
@@ -106,10 +109,11 @@ def run(run_cfg: RunConfig, exit_at_iteration: int | None = None) -> int:
     Errors (bad checkpoint, data, tokenizer, non-finite loss) propagate to ``cli_main``, which
     prints them once as one line."""
     from megatron_crossbert import platform
+    from megatron_crossbert.evaluation import probe_in_training
     from megatron_crossbert.training import train
 
     try:
-        summary = train(run_cfg, exit_at_iteration=exit_at_iteration)
+        summary = train(run_cfg, exit_at_iteration=exit_at_iteration, probe_fn=probe_in_training)
         rank_zero = platform.is_rank_zero()
     finally:
         platform.destroy()

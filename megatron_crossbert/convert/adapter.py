@@ -12,7 +12,7 @@ import torch
 
 from megatron_crossbert.convert import keymap
 from megatron_crossbert.convert.errors import ConversionError
-from megatron_crossbert.convert.formats import ModelTraits
+from megatron_crossbert.arch import ArchSpec
 
 
 def clean_megatron(state_dict: dict) -> dict[str, torch.Tensor]:
@@ -37,7 +37,7 @@ def take(source: dict[str, torch.Tensor], key: str, shape: tuple[int, ...] | Non
     return tensor.clone()
 
 
-def discarded_prefixes(traits: ModelTraits, with_mlm_head: bool) -> tuple[str, ...]:
+def discarded_prefixes(traits: ArchSpec, with_mlm_head: bool) -> tuple[str, ...]:
     """Native prefixes an export knowingly leaves out: the reconstruction branch, and every LM head
     that is not exported (a decoder's head reads decoder outputs; an inexact encoder head is omitted)."""
     discard = keymap.RECONSTRUCTION_PREFIXES if traits.has_reconstruction_decoder else ()

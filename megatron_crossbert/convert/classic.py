@@ -29,9 +29,10 @@ EXPORTED_FIELDS = frozenset({
 # is off at inference; init and kernel choice do not change the math; arch decides traits only).
 NEUTRAL_FIELDS = frozenset({
     "arch", "decoder_num_layers", "decoder_hidden_size", "decoder_num_attention_heads",
-    "decoder_ffn_hidden_size", "hidden_dropout", "attention_dropout", "init_method_std", "transformer_impl"})
+    "decoder_ffn_hidden_size", "hidden_dropout", "attention_dropout", "init_method_std", "transformer_impl",
+    "rotary_base", "decoder_position_embedding"})
 # Fields with values the classic targets can represent (a new encoder family adds its field here).
-REQUIRED_VALUES: dict[str, tuple] = {}
+REQUIRED_VALUES: dict[str, tuple] = {"encoder": ("classic",)}
 
 # Megatron tensors of the classic encoder (local-spec names; TE names are normalised before).
 NATIVE_GLOBAL = ("embedding.word_embeddings.weight", "embedding.position_embeddings.weight",

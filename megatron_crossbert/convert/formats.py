@@ -22,10 +22,9 @@ How to add a format (e.g. ModernBert for the modern encoder):
 5. Tests: follow ``tests/test_convert.py`` (AutoModel at every backend in ``attention_backends``,
    left padding when ``left_padding``, SentenceTransformer, round trip) and ``tests/test_convert_tp.py``.
 
-When ``ModelConfig`` gains a field (e.g. ``encoder: bert|modern``), the classic formats refuse every
-config until ``classic.py`` knows it: add it to ``classic.REQUIRED_VALUES`` (``{"encoder": ("bert",)}``)
-or ``classic.NEUTRAL_FIELDS``. A new architecture (e.g. ``mlm``) adds its row to ``_TRAITS`` below
-(until the ArchSpec registry owns these traits and ``model_traits`` reads them from there).
+When ``ModelConfig`` gains a field, the classic formats refuse every config until ``classic.py`` knows
+it: add it to ``classic.REQUIRED_VALUES`` or ``classic.NEUTRAL_FIELDS``. What an architecture's export
+holds (decoder dropped, MLM head kept) comes from its ``arch.ArchSpec`` (``model_traits``).
 """
 
 from __future__ import annotations
@@ -37,6 +36,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from megatron_crossbert.arch import REGISTRY, ArchSpec, get_arch
 from megatron_crossbert.config import ModelConfig
 from megatron_crossbert.convert.artifacts import TokenizerInfo
 from megatron_crossbert.convert.errors import ConversionError
@@ -44,41 +44,25 @@ from megatron_crossbert.convert.errors import ConversionError
 FORMAT_MODULES: tuple[str, ...] = (
     "megatron_crossbert.convert.xlmr_xl",
     "megatron_crossbert.convert.megatron_bert",
+    "megatron_crossbert.convert.modernbert_format",
 )
 """Modules that register a format when imported, in default-priority order (fast and exact first)."""
 
 
-@dataclass(frozen=True)
-class ModelTraits:
-    """Structural properties of a native model that decide what an export contains."""
-
-    has_reconstruction_decoder: bool
-    """A pretraining-only decoder (+ its LM head) exists; it is discarded on export, re-initialised on import."""
-    encoder_mlm_head: bool
-    """An MLM head reads the encoder output directly, so it has an HF ``...ForMaskedLM`` target."""
-    description: str
-    """One line for the model card title."""
-
-
-_TRAITS: dict[str, ModelTraits] = {
-    "crossbert": ModelTraits(True, False, "CrossBERT encoder"),
-    "bert": ModelTraits(False, True, "BERT baseline (megatron-core BertModel)"),
-}
-
-
-def model_traits(model_cfg: ModelConfig) -> ModelTraits:
-    """The traits of ``model_cfg``'s architecture (the one lookup convert/ makes on ``arch``)."""
+def model_traits(model_cfg: ModelConfig) -> ArchSpec:
+    """The architecture spec of ``model_cfg`` (the one lookup convert/ makes on ``arch``): its
+    ``has_reconstruction_decoder``, ``encoder_mlm_head`` and ``description`` decide what an export holds."""
     try:
-        return _TRAITS[model_cfg.arch]
-    except KeyError:
-        raise ConversionError(f"model.arch={model_cfg.arch!r} has no export traits; add it to "
-                              "convert/formats.py") from None
+        return get_arch(model_cfg.arch)
+    except ValueError as err:
+        raise ConversionError(str(err)) from None
 
 
-def arch_for_foreign_import(encoder_mlm_head: bool) -> str:
-    """The architecture an HF model we did not write is imported as: the first one whose encoder
-    MLM head matches what the files hold (a bare encoder becomes a CrossBERT encoder)."""
-    return next(arch for arch, traits in _TRAITS.items() if traits.encoder_mlm_head == encoder_mlm_head)
+def arch_for_foreign_import(encoder_mlm_head: bool, encoder: str) -> str:
+    """The architecture an HF model we did not write is imported as: the first registered one built on
+    ``encoder`` whose encoder MLM head matches what the files hold (a bare encoder becomes CrossBERT's)."""
+    return next(spec.name for spec in REGISTRY.values()
+                if spec.encoder_mlm_head == encoder_mlm_head and encoder in spec.encoders)
 
 
 @dataclass(frozen=True)
@@ -106,6 +90,8 @@ class HfFormat(ABC):
     """``attn_implementation`` values the HF class supports (stated in the model card)."""
     left_padding: ClassVar[bool]
     """Whether left-padded batches are exact (positions derived from the mask, not the index)."""
+    native_encoder: ClassVar[str] = "classic"
+    """The encoder family (``arch.ENCODERS`` key) this format's HF class imports as."""
 
     @abstractmethod
     def unsupported(self, model_cfg: ModelConfig) -> list[str]:

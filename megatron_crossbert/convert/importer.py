@@ -31,7 +31,7 @@ def _read_json(path: Path) -> dict:
         raise ConversionError(f"cannot read {path}: {err}") from err
 
 
-def _base_run_config(hf_dir: Path, mlm: bool) -> RunConfig:
+def _base_run_config(hf_dir: Path, mlm: bool, fmt: HfFormat) -> RunConfig:
     """Our export's RunConfig if present; else defaults, with the architecture chosen by whether an
     MLM head is stored (``formats.arch_for_foreign_import``)."""
     saved = hf_dir / artifacts.RUN_CONFIG_COPY
@@ -40,7 +40,8 @@ def _base_run_config(hf_dir: Path, mlm: bool) -> RunConfig:
             return RunConfig.load_json(saved)
         except (ValueError, TypeError) as err:
             raise ConversionError(f"{saved} is not a valid run config: {err}") from err
-    return RunConfig(model=ModelConfig(arch=arch_for_foreign_import(mlm)))
+    encoder = fmt.native_encoder
+    return RunConfig(model=ModelConfig(arch=arch_for_foreign_import(mlm, encoder), encoder=encoder))
 
 
 def _tokenizer_size(hf_dir: Path) -> int | None:
@@ -62,7 +63,7 @@ def run_config_from_hf(hf_dir: str | Path, mlm: bool = False) -> RunConfig:
     """RunConfig for an HF directory: model dims from config.json, the rest from our export or defaults."""
     hf_dir = Path(hf_dir)
     hf_cfg, fmt = read_hf_config(hf_dir)
-    base = _base_run_config(hf_dir, mlm)
+    base = _base_run_config(hf_dir, mlm, fmt)
     tok_size = _tokenizer_size(hf_dir)
     vocab_hint = base.model.vocab_size if (hf_dir / artifacts.RUN_CONFIG_COPY).is_file() else tok_size
     try:

@@ -19,11 +19,11 @@ import torch
 from megatron.core.datasets.blended_dataset import BlendedDataset
 from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
 
+from megatron_crossbert.arch import get_arch
 from megatron_crossbert.config import RunConfig
-from megatron_crossbert.data.dataset import BertDataset, CrossBertDataset, CrossBertDatasetConfig
+from megatron_crossbert.data.dataset import CrossBertDatasetConfig
 from megatron_crossbert.data.static_masks import StaticCrossBertDataset
 from megatron_crossbert.data.tokenizer import SPECIAL_TOKENS, Tokenizer, load_tokenizer
-from megatron_crossbert.masking import complementary_views
 
 logger = logging.getLogger(__name__)
 
@@ -85,35 +85,36 @@ def make_dataset_config(run_cfg: RunConfig, tokenizer: Tokenizer | None = None) 
     blend = ([data.static_masks], None) if data.static_masks else parse_blend(data.data_path)
     return CrossBertDatasetConfig(
         random_seed=masking.seed, sequence_length=data.seq_length, blend=blend, split=data.split,
-        path_to_cache=data.cache_dir, tokenizer=None, arch=run_cfg.model.arch,
+        path_to_cache=data.cache_dir, tokenizer=None, make_sample=get_arch(run_cfg.model.arch).make_sample,
         cls_id=ids["cls"], sep_id=ids["sep"], mask_id=ids["mask"], special_ids=tuple(sorted(set(ids.values()))),
         vocab_size=vocab_size, masking=masking)
 
 
 def _dataset_class(run_cfg: RunConfig) -> type:
+    """The architecture's dataset class (``ArchSpec.dataset_class``), or the static-mask one."""
+    spec = get_arch(run_cfg.model.arch)
     if run_cfg.data.static_masks:
-        if run_cfg.model.arch != "crossbert" or run_cfg.masking.pin_cls:
-            raise ValueError("static_masks hold CrossBERT views without pinned positions; unset "
-                             "data.static_masks for arch='bert' or masking.pin_cls=True")
+        if not spec.uses_views or run_cfg.masking.pin_cls:
+            raise ValueError(f"static_masks hold CrossBERT views without pinned positions; unset "
+                             f"data.static_masks for arch={run_cfg.model.arch!r} or masking.pin_cls=True")
         if run_cfg.data.data_path:
             logger.warning("data.static_masks is set: samples come from %s, data.data_path is ignored",
                            run_cfg.data.static_masks)
         return StaticCrossBertDataset
-    return CrossBertDataset if run_cfg.model.arch == "crossbert" else BertDataset
+    return spec.dataset_class.get()
 
 
 def build_datasets(run_cfg: RunConfig, train_valid_test_num_samples: tuple[int, int, int],
                    tokenizer: Tokenizer | None = None):
     """Return ``(train, valid, test)``: torch-style datasets (or None for an empty split).
 
-    Each yields the sample dicts of docs/architecture.md for ``run_cfg.model.arch``. Call on every
-    rank; under torch.distributed rank 0 builds (and caches) first, then the others.
+    Each yields the sample dicts of docs/architecture.md for ``run_cfg.model.arch`` (its
+    ``make_sample``). Call on every rank; under torch.distributed rank 0 builds (and caches) first,
+    then the others.
     """
     config = make_dataset_config(run_cfg, tokenizer)
-    if run_cfg.model.arch == "crossbert":  # fail now, not at the first sample (e.g. odd L at r = 0.5)
-        masking = config.masking
-        complementary_views(config.random_seed, 0, config.sequence_length, masking.mask_ratio,
-                            masking.complementary, (0,) if masking.pin_cls else ())
+    # fail now, not at the first sample (e.g. pinned positions that do not fit)
+    config.make_sample(config.masking, 0, np.zeros(config.sequence_length, dtype=np.int64), config.token_ids)
     sizes = [int(n) if n is not None else None for n in train_valid_test_num_samples]
     builder = BlendedMegatronDatasetBuilder(_dataset_class(run_cfg), sizes, lambda: True, config)
     datasets = builder.build()

@@ -7,7 +7,7 @@ Samples are packed to exactly ``L`` tokens with the layout documented in
 documents continuing into the next sample).
 
 Every sample is a pure function of ``(seed, index)`` (packing order from ``random_seed``, masks
-from ``complementary_views(random_seed, index, ...)``), so a resumed run sees identical samples.
+from the architecture's ``make_sample(masking, index, ...)``), so a resumed run sees identical samples.
 Returned dicts follow docs/architecture.md:
 
 * CrossBERT: ``{"tokens": int64 [L], "visible": int64 [V, Lv], "targets": int64 [V, L-Lv], "index"}``
@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -38,7 +39,7 @@ from megatron_crossbert.data.indexed import (
     check_vocab, document_lengths, document_reader, open_indexed, resolve_prefix,
 )
 from megatron_crossbert.data.packing import PackingIndex, assemble_sample, build_packing_index
-from megatron_crossbert.masking import bert_mask, complementary_views
+from megatron_crossbert.masking import TokenIds, crossbert_sample
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +48,8 @@ logger = logging.getLogger(__name__)
 class CrossBertDatasetConfig(BlendedMegatronDatasetConfig):
     """megatron's dataset config plus what packing and masking need (ids, vocab, masking)."""
 
-    arch: str = "crossbert"
+    make_sample: Callable[..., dict] = crossbert_sample
+    """The architecture's ``ArchSpec.make_sample``: ``(masking, index, tokens, TokenIds) -> sample``."""
     cls_id: int = 2
     sep_id: int = 3
     mask_id: int = 4
@@ -55,6 +57,10 @@ class CrossBertDatasetConfig(BlendedMegatronDatasetConfig):
     vocab_size: int = 32768
     masking: MaskingConfig = field(default_factory=MaskingConfig)
     json_key: str = "text"
+
+    @property
+    def token_ids(self) -> TokenIds:
+        return TokenIds(mask_id=self.mask_id, vocab_size=self.vocab_size, special_ids=tuple(self.special_ids))
 
 
 class CrossBertDataset(MegatronDataset):
@@ -127,29 +133,18 @@ class CrossBertDataset(MegatronDataset):
         return tokens
 
     def __getitem__(self, idx: int) -> dict[str, np.ndarray]:
+        """The architecture's sample (``config.make_sample``) of packed sequence ``idx``, plus ``index``."""
         idx = int(idx)
         cfg = self.config
-        masking = cfg.masking
-        views = complementary_views(cfg.random_seed, idx, cfg.sequence_length, masking.mask_ratio,
-                                    complementary=masking.complementary, pinned=(0,) if masking.pin_cls else ())
-        return {"tokens": self.packed_tokens(idx), "visible": views.visible, "targets": views.targets,
-                "index": np.int64(idx)}
+        sample = cfg.make_sample(cfg.masking, idx, self.packed_tokens(idx), cfg.token_ids)
+        return {**sample, "index": np.int64(idx)}
 
 
 class BertDataset(CrossBertDataset):
-    """The same packed samples with BERT 80/10/10 masking (baseline)."""
+    """The same packed samples for the MLM baselines; ``make_sample`` (80/10/10) decides the dict.
 
-    def __getitem__(self, idx: int) -> dict[str, np.ndarray]:
-        idx = int(idx)
-        cfg = self.config
-        tokens = self.packed_tokens(idx)
-        masked, labels, loss_mask = bert_mask(
-            cfg.random_seed, idx, tokens, mask_prob=cfg.masking.bert_mask_prob,
-            replace_mask=cfg.masking.bert_replace_mask, replace_random=cfg.masking.bert_replace_random,
-            mask_id=cfg.mask_id, vocab_size=cfg.vocab_size,
-            special_ids=cfg.special_ids)
-        return {"tokens": masked, "labels": labels, "loss_mask": loss_mask,
-                "padding_mask": np.ones_like(tokens), "index": np.int64(idx)}
+    A class of its own so its megatron description and sample-index cache name say what it serves.
+    """
 
 
 def describe(dataset: MegatronDataset) -> str:

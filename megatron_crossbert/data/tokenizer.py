@@ -26,6 +26,8 @@ import tokenizers
 from tokenizers import AddedToken
 from tokenizers.processors import TemplateProcessing
 
+from megatron_crossbert.data.spm import spm_to_tokenizers
+
 SPECIAL_TOKENS: dict[str, str] = {
     "pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]", "eod": "[EOD]",
 }
@@ -174,8 +176,6 @@ def _from_hf_directory(directory: Path) -> Tokenizer:
 
 def tokenizer_from_spm(model_path: str | Path) -> Tokenizer:
     """Build the equivalent fast tokenizer from a sentencepiece ``.model`` (BPE or unigram)."""
-    from megatron_crossbert.data.tokenizer_training import spm_to_tokenizers
-
     backend = spm_to_tokenizers(Path(model_path))
     register_special_tokens(backend)
     add_bert_post_processor(backend, SPECIAL_TOKENS["cls"], SPECIAL_TOKENS["sep"])

@@ -58,24 +58,6 @@ def train_sentencepiece(texts: Iterable[str], vocab_size: int, model_type: str, 
     return prefix.with_suffix(".model")
 
 
-def spm_to_tokenizers(model_path: Path) -> tokenizers.Tokenizer:
-    """sentencepiece ``.model`` -> equivalent ``tokenizers.Tokenizer`` (BPE or Unigram model)."""
-    from transformers.convert_slow_tokenizer import SpmConverter, import_protobuf
-
-    proto = import_protobuf().ModelProto()
-    proto.ParseFromString(model_path.read_bytes())
-    if proto.trainer_spec.model_type == 2:  # BPE: vocab dict, merges derived from piece scores
-        vocab = {piece.piece: i for i, piece in enumerate(proto.pieces)}
-    elif proto.trainer_spec.model_type == 1:  # unigram: (piece, score) list
-        vocab = [(piece.piece, piece.score) for piece in proto.pieces]
-    else:
-        raise ValueError(f"{model_path}: only sentencepiece BPE and unigram models are supported")
-    backend = SpmConverter.build_tokenizer_from_spm_proto(proto, vocab)
-    if backend is None:
-        raise ValueError(f"{model_path}: could not convert the sentencepiece model")
-    return backend
-
-
 def train_wordpiece(texts: Iterable[str], vocab_size: int, lowercase: bool = False) -> tokenizers.Tokenizer:
     """BERT-style WordPiece (BertNormalizer + BertPreTokenizer), special tokens first."""
     backend = tokenizers.Tokenizer(models.WordPiece(unk_token=SPECIAL_TOKENS["unk"], max_input_chars_per_word=100))

@@ -1,17 +1,20 @@
-"""CrossBERT and BERT-baseline models on megatron-core, their layer specs and FLOPs accounting.
+"""CrossBERT and the MLM baselines on megatron-core, their layer specs and FLOPs accounting.
 
-``build_model`` is the only entry point the training loop needs; which layer implementation (local
-or Transformer Engine) a run uses is resolved once, in ``specs.use_transformer_engine``.
+``build_model`` is the only entry point the training loop needs: it looks the architecture's builder up
+in ``arch.REGISTRY``; which layer implementation (local or Transformer Engine) a run uses is resolved
+once, in ``specs.use_transformer_engine``.
 """
 
 from __future__ import annotations
 
 import torch
 
+from megatron_crossbert.arch import get_arch
 from megatron_crossbert.config import RunConfig
 from megatron_crossbert.models.bert_baseline import BaselineBertModel, bert_encode, build_bert_model
 from megatron_crossbert.models.crossbert import CrossBertModel
 from megatron_crossbert.models.flops import model_flops_per_sample
+from megatron_crossbert.models.mlm import MlmModel
 from megatron_crossbert.models.specs import use_transformer_engine
 from megatron_crossbert.models.transformer_config import transformer_config
 
@@ -28,10 +31,7 @@ def build_model(run_cfg: RunConfig, pre_process: bool = True, post_process: bool
     common = dict(vocab_size=model_cfg.padded_vocab_size(run_cfg.parallel.tensor_model_parallel_size),
                   max_sequence_length=model_cfg.max_position_embeddings, use_te=use_te,
                   pre_process=pre_process, post_process=post_process)
-    if model_cfg.arch == "bert":
-        model = build_bert_model(transformer_config(run_cfg), **common)
-    else:
-        model = CrossBertModel(transformer_config(run_cfg), transformer_config(run_cfg, decoder=True), **common)
+    model = get_arch(model_cfg.arch).build_model(run_cfg, **common)
     if run_cfg.training.precision != "fp32":
         model = model.bfloat16()          # what megatron's Float16Module would do; norms included
     if torch.cuda.is_available():
@@ -41,11 +41,9 @@ def build_model(run_cfg: RunConfig, pre_process: bool = True, post_process: bool
 
 def model_encode(model: torch.nn.Module, input_ids: torch.Tensor,
                  attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-    """``[b, s, h]`` encoder features of either architecture (evaluation treats both alike)."""
-    if isinstance(model, CrossBertModel):
-        return model.encode(input_ids, attention_mask)
-    return bert_encode(model, input_ids, attention_mask)
+    """``[b, s, h]`` encoder features of any architecture: every model class has ``encode``."""
+    return model.encode(input_ids, attention_mask)
 
 
-__all__ = ["BaselineBertModel", "CrossBertModel", "bert_encode", "build_bert_model", "build_model",
+__all__ = ["BaselineBertModel", "CrossBertModel", "MlmModel", "bert_encode", "build_bert_model", "build_model",
            "model_encode", "model_flops_per_sample", "transformer_config", "use_transformer_engine"]

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import torch
 from megatron.core.models.bert.bert_model import BertModel
-from megatron.core.transformer.transformer_config import TransformerConfig
 from torch import Tensor
 
-from megatron_crossbert.models.specs import local_encoder_layer_spec, te_encoder_layer_spec
+from megatron_crossbert.config import RunConfig
+from megatron_crossbert.models.specs import encoder_layer_spec
+from megatron_crossbert.models.transformer_config import transformer_config
 
 
 class BaselineBertModel(BertModel):
@@ -32,20 +33,25 @@ class BaselineBertModel(BertModel):
             return out[0].float()
         return out
 
+    def encode(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
+        """``[b, s, h]`` features, the same contract as ``EncoderLanguageModel.encode``."""
+        return bert_encode(self, input_ids, attention_mask)
 
-def build_bert_model(config: TransformerConfig, *, vocab_size: int, max_sequence_length: int, use_te: bool,
+
+def build_bert_model(run_cfg: RunConfig, *, vocab_size: int, max_sequence_length: int, use_te: bool,
                      pre_process: bool = True, post_process: bool = True) -> BaselineBertModel:
-    """megatron BertModel with the tied LM head (as Megatron-LM's BERT pretraining builds it).
+    """``ArchSpec.build_model`` of 'bert': megatron BertModel with the tied LM head (as Megatron-LM builds it).
 
     Sequence parallelism needs apex: megatron's BertLMHead (and BertModel's final norm without TE)
     fall back to a torch norm that refuses SP, so we refuse early with a readable message.
     """
     from megatron.core.fusions.fused_layer_norm import HAVE_FUSED_LAYER_NORM
 
+    config = transformer_config(run_cfg)
     if config.sequence_parallel and not HAVE_FUSED_LAYER_NORM:
         raise ValueError("the BERT baseline with sequence_parallel needs NVIDIA apex (megatron's BertLMHead "
                          "uses apex FusedLayerNorm for SP); disable parallel.sequence_parallel for arch=bert")
-    spec = te_encoder_layer_spec() if use_te else local_encoder_layer_spec()
+    spec = encoder_layer_spec(use_te)
     return BaselineBertModel(
         config=config, num_tokentypes=0, transformer_layer_spec=spec, vocab_size=vocab_size,
         max_sequence_length=max_sequence_length, pre_process=pre_process, post_process=post_process,

@@ -12,12 +12,14 @@ Per architecture:
 - CrossBERT, per view: encoder over Lv tokens; decoder over T = L - Lv queries (self-attention among
   queries, cross-attention to the Lv encoder states incl. their K/V projection, MLP); LM head
   (dense + output projection) over the T targets only. Times the number of views.
-- BERT (megatron BertModel): encoder over all L tokens; LM head over ALL L positions, because
-  megatron's BertModel computes logits for every position and masks only the loss.
+- MLM baselines (megatron BertModel; the modern MlmModel): encoder over all L tokens; LM head over
+  ALL L positions, because both compute logits for every position and mask only the loss.
+- GeGLU (modern family): fc1 is 2*ffn wide, so an MLP costs 6*s*h*ffn instead of 4*s*h*ffn.
 """
 
 from __future__ import annotations
 
+from megatron_crossbert.arch import get_arch, get_encoder
 from megatron_crossbert.config import RunConfig
 
 BACKWARD_FACTOR = 3.0
@@ -34,14 +36,16 @@ def cross_attention_flops(queries: int, memory: int, hidden: int) -> float:
     return projections + 4.0 * queries * memory * hidden
 
 
-def mlp_flops(seq: int, hidden: int, ffn: int) -> float:
-    return 4.0 * seq * hidden * ffn
+def mlp_flops(seq: int, hidden: int, ffn: int, gated: bool = False) -> float:
+    """fc1 (2*ffn wide when gated: GeGLU) and fc2 for ``seq`` tokens."""
+    return 2.0 * seq * hidden * ffn * (3 if gated else 2)
 
 
 def encoder_forward_flops(run_cfg: RunConfig, seq: int) -> float:
     """One forward pass of the whole encoder stack over ``seq`` tokens."""
     model = run_cfg.model
-    layer = self_attention_flops(seq, model.hidden_size) + mlp_flops(seq, model.hidden_size, model.ffn)
+    gated = get_encoder(model.encoder).gated_mlp
+    layer = self_attention_flops(seq, model.hidden_size) + mlp_flops(seq, model.hidden_size, model.ffn, gated)
     return model.num_layers * layer
 
 
@@ -50,7 +54,7 @@ def decoder_forward_flops(run_cfg: RunConfig, queries: int, memory: int) -> floa
     model = run_cfg.model
     hidden = model.dec_hidden
     layer = (self_attention_flops(queries, hidden) + cross_attention_flops(queries, memory, hidden)
-             + mlp_flops(queries, hidden, model.dec_ffn))
+             + mlp_flops(queries, hidden, model.dec_ffn, get_encoder(model.encoder).gated_mlp))
     return model.decoder_num_layers * layer
 
 
@@ -70,11 +74,17 @@ def forward_flops_per_view(run_cfg: RunConfig) -> float:
             + lm_head_forward_flops(run_cfg, targets))
 
 
+def crossbert_flops_per_sample(run_cfg: RunConfig) -> float:
+    """``ArchSpec.flops`` of 'crossbert': forward + backward over all views of one packed sequence."""
+    return BACKWARD_FACTOR * run_cfg.masking.num_views * forward_flops_per_view(run_cfg)
+
+
+def mlm_flops_per_sample(run_cfg: RunConfig) -> float:
+    """``ArchSpec.flops`` of the MLM baselines: encoder and LM head over all L positions."""
+    seq = run_cfg.data.seq_length
+    return BACKWARD_FACTOR * (encoder_forward_flops(run_cfg, seq) + lm_head_forward_flops(run_cfg, seq))
+
+
 def model_flops_per_sample(run_cfg: RunConfig) -> float:
     """Forward + backward model FLOPs for one packed sequence of ``data.seq_length`` tokens (all views)."""
-    seq = run_cfg.data.seq_length
-    if run_cfg.model.arch == "bert":
-        forward = encoder_forward_flops(run_cfg, seq) + lm_head_forward_flops(run_cfg, seq)
-    else:
-        forward = run_cfg.masking.num_views * forward_flops_per_view(run_cfg)
-    return BACKWARD_FACTOR * forward
+    return get_arch(run_cfg.model.arch).flops(run_cfg)

@@ -1,4 +1,10 @@
-"""megatron-core layer specs for the CrossBERT encoder, its reconstruction decoder and the BERT baseline.
+"""megatron-core layer specs for the CrossBERT encoder, its reconstruction decoder and the baselines.
+
+Both encoder families (``arch.ENCODERS``) use the same pre-LN layer modules; what differs is in the
+TransformerConfig (biases, GeGLU) and, for the modern family, the first layer of the first stage: its
+attention norm is an identity, because the embedding LayerNorm already normalises its input
+(ModernBERT's layer 0). Decoder layers are ``RotaryDecoderLayer``s, whose cross-attention receives
+(query, key) rotary frequencies; with no rotary embedding (classic) they are plain TransformerLayers.
 
 Two families: the local spec (megatron-core modules only; runs on CPU and on GPU) and the Transformer
 Engine spec (fused LayerNorm+GEMM, FP8-capable; GPU only). Which one a run uses is decided once, in
@@ -19,7 +25,6 @@ import torch
 from megatron.core.fusions.fused_bias_dropout import get_bias_dropout_add
 from megatron.core.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
 from megatron.core.transformer.attention import (
-    CrossAttention,
     CrossAttentionSubmodules,
     SelfAttention,
     SelfAttentionSubmodules,
@@ -33,7 +38,9 @@ from megatron.core.transformer.transformer_block import TransformerBlockSubmodul
 from megatron.core.transformer.transformer_config import TransformerConfig
 from megatron.core.transformer.transformer_layer import TransformerLayer, TransformerLayerSubmodules
 
+from megatron_crossbert.arch import EncoderLayout
 from megatron_crossbert.config import ModelConfig
+from megatron_crossbert.models.rotary import RotaryCrossAttention, RotaryDecoderLayer
 
 
 def transformer_engine_available() -> bool:
@@ -93,7 +100,7 @@ def _local_self_attention() -> ModuleSpec:
 
 def _local_cross_attention() -> ModuleSpec:
     return ModuleSpec(
-        module=CrossAttention,
+        module=RotaryCrossAttention,
         params={"attn_mask_type": AttnMaskType.padding},
         submodules=CrossAttentionSubmodules(
             linear_q=ColumnParallelLinear, linear_kv=ColumnParallelLinear,
@@ -109,10 +116,10 @@ _LOCAL_KEYS_MAP = {
 }
 
 
-def local_encoder_layer_spec() -> ModuleSpec:
-    """Pre-LN BERT layer (maps onto HF MegatronBert), bidirectional, megatron-core modules only."""
+def local_encoder_layer_spec(attention_norm: bool = True) -> ModuleSpec:
+    """Pre-LN layer (classic: maps onto HF MegatronBert), bidirectional, megatron-core modules only."""
     return ModuleSpec(module=TransformerLayer, submodules=TransformerLayerSubmodules(
-        input_layernorm=SequenceParallelLayerNorm,
+        input_layernorm=SequenceParallelLayerNorm if attention_norm else IdentityOp,
         self_attention=_local_self_attention(),
         self_attn_bda=get_bias_dropout_add,
         pre_mlp_layernorm=SequenceParallelLayerNorm,
@@ -125,25 +132,28 @@ def local_encoder_layer_spec() -> ModuleSpec:
 def local_decoder_layer_spec() -> ModuleSpec:
     """The encoder layer plus cross-attention to the encoder output: self-attn, cross-attn, MLP; all pre-LN."""
     layer = local_encoder_layer_spec()
+    layer.module = RotaryDecoderLayer
     layer.submodules.pre_cross_attn_layernorm = SequenceParallelLayerNorm
     layer.submodules.cross_attention = _local_cross_attention()
     layer.submodules.cross_attn_bda = get_bias_dropout_add
     return layer
 
 
-def te_encoder_layer_spec() -> ModuleSpec:
-    """Same layer with TE fused LayerNorm+QKV and LayerNorm+FC1 (FP8-capable)."""
+def te_encoder_layer_spec(attention_norm: bool = True) -> ModuleSpec:
+    """Same layer with TE fused LayerNorm+QKV (plain QKV without the norm) and LayerNorm+FC1 (FP8-capable)."""
     from megatron.core.extensions.transformer_engine import (
+        TEColumnParallelLinear,
         TEDotProductAttention,
         TELayerNormColumnParallelLinear,
         TERowParallelLinear,
     )
 
+    qkv = TELayerNormColumnParallelLinear if attention_norm else TEColumnParallelLinear
     return ModuleSpec(module=TransformerLayer, submodules=TransformerLayerSubmodules(
         self_attention=ModuleSpec(
             module=SelfAttention, params={"attn_mask_type": AttnMaskType.no_mask},
             submodules=SelfAttentionSubmodules(
-                linear_qkv=TELayerNormColumnParallelLinear, core_attention=TEDotProductAttention,
+                linear_qkv=qkv, core_attention=TEDotProductAttention,
                 linear_proj=TERowParallelLinear, q_layernorm=IdentityOp, k_layernorm=IdentityOp)),
         self_attn_bda=get_bias_dropout_add,
         mlp=partial(MLP.as_mlp_submodule, submodules=MLPSubmodules(
@@ -161,9 +171,10 @@ def te_decoder_layer_spec() -> ModuleSpec:
     )
 
     layer = te_encoder_layer_spec()
+    layer.module = RotaryDecoderLayer
     layer.submodules.pre_cross_attn_layernorm = TENorm
     layer.submodules.cross_attention = ModuleSpec(
-        module=CrossAttention, params={"attn_mask_type": AttnMaskType.no_mask},
+        module=RotaryCrossAttention, params={"attn_mask_type": AttnMaskType.no_mask},
         submodules=CrossAttentionSubmodules(
             linear_q=TEColumnParallelLinear, linear_kv=TEColumnParallelLinear,
             core_attention=TEDotProductAttention,
@@ -181,10 +192,21 @@ def final_norm(use_te: bool):
     return SequenceParallelLayerNorm
 
 
-def encoder_block_spec(use_te: bool, num_layers: int) -> TransformerBlockSubmodules:
-    """Block spec for the layers this pipeline stage builds (caller computes ``num_layers``)."""
-    layer = te_encoder_layer_spec() if use_te else local_encoder_layer_spec()
-    return TransformerBlockSubmodules(layer_specs=[layer] * num_layers, layer_norm=final_norm(use_te))
+def encoder_layer_spec(use_te: bool, attention_norm: bool = True) -> ModuleSpec:
+    """One encoder layer of the chosen implementation (local or TE)."""
+    return te_encoder_layer_spec(attention_norm) if use_te else local_encoder_layer_spec(attention_norm)
+
+
+def encoder_block_spec(use_te: bool, num_layers: int, layout: EncoderLayout | None = None,
+                       first_stage: bool = True) -> TransformerBlockSubmodules:
+    """Block spec for the layers this pipeline stage builds (caller computes ``num_layers``).
+
+    With an embedding norm (modern) the globally first layer, i.e. layer 0 of the first stage, has
+    no attention norm.
+    """
+    skip_first = bool(layout is not None and layout.embedding_norm and first_stage)
+    layers = [encoder_layer_spec(use_te, attention_norm=not (skip_first and i == 0)) for i in range(num_layers)]
+    return TransformerBlockSubmodules(layer_specs=layers, layer_norm=final_norm(use_te))
 
 
 def decoder_block_spec(use_te: bool, num_layers: int) -> TransformerBlockSubmodules:

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from megatron.core.transformer.transformer_config import TransformerConfig
 
+from megatron_crossbert.arch import get_encoder
 from megatron_crossbert.config import RunConfig
 
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp8": torch.bfloat16}
@@ -44,18 +45,34 @@ def _recompute(run_cfg: RunConfig) -> dict:
     return dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
 
 
+def _layout(run_cfg: RunConfig) -> dict:
+    """The encoder family's layer layout (``arch.ENCODERS``), in TransformerConfig terms.
+
+    classic: biases everywhere, exact GELU unless ``bias_gelu_fusion`` (megatron's fused tanh-GELU),
+    the combination that maps exactly onto HF ``MegatronBertModel``. modern: no linear biases, GeGLU
+    (``gated_linear_unit`` + gelu = gelu(first half) * second half, as ModernBERT), and the unfused
+    RoPE path: per-row frequencies ``[s, b, 1, d]`` are refused by TE's fused RoPE in bshd layout.
+    With an embedding norm, layer 0 has no attention norm, so layers differ and dist-checkpointing
+    must key them per layer (``encoder.layers.<i>.``) instead of stacking them along a layer axis.
+    """
+    model, layout = run_cfg.model, get_encoder(run_cfg.model.encoder)
+    return dict(add_bias_linear=layout.linear_bias, gated_linear_unit=layout.gated_mlp,
+                bias_activation_fusion=model.bias_gelu_fusion and layout.linear_bias,
+                apply_rope_fusion=False, hetereogenous_dist_checkpoint=layout.embedding_norm)
+
+
 def transformer_config(run_cfg: RunConfig, decoder: bool = False) -> TransformerConfig:
     """Encoder (``decoder=False``) or reconstruction-decoder TransformerConfig for this run.
 
-    Pre-LN LayerNorm, biases everywhere, exact GELU unless ``bias_gelu_fusion`` (then megatron's
-    fused tanh-GELU) - the combination that maps exactly onto HF ``MegatronBertModel``.
-    ``calculate_per_token_loss`` matches the loss convention of docs/architecture.md.
+    Pre-LN LayerNorm with the family's layout (``_layout``); ``calculate_per_token_loss`` matches the
+    loss convention of docs/architecture.md.
     """
     model, parallel = run_cfg.model, run_cfg.parallel
     return TransformerConfig(
         **_dimensions(run_cfg, decoder),
         **_precision(run_cfg),
         **_recompute(run_cfg),
+        **_layout(run_cfg),
         tensor_model_parallel_size=parallel.tensor_model_parallel_size,
         sequence_parallel=parallel.sequence_parallel,
         hidden_dropout=model.hidden_dropout,
@@ -63,10 +80,7 @@ def transformer_config(run_cfg: RunConfig, decoder: bool = False) -> Transformer
         layernorm_epsilon=model.layernorm_epsilon,
         init_method_std=model.init_method_std,
         normalization="LayerNorm",
-        add_bias_linear=True,
-        gated_linear_unit=False,
         activation_func=F.gelu,
-        bias_activation_fusion=model.bias_gelu_fusion,
         apply_residual_connection_post_layernorm=False,
         use_cpu_initialization=not torch.cuda.is_available(),
         calculate_per_token_loss=True,

@@ -66,8 +66,9 @@ SLEEP_IN_SAVE_ENV = "CROSSBERT_TEST_SLEEP_IN_SAVE"
 written but before the save is committed, so a test can kill the process mid-save."""
 
 # Fields that fix parameter shapes or the meaning of positions: a mismatch makes a resume wrong.
-_MODEL_FIELDS = ("arch", "vocab_size", "hidden_size", "num_layers", "num_attention_heads", "ffn",
-                 "max_position_embeddings", "decoder_num_layers", "dec_hidden", "dec_heads", "dec_ffn")
+_MODEL_FIELDS = ("arch", "encoder", "vocab_size", "hidden_size", "num_layers", "num_attention_heads", "ffn",
+                 "max_position_embeddings", "decoder_num_layers", "dec_hidden", "dec_heads", "dec_ffn",
+                 "decoder_position_embedding")
 
 
 @dataclass

@@ -1,46 +1,38 @@
 """In-training frozen probes (TrainingConfig.probe_interval / probe_tasks).
 
 The probing itself belongs to ``megatron_crossbert.evaluation``; this module only decides when to
-call it and with what. Contract expected from the evaluation package::
+call it. The caller hands the probe function in (``train(..., probe_fn=...)``; the pretrain CLI
+passes ``megatron_crossbert.evaluation.probe_in_training``), so training never imports evaluation::
 
-    megatron_crossbert.evaluation.probe_in_training(model, run_cfg, tasks: list[str], iteration: int)
-        -> dict[str, float]    # metric name -> value; called on EVERY rank (it may run collectives),
-                               # with the unwrapped model chunk in eval mode and under no_grad
+    probe_fn(model, run_cfg, tasks: list[str], iteration: int) -> dict[str, float]
+        # metric name -> value; called on EVERY rank (it may run collectives),
+        # with the unwrapped model chunk in eval mode and under no_grad
 
-If that function is not available the hook logs once and does nothing, so training never fails
-because evaluation extras are missing.
+Without a probe function the hook logs once and does nothing, so training never fails because
+evaluation extras are missing.
 """
 
 from __future__ import annotations
 
-import importlib
+from collections.abc import Callable
 
 import torch
 
-PROBE_MODULE = "megatron_crossbert.evaluation"
-PROBE_FUNCTION = "probe_in_training"
-
-
-def find_probe_function():
-    """The evaluation package's in-training probe entry point, or None."""
-    try:
-        module = importlib.import_module(PROBE_MODULE)
-    except ImportError:
-        return None
-    return getattr(module, PROBE_FUNCTION, None)
+ProbeFn = Callable[..., dict]
+"""``(model, run_cfg, tasks, iteration) -> {metric: value}``."""
 
 
 class ProbeHook:
     """Runs probes every ``probe_interval`` steps; results go to the metrics logger."""
 
-    def __init__(self, run_cfg, logger) -> None:
+    def __init__(self, run_cfg, logger, probe_fn: ProbeFn | None = None) -> None:
         train = run_cfg.training
         self.run_cfg = run_cfg
         self.logger = logger
         self.interval = train.probe_interval if train.probe_tasks else 0
-        self.fn = find_probe_function() if self.interval else None
+        self.fn = probe_fn
         if self.interval and self.fn is None:
-            logger.print(f"probe_interval is set but {PROBE_MODULE}.{PROBE_FUNCTION} is unavailable; "
+            logger.print("probe_interval is set but no probe function was given to train(); "
                          "in-training probes are disabled")
             self.interval = 0
 

@@ -18,7 +18,7 @@ from megatron_crossbert.config import RunConfig
 from megatron_crossbert.platform import is_rank_zero
 from megatron_crossbert.training import async_save
 from megatron_crossbert.training.checkpointing import save_checkpoint
-from megatron_crossbert.training.hooks import ProbeHook
+from megatron_crossbert.training.hooks import ProbeFn, ProbeHook
 from megatron_crossbert.training.logging import MetricsLogger
 from megatron_crossbert.training.optimizer import current_lr
 from megatron_crossbert.training.setup import Session, build_data, build_session, valid_iterator
@@ -128,14 +128,14 @@ def _resumed_from_save_dir(session: Session) -> bool:
     return bool(save_dir and resumed and Path(resumed).resolve().parent == Path(save_dir).resolve())
 
 
-def run_loop(session: Session, exit_at_iteration: int | None = None) -> LoopState:
+def run_loop(session: Session, exit_at_iteration: int | None = None, probe_fn: ProbeFn | None = None) -> LoopState:
     """Train until train_iters or a stop request; always ends with a checkpoint when saving."""
     cfg, state = session.run_cfg, LoopState()
     if _resumed_from_save_dir(session):  # that checkpoint exists: never rewrite (and risk) it
         state.last_saved, state.checkpoint = session.progress.iteration, str(session.resumed_from)
     train_iter, valid_ds = build_data(session)
     logger = _make_logger(session)
-    probes = ProbeHook(cfg, logger)
+    probes = ProbeHook(cfg, logger, probe_fn)
     with StopSignal() as stop:
         try:
             while session.progress.iteration < cfg.training.train_iters:
@@ -151,15 +151,16 @@ def run_loop(session: Session, exit_at_iteration: int | None = None) -> LoopStat
     return state
 
 
-def train(run_cfg: RunConfig, *, exit_at_iteration: int | None = None) -> dict:
+def train(run_cfg: RunConfig, *, exit_at_iteration: int | None = None, probe_fn: ProbeFn | None = None) -> dict:
     """Pretrain according to ``run_cfg``; resumes from the configured checkpoint when there is one.
 
     ``exit_at_iteration`` stops (with a checkpoint) after that many total steps without changing
-    the LR schedule, like a preemption. Returns a summary dict (identical on every rank).
+    the LR schedule, like a preemption. ``probe_fn`` runs the in-training probes of
+    ``training.probe_tasks`` (see ``hooks.py``). Returns a summary dict (identical on every rank).
     """
     session = build_session(run_cfg)
     start_iteration = session.progress.iteration
-    state = run_loop(session, exit_at_iteration)
+    state = run_loop(session, exit_at_iteration, probe_fn)
     return {
         "iteration": session.progress.iteration, "start_iteration": start_iteration,
         "consumed_samples": session.progress.consumed_samples, "losses": state.losses,

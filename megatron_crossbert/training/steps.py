@@ -1,8 +1,8 @@
 """One optimizer step and one validation pass, on megatron-core's pipeline schedules.
 
 The forward-step functions are per architecture (the batch contracts differ, see
-docs/architecture.md); both return per-token losses and use the per-token loss convention
-(``calculate_per_token_loss=True``): each micro-batch reports ``(loss_sum, num_tokens)`` and
+docs/architecture.md) and are looked up in ``arch.REGISTRY``; all return per-token losses and use
+the per-token loss convention (``calculate_per_token_loss=True``): each micro-batch reports ``(loss_sum, num_tokens)`` and
 ``finalize_model_grads`` divides the gradients by the job-wide token count, so the result does not
 depend on how the global batch is split into micro-batches or DP ranks.
 
@@ -21,6 +21,7 @@ import torch.distributed as dist
 from megatron.core import parallel_state
 from megatron.core.pipeline_parallel import get_forward_backward_func
 
+from megatron_crossbert.arch import get_arch
 from megatron_crossbert.config import RunConfig
 
 
@@ -47,22 +48,11 @@ def crossbert_forward_step(device: torch.device, data_iterator, model):
     return output, partial(loss_func, loss_mask)
 
 
-def bert_forward_step(device: torch.device, data_iterator, model):
-    """megatron-core BertModel returns per-token LM loss when given lm_labels."""
+def mlm_forward_step(device: torch.device, data_iterator, model):
+    """MLM baselines (megatron-core BertModel, MlmModel) return the per-token LM loss given lm_labels."""
     batch = _to_device(next(data_iterator), device)
     output = model(batch["tokens"], batch["padding_mask"], lm_labels=batch["labels"])
     return output, partial(loss_func, batch["loss_mask"])
-
-
-def pipeline_shape(run_cfg: RunConfig) -> tuple[int, int]:
-    """(seq_length, micro_batch_size) of the tensors sent between pipeline stages.
-
-    CrossBERT's encoder works on the visible tokens of every view: [Lv, b*V, h]. BERT: [L, b, h].
-    """
-    mbs, seq = run_cfg.training.micro_batch_size, run_cfg.data.seq_length
-    if run_cfg.model.arch == "crossbert":
-        return run_cfg.masking.visible_length(seq), mbs * run_cfg.masking.num_views
-    return seq, mbs
 
 
 @dataclass
@@ -83,16 +73,12 @@ class StepResult:
         return self.loss_sum / max(self.num_tokens, 1.0)
 
 
-def _forward_step_func(run_cfg: RunConfig, device: torch.device):
-    step = crossbert_forward_step if run_cfg.model.arch == "crossbert" else bert_forward_step
-    return partial(step, device)
-
-
 def run_schedule(model, data_iterator, run_cfg: RunConfig, num_micro: int, device, forward_only: bool):
     """Run megatron's schedule (no pipelining, or 1F1B for PP>1) for ``num_micro`` micro-batches."""
-    seq_length, micro_batch = pipeline_shape(run_cfg)
+    spec = get_arch(run_cfg.model.arch)
+    seq_length, micro_batch = spec.pipeline_shape(run_cfg)
     return get_forward_backward_func()(
-        forward_step_func=_forward_step_func(run_cfg, device), data_iterator=data_iterator,
+        forward_step_func=partial(spec.forward_step.get(), device), data_iterator=data_iterator,
         model=[model], num_microbatches=num_micro, seq_length=seq_length,
         micro_batch_size=micro_batch, forward_only=forward_only,
     )

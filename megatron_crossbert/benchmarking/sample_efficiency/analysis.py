@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from megatron_crossbert.arch import get_arch
 from megatron_crossbert.benchmarking.sample_efficiency.plan import Plan, RunSpec, flops_per_sample
 from megatron_crossbert.benchmarking.sample_efficiency.probe_stage import load_probe_results
 
@@ -89,7 +90,7 @@ def sweep_table(plan: Plan, runs: list[RunSpec], work_dir: Path) -> list[dict]:
     """One row per sweep size at ``plan.sweep_steps`` (the main shape comes from the main compl run)."""
     rows = []
     for shape in plan.sweep_shapes:
-        run = next((r for r in runs if r.shape == shape and r.complementary and r.arch == "crossbert"
+        run = next((r for r in runs if r.shape == shape and r.complementary and get_arch(r.arch).uses_views
                     and (r.group == "sweep" or (r.group == "main" and shape == plan.main_shape))), None)
         point = at_iteration(curve(plan, run, work_dir), plan.sweep_steps) if run else None
         rows.append({"shape": shape, "run": run.name if run else None, "point": point,

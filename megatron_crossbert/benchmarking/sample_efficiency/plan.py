@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from megatron_crossbert.arch import get_arch
 from megatron_crossbert.config import RunConfig
 
 
@@ -108,7 +109,8 @@ def run_config(plan: Plan, arch: str, mask_ratio: float, complementary: bool, sh
     raw = {
         "model": {"arch": arch, "vocab_size": plan.vocab_size, "hidden_size": shape.hidden_size,
                   "num_layers": shape.num_layers, "num_attention_heads": shape.num_attention_heads,
-                  "decoder_num_layers": 2 if arch == "crossbert" else 0, "max_position_embeddings": 512},
+                  "decoder_num_layers": 2 if get_arch(arch).has_reconstruction_decoder else 0,
+                  "max_position_embeddings": 512},
         "masking": {"mask_ratio": mask_ratio, "complementary": complementary},
         "data": {"seq_length": plan.seq_length},
         "training": {"micro_batch_size": plan.micro_batch, "global_batch_size": plan.global_batch,

@@ -1,0 +1,175 @@
+"""The architecture registry: one ``ArchSpec`` per pretraining architecture, one ``EncoderLayout`` per family.
+
+The torchtitan TrainSpec idea: everything that differs between architectures is a field of one object,
+looked up once by name (``get_arch(run_cfg.model.arch)``); the training loop, the data builder, the
+benchmarks, evaluation and the demo never compare architecture names themselves.
+
+This module imports neither torch nor megatron, so ``config.py`` can validate against it. The fields that
+need torch are ``LazyRef``s ("module:attribute") resolved on first use.
+
+Architectures:
+- ``crossbert``: encoder over the visible tokens of each view + a cross-attention reconstruction decoder.
+- ``bert``: megatron-core's own ``BertModel`` (classic encoder only), 80/10/10 MLM.
+- ``mlm``: the modern encoder module + a ModernBERT-style MLM head (modern encoder only), 80/10/10 MLM,
+  so CrossBERT-modern against MLM-modern differs in the objective only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+from megatron_crossbert import masking
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only
+    from megatron_crossbert.config import ModelConfig, RunConfig
+
+
+@dataclass(frozen=True)
+class LazyRef:
+    """``"package.module:attribute"``: imported on first use so this registry stays torch-free."""
+
+    path: str
+
+    def get(self) -> Any:
+        module, _, attribute = self.path.partition(":")
+        return getattr(import_module(module), attribute)
+
+    def __call__(self, *args, **kwargs):
+        return self.get()(*args, **kwargs)
+
+
+@dataclass(frozen=True)
+class EncoderLayout:
+    """The structural traits of one encoder family; the one owner of what 'classic' and 'modern' mean."""
+
+    name: str
+    learned_positions: bool
+    """A learned absolute position table is added to the token embeddings (else RoPE in attention)."""
+    embedding_norm: bool
+    """A LayerNorm follows the token embeddings (ModernBERT); the first layer then has no attention norm."""
+    gated_mlp: bool
+    """GeGLU MLP: fc1 is 2*ffn wide, gelu(first half) * second half."""
+    linear_bias: bool
+    """Biases on every linear layer (attention and MLP)."""
+    hf_formats: tuple[str, ...]
+    """Names of the HF export formats (resolved by convert's format registry), default first."""
+
+
+ENCODERS: dict[str, EncoderLayout] = {
+    "classic": EncoderLayout("classic", learned_positions=True, embedding_norm=False, gated_mlp=False,
+                             linear_bias=True, hf_formats=("xlmr-xl", "megatron-bert")),
+    "modern": EncoderLayout("modern", learned_positions=False, embedding_norm=True, gated_mlp=True,
+                            linear_bias=False, hf_formats=("modernbert",)),
+}
+
+
+def _views_pipeline_shape(run_cfg: RunConfig) -> tuple[int, int]:
+    """CrossBERT stages exchange the visible tokens of every view: ``[Lv, b*V, h]``."""
+    seq, mbs = run_cfg.data.seq_length, run_cfg.training.micro_batch_size
+    return run_cfg.masking.visible_length(seq), mbs * run_cfg.masking.num_views
+
+
+def _full_pipeline_shape(run_cfg: RunConfig) -> tuple[int, int]:
+    """MLM stages exchange the whole packed sequence: ``[L, b, h]``."""
+    return run_cfg.data.seq_length, run_cfg.training.micro_batch_size
+
+
+def _views_supervised(run_cfg: RunConfig) -> float:
+    """CrossBERT: every target of every view gets a loss, ``(L - Lv) * V``."""
+    seq, mask = run_cfg.data.seq_length, run_cfg.masking
+    return float((seq - mask.visible_length(seq)) * mask.num_views)
+
+
+def _mlm_supervised(run_cfg: RunConfig) -> float:
+    """MLM: ``round(p * L)`` selected positions (no special tokens in synthetic batches)."""
+    return float(max(1, round(run_cfg.masking.bert_mask_prob * run_cfg.data.seq_length)))
+
+
+def _check_views(run_cfg: RunConfig) -> None:
+    """Fail at config time when the views cannot be drawn (same checks as the data will run)."""
+    mask, seq = run_cfg.masking, run_cfg.data.seq_length
+    masking.check_view_shape(seq, mask.mask_ratio, mask.complementary)
+
+
+def _no_check(run_cfg: RunConfig) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class ArchSpec:
+    """Everything that differs between pretraining architectures."""
+
+    name: str
+    description: str
+    """One line for logs and the model card."""
+    encoders: tuple[str, ...]
+    """The encoder families (keys of ``ENCODERS``) this architecture is built with."""
+    has_reconstruction_decoder: bool
+    """A pretraining-only decoder exists (``decoder_num_layers >= 1``); it is dropped on export."""
+    encoder_mlm_head: bool
+    """An MLM head reads the encoder output directly (an HF ``...ForMaskedLM`` target exists)."""
+    build_model: LazyRef
+    """``(run_cfg, *, vocab_size, max_sequence_length, use_te, pre_process, post_process) -> module``."""
+    dataset_class: LazyRef
+    """The ``MegatronDataset`` class of the real data (``dataset_class.get()``)."""
+    make_sample: Callable[..., dict]
+    """``(masking_cfg, index, tokens, TokenIds) -> sample dict``: pure numpy, shared by data and benchmarks."""
+    forward_step: LazyRef
+    """``(device, data_iterator, model) -> (output, loss_func)`` for megatron's schedules."""
+    flops: LazyRef
+    """``(run_cfg) -> forward+backward model FLOPs per packed sequence``."""
+    pipeline_shape: Callable[[RunConfig], tuple[int, int]]
+    """``(seq_length, micro_batch)`` of the tensor sent between pipeline stages."""
+    supervised_tokens: Callable[[RunConfig], float]
+    """Tokens with a reconstruction loss per packed sequence (benchmarks)."""
+    check_run: Callable[[RunConfig], None] = _no_check
+    """Cross-section checks of a RunConfig for this architecture (raises ValueError)."""
+    uses_views: bool = False
+    """Samples carry visible/target views, so ``masking.mask_ratio`` and ``num_views`` apply."""
+
+    def hf_formats(self, model_cfg: ModelConfig) -> tuple[str, ...]:
+        """HF export format names of this run's encoder, default first."""
+        return ENCODERS[model_cfg.encoder].hf_formats
+
+
+_MLM_COMMON = dict(dataset_class=LazyRef("megatron_crossbert.data.dataset:BertDataset"),
+                   make_sample=masking.mlm_sample, pipeline_shape=_full_pipeline_shape,
+                   supervised_tokens=_mlm_supervised,
+                   forward_step=LazyRef("megatron_crossbert.training.steps:mlm_forward_step"),
+                   flops=LazyRef("megatron_crossbert.models.flops:mlm_flops_per_sample"))
+
+REGISTRY: dict[str, ArchSpec] = {spec.name: spec for spec in (
+    ArchSpec(name="crossbert", description="CrossBERT encoder", encoders=("classic", "modern"),
+             has_reconstruction_decoder=True, encoder_mlm_head=False, uses_views=True,
+             build_model=LazyRef("megatron_crossbert.models.crossbert:build_crossbert_model"),
+             dataset_class=LazyRef("megatron_crossbert.data.dataset:CrossBertDataset"),
+             make_sample=masking.crossbert_sample, pipeline_shape=_views_pipeline_shape,
+             supervised_tokens=_views_supervised, check_run=_check_views,
+             forward_step=LazyRef("megatron_crossbert.training.steps:crossbert_forward_step"),
+             flops=LazyRef("megatron_crossbert.models.flops:crossbert_flops_per_sample")),
+    ArchSpec(name="bert", description="BERT baseline (megatron-core BertModel)", encoders=("classic",),
+             has_reconstruction_decoder=False, encoder_mlm_head=True,
+             build_model=LazyRef("megatron_crossbert.models.bert_baseline:build_bert_model"), **_MLM_COMMON),
+    ArchSpec(name="mlm", description="MLM baseline (modern encoder + ModernBERT MLM head)",
+             encoders=("modern",), has_reconstruction_decoder=False, encoder_mlm_head=True,
+             build_model=LazyRef("megatron_crossbert.models.mlm:build_mlm_model"), **_MLM_COMMON),
+)}
+
+
+def get_arch(name: str) -> ArchSpec:
+    """The spec registered as ``name``; ValueError listing the registered names otherwise."""
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown architecture {name!r}; registered: {sorted(REGISTRY)}") from None
+
+
+def get_encoder(name: str) -> EncoderLayout:
+    """The encoder family registered as ``name``; ValueError listing the registered names otherwise."""
+    try:
+        return ENCODERS[name]
+    except KeyError:
+        raise ValueError(f"unknown encoder family {name!r}; registered: {sorted(ENCODERS)}") from None

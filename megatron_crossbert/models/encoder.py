@@ -1,0 +1,155 @@
+"""The encoder both encoder families share: embeddings, position handling, the layer stack, ``encode``.
+
+``EncoderLanguageModel`` is a megatron ``LanguageModule`` (DDP, schedules, dist-ckpt, tied output
+weights work) that owns the encoder half of a model; ``CrossBertModel`` adds the reconstruction branch
+and ``MlmModel`` the MLM head. What differs between the families is read from their ``EncoderLayout``:
+
+- classic: word + learned absolute position embeddings (no embedding norm, as HF MegatronBert);
+- modern: word embeddings -> LayerNorm -> dropout (ModernBERT), no position table; every attention
+  rotates queries and keys at the tokens' positions (``RowRotary``), so visible tokens keep their
+  original positions exactly as the learned table gives them in the classic family.
+"""
+
+from __future__ import annotations
+
+import torch
+from megatron.core import tensor_parallel
+from megatron.core.models.common.embeddings.language_model_embedding import LanguageModelEmbedding
+from megatron.core.models.common.language_module.language_module import LanguageModule
+from megatron.core.transformer.enums import ModelType
+from megatron.core.transformer.module import MegatronModule
+from megatron.core.transformer.transformer_block import TransformerBlock, get_num_layers_to_build
+from megatron.core.transformer.transformer_config import TransformerConfig
+from megatron.core.utils import get_pg_rank
+from torch import Tensor
+
+from megatron_crossbert.arch import EncoderLayout
+from megatron_crossbert.models.rotary import RowRotary
+from megatron_crossbert.models.specs import encoder_block_spec, final_norm
+
+
+class NormedWordEmbedding(MegatronModule):
+    """ModernBERT's embedding: token embeddings, LayerNorm, dropout; ``[b, s] -> [s, b, h]`` (SP-scattered)."""
+
+    def __init__(self, config: TransformerConfig, vocab_size: int, use_te: bool) -> None:
+        super().__init__(config=config)
+        self.word_embeddings = tensor_parallel.VocabParallelEmbedding(
+            vocab_size, config.hidden_size, init_method=config.embedding_init_method, config=config)
+        self.norm = final_norm(use_te)(config=config, hidden_size=config.hidden_size, eps=config.layernorm_epsilon)
+        self.dropout = torch.nn.Dropout(config.hidden_dropout)
+
+    def forward(self, input_ids: Tensor, position_ids: Tensor | None = None) -> Tensor:
+        """``position_ids`` is accepted for interface parity and unused: positions enter through RoPE."""
+        embedded = self.word_embeddings(input_ids).transpose(0, 1).contiguous()
+        if not self.config.sequence_parallel:
+            return self.dropout(self.norm(embedded))
+        embedded = tensor_parallel.scatter_to_sequence_parallel_region(embedded)
+        with tensor_parallel.get_cuda_rng_tracker().fork():
+            return self.dropout(self.norm(embedded))
+
+
+def build_embedding(layout: EncoderLayout, config: TransformerConfig, vocab_size: int,
+                    max_sequence_length: int, use_te: bool) -> MegatronModule:
+    """The first stage's embedding module of ``layout``; both expose ``word_embeddings`` (tied output)."""
+    if layout.embedding_norm:
+        return NormedWordEmbedding(config, vocab_size, use_te)
+    return LanguageModelEmbedding(config=config, vocab_size=vocab_size, max_sequence_length=max_sequence_length,
+                                  position_embedding_type="learned_absolute", num_tokentypes=0)
+
+
+class EncoderLanguageModel(LanguageModule):
+    """Embedding (first stage), this stage's encoder layers, final LayerNorm (last stage), tied vocab."""
+
+    def __init__(self, config: TransformerConfig, *, layout: EncoderLayout, vocab_size: int,
+                 max_sequence_length: int, rotary_base: float, use_te: bool, pre_process: bool = True,
+                 post_process: bool = True) -> None:
+        super().__init__(config=config)
+        self.pre_process, self.post_process = pre_process, post_process
+        self.vocab_size, self.max_sequence_length = vocab_size, max_sequence_length
+        self.share_embeddings_and_output_weights = True
+        self.use_te, self.layout = use_te, layout
+        self.model_type = ModelType.encoder_or_decoder
+        if pre_process:
+            self.embedding = build_embedding(layout, config, vocab_size, max_sequence_length, use_te)
+        self.rotary = None if layout.learned_positions else RowRotary(config, rotary_base)
+        num_layers = get_num_layers_to_build(config, pp_rank=get_pg_rank(self.pp_group))
+        spec = encoder_block_spec(use_te, num_layers, layout, first_stage=pre_process)
+        self.encoder = TransformerBlock(config=config, spec=spec, pre_process=pre_process, post_process=post_process)
+
+    def set_input_tensor(self, input_tensor) -> None:
+        """Pipeline schedules hand the previous stage's activations here."""
+        if isinstance(input_tensor, (list, tuple)):
+            assert len(input_tensor) == 1, "encoder stages exchange exactly one tensor"
+            input_tensor = input_tensor[0]
+        self.encoder.set_input_tensor(input_tensor)
+
+    def rotary_at(self, positions: Tensor) -> Tensor | None:
+        """RoPE frequencies ``[s, b, 1, d]`` at ``positions [b, s]``; None for learned positions."""
+        return None if self.rotary is None else self.rotary(positions)
+
+    def run_encoder(self, input_ids: Tensor, positions: Tensor, attention_mask: Tensor | None = None) -> Tensor:
+        """This stage's encoder output ``[s, b, h]`` for tokens ``[b, s]`` at ``positions [b, s]``."""
+        embedded = self.embedding(input_ids=input_ids, position_ids=positions) if self.pre_process else None
+        return self.encoder(hidden_states=embedded, attention_mask=attention_mask,
+                            rotary_pos_emb=self.rotary_at(positions))
+
+    def encode(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
+        """Full-sequence encoder output ``[b, s, h]`` (positions 0..s-1, final LayerNorm applied).
+
+        Evaluation/export path; needs the whole encoder on this rank (PP=1). ``attention_mask`` is
+        HF-style (1 = keep); padded keys are masked out, padded query rows are left as computed.
+        Under sequence parallelism the batch is right-padded to a multiple of TP and trimmed back.
+        """
+        if not (self.pre_process and self.post_process):
+            raise RuntimeError(f"{type(self).__name__}.encode needs the whole encoder on one stage (PP=1)")
+        length = input_ids.shape[1]
+        input_ids, attention_mask = self._pad_for_sequence_parallel(input_ids, attention_mask)
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
+        hidden = self.run_encoder(input_ids, positions, self._key_padding_mask(attention_mask))
+        if self.config.sequence_parallel:
+            hidden = tensor_parallel.gather_from_sequence_parallel_region(
+                hidden, tensor_parallel_output_grad=False, group=self.tp_group)
+        return hidden[:length].transpose(0, 1).contiguous()
+
+    def _pad_for_sequence_parallel(self, input_ids: Tensor, attention_mask: Tensor | None):
+        tp = self.config.tensor_model_parallel_size
+        pad = (-input_ids.shape[1]) % tp if self.config.sequence_parallel else 0
+        if not pad:
+            return input_ids, attention_mask
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        pad_fn = torch.nn.functional.pad
+        return pad_fn(input_ids, (0, pad)), pad_fn(attention_mask, (0, pad))
+
+    def _key_padding_mask(self, attention_mask: Tensor | None) -> Tensor | None:
+        """HF mask (1 = keep) -> megatron's ``[b, 1, 1, s]`` bool (True = masked out); None when unpadded."""
+        if attention_mask is None or bool(attention_mask.bool().all()):
+            return None
+        if self.use_te:
+            raise NotImplementedError("padded encode() batches need the local spec: the TE spec is built "
+                                      "mask-free for pretraining speed")
+        return (attention_mask < 0.5)[:, None, None, :]
+
+
+class LMHead(MegatronModule):
+    """Dense + exact GELU + LayerNorm before the tied vocab projection (BERT's and ModernBERT's head).
+
+    Keeps megatron BertLMHead's ``dense.*`` / ``layer_norm.*`` keys with an SP-aware norm (megatron's
+    hard-wires a norm that refuses sequence parallelism without apex). ``bias`` on the dense layer:
+    BERT has one, ModernBERT (``classifier_bias=False``) has none.
+    """
+
+    def __init__(self, config: TransformerConfig, use_te: bool, bias: bool) -> None:
+        super().__init__(config=config)
+        self.dense = torch.nn.Linear(config.hidden_size, config.hidden_size, bias=bias, dtype=config.params_dtype)
+        if config.perform_initialization:
+            config.init_method(self.dense.weight)
+        if bias:
+            torch.nn.init.zeros_(self.dense.bias)
+        self.layer_norm = final_norm(use_te)(config=config, hidden_size=config.hidden_size,
+                                             eps=config.layernorm_epsilon)
+        for param in self.dense.parameters():
+            param.sequence_parallel = config.sequence_parallel
+
+    def forward(self, hidden_states: Tensor) -> Tensor:
+        return self.layer_norm(torch.nn.functional.gelu(self.dense(hidden_states)))

@@ -1,0 +1,55 @@
+"""The MLM baseline of the modern family: the same encoder module as CrossBERT-modern plus ModernBERT's head.
+
+Head: dense (no bias, ModernBERT ``classifier_bias=False``), exact GELU, LayerNorm, then the vocab
+projection tied to the word embeddings, with a bias (``decoder_bias=True``). Masking (15-30%, 80/10/10)
+happens in the data (``masking.mlm_sample``), so CrossBERT-modern against MLM-modern differs in the
+objective only. The forward signature mirrors megatron's ``BertModel`` so both MLM baselines share one
+forward step. megatron-core's ``BertModel`` stays the classic family's baseline.
+"""
+
+from __future__ import annotations
+
+import torch
+from megatron.core import tensor_parallel
+from megatron.core.transformer.transformer_config import TransformerConfig
+from torch import Tensor
+
+from megatron_crossbert.arch import EncoderLayout, get_encoder
+from megatron_crossbert.config import RunConfig
+from megatron_crossbert.models.encoder import EncoderLanguageModel, LMHead
+from megatron_crossbert.models.transformer_config import transformer_config
+
+
+class MlmModel(EncoderLanguageModel):
+    """Encoder + MLM head; per-token LM loss ``[b, L]`` (last stage) or encoder states ``[L, b, h]``."""
+
+    def __init__(self, config: TransformerConfig, *, layout: EncoderLayout, vocab_size: int,
+                 max_sequence_length: int, rotary_base: float, use_te: bool, pre_process: bool = True,
+                 post_process: bool = True) -> None:
+        super().__init__(config, layout=layout, vocab_size=vocab_size, max_sequence_length=max_sequence_length,
+                         rotary_base=rotary_base, use_te=use_te, pre_process=pre_process, post_process=post_process)
+        if post_process:
+            self.lm_head = LMHead(config, use_te, bias=layout.linear_bias)
+            self.output_layer = tensor_parallel.ColumnParallelLinear(
+                config.hidden_size, vocab_size, config=config, init_method=config.init_method, bias=True,
+                skip_bias_add=False, gather_output=False,
+                skip_weight_param_allocation=pre_process and self.share_embeddings_and_output_weights)
+        self.setup_embeddings_and_output_layer()
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
+                lm_labels: Tensor | None = None) -> Tensor:
+        """Loss ``float32 [b, L]`` with ``lm_labels``, else vocab-parallel logits ``[b, L, V/tp]``."""
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
+        hidden = self.run_encoder(input_ids, positions, self._key_padding_mask(attention_mask))
+        if not self.post_process:
+            return hidden
+        logits, _ = self.output_layer(self.lm_head(hidden), weight=self.shared_embedding_or_output_weight())
+        if lm_labels is None:
+            return logits.transpose(0, 1).contiguous()
+        return self.compute_language_model_loss(lm_labels, logits).float()
+
+
+def build_mlm_model(run_cfg: RunConfig, **common) -> MlmModel:
+    """``ArchSpec.build_model`` of 'mlm'."""
+    return MlmModel(transformer_config(run_cfg), layout=get_encoder(run_cfg.model.encoder),
+                    rotary_base=run_cfg.model.rotary_base, **common)

@@ -1,0 +1,73 @@
+"""RoPE at arbitrary positions: per-row rotary frequencies, and a decoder layer whose cross-attention uses them.
+
+CrossBERT's encoder sees each view's visible tokens at their *original* positions, so the rotary
+frequencies differ per row: ``[s, b, 1, d]`` instead of megatron's usual ``[s, 1, 1, d]``. megatron's
+unfused RoPE (``_apply_rotary_pos_emb_bshd``) broadcasts over that shape; TE's fused kernel in bshd
+layout only takes one frequency row per position (megatron itself falls back for mRoPE with b > 1), so
+the modern family runs with ``apply_rope_fusion=False`` (``transformer_config._layout``).
+
+megatron-core 0.19's ``TransformerLayer`` calls ``cross_attention`` without any ``rotary_pos_emb``, so
+the keys of cross-attention would carry no position. ``RotaryDecoderLayer`` takes the block's
+``rotary_pos_emb=(query_freqs, key_freqs)`` (targets, visible memory): self-attention rotates queries
+and keys at the target positions, cross-attention rotates queries at the targets and keys at the
+visible positions. It hands the pair to its ``RotaryCrossAttention`` for exactly one forward.
+"""
+
+from __future__ import annotations
+
+import torch
+from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
+from megatron.core.transformer.attention import CrossAttention
+from megatron.core.transformer.transformer_config import TransformerConfig
+from megatron.core.transformer.transformer_layer import TransformerLayer
+from torch import Tensor
+
+
+class RowRotary(torch.nn.Module):
+    """Rotary frequencies at given positions: ``positions [b, s] -> [s, b, 1, d]`` (float32).
+
+    The inverse frequencies come from megatron's ``RotaryEmbedding`` (full rotary dim, non-interleaved
+    halves, as HF ModernBert); only the per-row gather is ours. They are a plain float32 attribute,
+    not a buffer, as in megatron: ``model.bfloat16()`` must not round them (a bf16 inverse frequency
+    is off by ~0.4%, i.e. radians at position 1000), and nothing is saved in checkpoints.
+    """
+
+    def __init__(self, config: TransformerConfig, rotary_base: float) -> None:
+        super().__init__()
+        rope = RotaryEmbedding(kv_channels=config.kv_channels, rotary_percent=1.0, rotary_base=rotary_base,
+                               use_cpu_initialization=True)
+        self.inv_freq = rope.inv_freq.float()
+
+    def forward(self, positions: Tensor) -> Tensor:
+        if self.inv_freq.device != positions.device:
+            self.inv_freq = self.inv_freq.to(positions.device)
+        angles = positions.transpose(0, 1).float()[..., None] * self.inv_freq
+        return torch.cat((angles, angles), dim=-1)[:, :, None, :]
+
+
+class RotaryCrossAttention(CrossAttention):
+    """megatron CrossAttention that applies the (query, key) frequencies its layer set for this forward."""
+
+    pending_rotary: tuple[Tensor, Tensor] | None = None
+
+    def forward(self, hidden_states, attention_mask, key_value_states=None, inference_context=None, **kwargs):
+        kwargs.setdefault("rotary_pos_emb", self.pending_rotary)
+        return super().forward(hidden_states, attention_mask, key_value_states=key_value_states,
+                               inference_context=inference_context, **kwargs)
+
+
+class RotaryDecoderLayer(TransformerLayer):
+    """A decoder layer (self-attn, cross-attn, MLP) whose cross-attention keys are rotated too.
+
+    ``rotary_pos_emb`` is ``None`` (classic: no rotary anywhere) or ``(target_freqs, memory_freqs)``.
+    """
+
+    def _forward_attention(self, *args, rotary_pos_emb=None, **kwargs):
+        if rotary_pos_emb is None:
+            return super()._forward_attention(*args, **kwargs)
+        queries, keys = rotary_pos_emb
+        self.cross_attention.pending_rotary = (queries, keys)
+        try:
+            return super()._forward_attention(*args, rotary_pos_emb=(queries, queries), **kwargs)
+        finally:
+            self.cross_attention.pending_rotary = None
