@@ -44,7 +44,7 @@ from megatron_crossbert.data.jsonl import BadInputError, LineChunk, expand_input
 from megatron_crossbert.data.preprocess_worker import (
     ChunkResult, WorkerSpec, init_pool_worker, init_worker, process_chunk,
 )
-from megatron_crossbert.data.tokenizer import load_tokenizer
+from megatron_crossbert.data.tokenizer_sources import open_tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +71,8 @@ class PreprocessOptions:
     mask_ratio: float = 0.5
     seed: int = 1234
     complementary: bool = True
+    tokenizer_kind: str = "auto"
+    """How to read ``tokenizer``: auto (directory/tokenizer.json), bert-lower/bert-cased (a BERT vocab.txt)."""
     backend: str = "auto"
     """Encoding backend: auto (gigatoken where verified identical, else tokenizers), gigatoken, tokenizers."""
 
@@ -264,11 +266,11 @@ def preprocess(opts: PreprocessOptions) -> dict:
     """Run the whole conversion; returns the report dict (also written next to the outputs)."""
     _check_options(opts)
     paths = expand_inputs(opts.inputs)
-    tokenizer = load_tokenizer(opts.tokenizer)
+    tokenizer = open_tokenizer(opts.tokenizer, opts.tokenizer_kind)
     splitter = _splitter(opts, paths)
     chunks, encoder = _start(opts, paths, tokenizer)
-    spec = WorkerSpec(str(opts.tokenizer), tuple(opts.json_keys), splitter, opts.append_eod, tokenizer.eod_id,
-                      encoder.name)
+    spec = WorkerSpec(str(opts.tokenizer), opts.tokenizer_kind, tuple(opts.json_keys), splitter, opts.append_eod,
+                      tokenizer.eod_id, encoder.name)
     tally = _Tally(opts)
     writers = {key: AtomicIndexedWriter(document_prefix(opts.output_prefix, key), tokenizer.vocab_size)
                for key in opts.json_keys}
@@ -291,6 +293,7 @@ def preprocess(opts: PreprocessOptions) -> dict:
 
 def _report(opts: PreprocessOptions, tokenizer, splitter, tally: _Tally, writers, metas, backend: str) -> dict:
     return {"inputs": opts.inputs, "output_prefix": opts.output_prefix, "tokenizer": str(opts.tokenizer),
+            "tokenizer_kind": opts.tokenizer_kind,
             "vocab_size": tokenizer.vocab_size, "json_keys": opts.json_keys, "workers": opts.workers,
             "backend": backend,
             "split_sentences": opts.split_sentences, "append_eod": opts.append_eod,

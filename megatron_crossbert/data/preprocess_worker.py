@@ -18,7 +18,7 @@ import numpy as np
 
 from megatron_crossbert.data.encoding import Encoder, make_encoder
 from megatron_crossbert.data.jsonl import LineChunk, parse_line
-from megatron_crossbert.data.tokenizer import load_tokenizer
+from megatron_crossbert.data.tokenizer_sources import open_tokenizer
 
 if TYPE_CHECKING:  # nltk costs seconds to import; only --split-sentences needs it
     from megatron_crossbert.data.sentences import SentenceSplitter
@@ -29,6 +29,7 @@ class WorkerSpec:
     """Everything a worker needs; picklable (the tokenizer travels as a path, the backend as a name)."""
 
     tokenizer_path: str
+    tokenizer_kind: str
     keys: tuple[str, ...]
     splitter: SentenceSplitter | None = None
     append_eod: bool = False
@@ -68,7 +69,7 @@ def init_worker(spec: WorkerSpec, encoder: Encoder | None = None) -> None:
     """Set the chunk context (also called inline with the parent's verified encoder)."""
     _STATE["spec"] = spec
     _STATE["encoder"] = encoder if encoder is not None else make_encoder(
-        load_tokenizer(spec.tokenizer_path), spec.backend, threads=1)
+        open_tokenizer(spec.tokenizer_path, spec.tokenizer_kind), spec.backend, threads=1)
 
 
 def init_pool_worker(spec: WorkerSpec) -> None:
