@@ -121,7 +121,7 @@ def _try_gigatoken(tokenizer: Tokenizer, threads: int, sample: list[str]) -> tup
     except ImportError:
         return None, "gigatoken is not installed"
     except Exception as exc:  # noqa: BLE001 (gigatoken refuses unsupported models with various errors)
-        return None, f"gigatoken does not support this tokenizer ({type(exc).__name__}: {str(exc)[:120]})"
+        return None, f"gigatoken does not support this tokenizer ({type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:120]})"
     problem = verify(TokenizersEncoder(tokenizer), candidate, sample)
     if problem is not None:
         return None, f"gigatoken ids differ from tokenizers on {problem}"
