@@ -117,12 +117,13 @@ def test_gigatoken_encoder_rebuilt_mid_run_gives_same_ids(setup):
     _, _, bpe, _ = setup
     tok = load_tokenizer(bpe)
     texts = _texts()
-    refreshing = encoding.GigatokenEncoder(tok, threads=1, refresh_batches=2)
+    refreshing = encoding.GigatokenEncoder(tok, threads=1, budget_mb=0)
     batches = [texts[i:i + 20] for i in range(0, len(texts), 20)]
     reference = encoding.TokenizersEncoder(tok)
     for batch in batches:
         got, want = refreshing.encode(batch), reference.encode(batch)
         assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist()
+    assert refreshing.rebuilds > 0, "a zero budget rebuilds the encoder during the run"
 
 
 def test_no_torch_imported_by_a_preprocessing_run(setup):

@@ -1,7 +1,7 @@
 """``crossbert-bench preprocess``: our preprocessor against the raw tokenizer and Megatron-LM, side by side.
 
-Every case runs as its own subprocess on the same input and is measured from outside with
-``os.wait4``: CPU-seconds are user + system time of the whole process tree (pool workers and Rust
+Every case runs as its own subprocess on the same input and is measured from outside (rusage
+of the waited-for children, see :func:`measure`): CPU-seconds are user + system time of the whole process tree (pool workers and Rust
 threads included, because a process's rusage includes the children it waited for), which is what
 matters on a shared machine; wall time is reported beside it. Peak RSS is the largest resident
 set of any process in the tree (``ru_maxrss``), not a sum.
@@ -88,18 +88,33 @@ def combine_inputs(patterns: list[str], out: Path) -> tuple[Path, int]:
     return out, nbytes
 
 
+_LAUNCHER = (
+    "import json, os, resource, subprocess, sys\n"
+    "proc = subprocess.Popen(sys.argv[2:])\n"
+    "_, status, _ = os.wait4(proc.pid, 0)\n"
+    "usage = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+    "open(sys.argv[1], 'w').write(json.dumps({'rc': os.waitstatus_to_exitcode(status), "
+    "'cpu_s': usage.ru_utime + usage.ru_stime, 'maxrss_kb': usage.ru_maxrss}))\n"
+)
+"""Runs the command from a small interpreter: a child's ``ru_maxrss`` includes the RSS of the process
+it was forked from (the kernel keeps the pre-exec high-water mark), so forking straight from a large
+process (pytest with torch loaded) would report that process's size instead of the command's."""
+
+
 def measure(name: str, cmd: list[str], nbytes: int, env: dict | None = None, cwd: str | None = None) -> CaseResult:
-    """Run ``cmd`` to completion; CPU of the whole tree, wall and peak RSS via ``os.wait4``."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    rc = os.waitstatus_to_exitcode(status)
-    cpu = usage.ru_utime + usage.ru_stime
-    note = "" if rc == 0 else err.strip().splitlines()[-1][:160] if err.strip() else f"exit {rc}"
-    return CaseResult(name, round(cpu, 2), round(wall, 2), round(usage.ru_maxrss / 1024, 1),
-                      round(nbytes / 1e6 / wall, 2), rc, note)
+    """Run ``cmd`` to completion: CPU of its whole process tree, wall, and peak RSS (``wait4`` rusage)."""
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("r", suffix=".json") as out:
+        start = time.perf_counter()
+        run = subprocess.run([sys.executable, "-S", "-c", _LAUNCHER, out.name, *cmd], env=env, cwd=cwd,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, errors="replace")
+        wall = time.perf_counter() - start
+        usage = json.loads(out.read() or '{"rc": %d, "cpu_s": 0, "maxrss_kb": 0}' % run.returncode)
+    err = run.stderr.strip()
+    note = "" if usage["rc"] == 0 else (err.splitlines()[-1][:160] if err else f"exit {usage['rc']}")
+    return CaseResult(name, round(usage["cpu_s"], 2), round(wall, 2), round(usage["maxrss_kb"] / 1024, 1),
+                      round(nbytes / 1e6 / wall, 2), usage["rc"], note)
 
 
 def raw_ceiling(path: str, tokenizer: str, threads: int, batch: int = 4096) -> int:
