@@ -139,14 +139,21 @@ def verify(reference: Encoder, candidate: Encoder, sample: list[str]) -> str | N
     return _mismatch(reference, candidate, list(PROBE_TEXTS) + list(sample))
 
 
+def _first_line(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:120]}"
+
+
 def _try_gigatoken(tokenizer: Tokenizer, threads: int, sample: list[str]) -> tuple[Encoder | None, str]:
     try:
         candidate = GigatokenEncoder(tokenizer, threads)
     except ImportError:
         return None, "gigatoken is not installed"
     except Exception as exc:  # noqa: BLE001 (gigatoken refuses unsupported models with various errors)
-        return None, f"gigatoken does not support this tokenizer ({type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:120]})"
-    problem = verify(TokenizersEncoder(tokenizer), candidate, sample)
+        return None, f"gigatoken does not support this tokenizer ({_first_line(exc)})"
+    try:
+        problem = verify(TokenizersEncoder(tokenizer), candidate, sample)
+    except Exception as exc:  # noqa: BLE001 (an encode that fails on the sample is a refusal too)
+        problem = f"the sample ({_first_line(exc)})"
     if problem is not None:
         return None, f"gigatoken ids differ from tokenizers on {problem}"
     return candidate, f"gigatoken matches tokenizers on {len(PROBE_TEXTS) + len(sample)} probe/sample texts"

@@ -40,7 +40,9 @@ from megatron_crossbert.checkpoint_format import atomic_write_text
 from megatron_crossbert.data.encoding import choose_encoder
 from megatron_crossbert.data.fingerprint import record_path, write_dataset_record
 from megatron_crossbert.data.idx_format import AtomicIndexedWriter
-from megatron_crossbert.data.jsonl import BadInputError, LineChunk, expand_inputs, iter_line_chunks, iter_texts
+from megatron_crossbert.data.jsonl import (
+    BadInputError, LineChunk, expand_inputs, iter_line_chunks, iter_texts, parse_line,
+)
 from megatron_crossbert.data.preprocess_worker import (
     ChunkResult, WorkerSpec, init_pool_worker, init_worker, process_chunk,
 )
@@ -139,7 +141,8 @@ class _Tally:
         for key, kt in result.docs.items():
             self.tokens[key] += int(kt.tokens.size)
             self.sequences[key] += int(kt.seq_lengths.size)
-        if self.read // max(1, self.opts.log_interval) != (self.read - result.lines_read) // max(1, self.opts.log_interval):
+        every = max(1, self.opts.log_interval)
+        if self.read // every != (self.read - result.lines_read) // every:  # crossed a --log-interval mark
             self.log()
 
     def check_written(self) -> None:
@@ -189,8 +192,6 @@ def _ordered_results(spec: WorkerSpec, chunks: Iterator[LineChunk], workers: int
 
 def _sample_texts(chunk: LineChunk | None, key: str, limit: int = 512) -> list[str]:
     """Good texts of the first chunk: the real-input sample the backend is verified on."""
-    from megatron_crossbert.data.jsonl import parse_line
-
     parsed = (parse_line(data, [key])[0] for data in (chunk.lines[:limit] if chunk else []))
     return [texts[key] for texts in parsed if texts is not None]
 
