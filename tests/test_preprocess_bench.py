@@ -27,14 +27,17 @@ def test_measure_counts_children_cpu_and_own_peak_rss():
 def test_bench_table_without_megatron(tmp_path):
     corpus = write_jsonl(tmp_path / "c.jsonl", synthetic_documents(60, seed=8))
     train_tokenizer([str(corpus)], tmp_path / "tok", model_type="wordpiece", vocab_size=300)
-    combined, nbytes = combine_inputs([str(corpus)], tmp_path / "w" / "combined.jsonl.gz")
-    assert nbytes == corpus.stat().st_size and combined.is_file()
+    import gzip
+
+    (tmp_path / "c.jsonl.gz").write_bytes(gzip.compress(corpus.read_bytes()))
+    combined, nbytes = combine_inputs([str(corpus), str(tmp_path / "c.jsonl.gz")], tmp_path / "x" / "all.jsonl")
+    assert combined.read_bytes() == corpus.read_bytes() * 2 and nbytes == 2 * corpus.stat().st_size
     report = run_preprocess_bench(PreprocessBenchOptions(inputs=[str(corpus)], tokenizer=str(tmp_path / "tok"),
                                                          work_dir=str(tmp_path / "w"), workers=1))
     names = [c["name"] for c in report["cases"]]
     assert names == ["crossbert-preprocess --backend auto", "crossbert-preprocess --backend tokenizers",
                      "tokenizers encode_batch_fast ceiling (1 threads)"]
-    assert all(c["rc"] == 0 and c["cpu_s"] > 0 and c["peak_rss_mb"] > 0 for c in report["cases"])
+    assert all(c["rc"] == 0 and c["cpu_s"] > 0 and c["peak_rss_mb"] > 0 for c in report["cases"]), report["cases"]
     table = preprocess_markdown(report)
     assert "| case | CPU-s | wall s | MB/s | peak RSS MB | rc |" in table
     json.dumps(report)

@@ -16,8 +16,8 @@ Cases:
 - with ``--megatron-lm DIR``: its ``tools/preprocess_data.py --workers N`` and
   ``tools/preprocess_data_fast.py --use-gigatoken``, run with ``DIR`` first on ``PYTHONPATH``.
 
-All cases read one ``.jsonl.gz`` (the inputs' gzip members concatenated, since Megatron-LM's tools
-take one file). The ``.bin/.idx`` of ours and of Megatron-LM's fast tool are compared byte for byte.
+All cases read one plain ``.jsonl`` (the inputs decompressed and concatenated: Megatron-LM's tools
+take one file, see :func:`combine_inputs`). The ``.bin/.idx`` of ours and of Megatron-LM's fast tool are compared byte for byte.
 """
 
 from __future__ import annotations
@@ -34,6 +34,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+
+CASES = ("ceiling", "megatron-fast", "megatron-classic")
 
 
 @dataclass
@@ -54,10 +57,15 @@ class PreprocessBenchOptions:
     """Megatron-LM checkout; its two preprocess tools are timed when given."""
     append_eod: bool = True
     """--append-eod for every case (Megatron-LM's usual setting)."""
+    cases: tuple[str, ...] = CASES
+    """Which of the other cases to run besides ours (Megatron-LM's only with ``megatron_lm``)."""
 
     def __post_init__(self) -> None:
         if self.workers < 1:
             raise ValueError(f"workers must be >= 1, got {self.workers}")
+        unknown = set(self.cases) - set(CASES)
+        if unknown:
+            raise ValueError(f"unknown cases {sorted(unknown)}; choose from {', '.join(CASES)}")
         if self.megatron_lm and not (Path(self.megatron_lm) / "tools" / "preprocess_data.py").is_file():
             raise ValueError(f"{self.megatron_lm}: not a Megatron-LM checkout (no tools/preprocess_data.py)")
 
@@ -76,16 +84,20 @@ class CaseResult:
 
 
 def combine_inputs(patterns: list[str], out: Path) -> tuple[Path, int]:
-    """One .jsonl.gz holding every input (gzip members concatenated); returns it and the text bytes."""
+    """One plain JSONL file holding every input, decompressed; returns it and its size in bytes.
+
+    Plain, because Megatron-LM's ``preprocess_data.py`` opens its input as text (no gzip), and
+    gigatoken 0.10's ``JsonlFileSource`` (the fast tool's reader) stops after the first member of a
+    multi-member gzip file, silently dropping the rest.
+    """
     files = [f for p in patterns for f in (sorted(glob.glob(p)) if glob.has_magic(p) else [p])]
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "wb") as sink:
         for name in files:
-            data = Path(name).read_bytes()
-            sink.write(data if name.endswith(".gz") else gzip.compress(data))
-    with gzip.open(out, "rb") as handle:
-        nbytes = sum(len(line) for line in handle)
-    return out, nbytes
+            with (gzip.open(name, "rb") if name.endswith(".gz") else open(name, "rb")) as source:
+                while block := source.read(1 << 24):
+                    sink.write(block)
+    return out, out.stat().st_size
 
 
 _LAUNCHER = (
@@ -126,7 +138,7 @@ def raw_ceiling(path: str, tokenizer: str, threads: int, batch: int = 4096) -> i
     tok.no_padding()
     tok.no_truncation()
     total, texts = 0, []
-    with gzip.open(path, "rb") as handle:
+    with (gzip.open(path, "rb") if str(path).endswith(".gz") else open(path, "rb")) as handle:
         for line in handle:
             texts.append(json.loads(line)["text"])
             if len(texts) == batch:
@@ -168,17 +180,19 @@ def same_files(a: str, b: str) -> bool:
 
 def run_preprocess_bench(opts: PreprocessBenchOptions) -> dict:
     """Time every case once, in a fixed order; returns the JSON report."""
-    corpus, nbytes = combine_inputs(opts.inputs, Path(opts.work_dir) / "combined.jsonl.gz")
+    corpus, nbytes = combine_inputs(opts.inputs, Path(opts.work_dir) / "combined.jsonl")
     results, prefixes = [], {}
     for backend in opts.backends:
         cmd, env, prefixes[f"ours {backend}"] = _ours(opts, corpus, backend)
         results.append(measure(f"crossbert-preprocess --backend {backend}", cmd, nbytes, env))
-    ceiling = [sys.executable, "-c", "import sys; from megatron_crossbert.benchmarking.preprocess import raw_ceiling; "
-               f"raw_ceiling({str(corpus)!r}, {opts.tokenizer!r}, {opts.workers})"]
-    results.append(measure(f"tokenizers encode_batch_fast ceiling ({opts.workers} threads)", ceiling, nbytes,
-                           dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))))
+    if "ceiling" in opts.cases:
+        ceiling = [sys.executable, "-c", "from megatron_crossbert.benchmarking.preprocess import raw_ceiling; "
+                   f"raw_ceiling({str(corpus)!r}, {opts.tokenizer!r}, {opts.workers})"]
+        results.append(measure(f"tokenizers encode_batch_fast ceiling ({opts.workers} threads)", ceiling, nbytes,
+                               dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))))
+    tools = [fast for fast in (True, False) if ("megatron-fast" if fast else "megatron-classic") in opts.cases]
     if opts.megatron_lm:
-        for fast in (True, False):
+        for fast in tools:
             cmd, env, prefixes["mlm fast" if fast else "mlm classic"] = _megatron(opts, corpus, fast)
             name = "Megatron-LM preprocess_data_fast.py" if fast else f"Megatron-LM preprocess_data.py --workers {opts.workers}"
             results.append(measure(name, cmd, nbytes, env, cwd=opts.megatron_lm))

@@ -72,6 +72,8 @@ def _add_preprocess(sub) -> None:
     p.add_argument("--megatron-lm", default=None, help="Megatron-LM checkout: also time its tools/preprocess_data*.py")
     p.add_argument("--workers", type=int, default=2, help="threads/processes for every case that takes them")
     p.add_argument("--backends", nargs="+", default=["auto", "tokenizers"], choices=["auto", "gigatoken", "tokenizers"])
+    p.add_argument("--cases", nargs="*", default=["ceiling", "megatron-fast", "megatron-classic"],
+                   choices=["ceiling", "megatron-fast", "megatron-classic"], help="reference cases to run beside ours")
     p.add_argument("--work-dir", default="benchmarks/out/preprocess", help="combined input and every case's outputs")
     p.add_argument("--out", default="benchmarks/out/preprocess.json", help="JSON report path")
 
@@ -146,7 +148,7 @@ def run_preprocess_command(args) -> int:
     os.makedirs(args.work_dir, exist_ok=True)
     work = tempfile.mkdtemp(prefix="run-", dir=args.work_dir)  # fresh: never overwrites earlier outputs
     options = PreprocessBenchOptions(inputs=args.input, tokenizer=args.tokenizer, work_dir=work, workers=args.workers,
-                                     backends=args.backends, megatron_lm=args.megatron_lm)
+                                     backends=args.backends, megatron_lm=args.megatron_lm, cases=tuple(args.cases))
     try:
         report = run_preprocess_bench(options)
     finally:
