@@ -288,9 +288,24 @@ class CheckpointConfig:
     """Resume from this root (its 'latest'); None = save_dir when it has a checkpoint."""
     init_from: str | None = None
     """Start from these model weights only (e.g. a converted HF model), with a fresh optimizer."""
+    resume_from: str | None = None
+    """Resume from this checkpoint instead of the one 'latest' names: an iter_* name inside load_dir
+    (or save_dir), or a path to an iter_* directory. The way out when 'latest' is missing or damaged."""
+    overwrite: bool = False
+    """Start over (or resume from resume_from) in a save_dir whose complete checkpoints would be in
+    the way: they are moved, with 'latest', into save_dir/replaced_<UTC time>/ first (never deleted)."""
+    allow_tokenizer_change: bool = False
+    """Accept a tokenizer whose fingerprint differs from the checkpoint's or the dataset's (a warning
+    instead of an error). Only for deliberate changes: ids then mean different tokens."""
+    lr_schedule_on_resume: Literal["refuse", "checkpoint", "config"] = "refuse"
+    """When train_iters, lr_warmup_iters, lr_decay_style, lr or min_lr differ from the checkpoint's:
+    'refuse' stops with the differences listed; 'checkpoint' keeps the saved schedule; 'config'
+    applies this run's values from the resumed step on. Every change is logged."""
 
     def __post_init__(self) -> None:
         _require(self.save_interval >= 0 and self.keep_last >= 0, "save_interval and keep_last must be >= 0")
+        _require(self.lr_schedule_on_resume in ("refuse", "checkpoint", "config"),
+                 f"lr_schedule_on_resume must be refuse|checkpoint|config, got {self.lr_schedule_on_resume!r}")
 
 
 @dataclass

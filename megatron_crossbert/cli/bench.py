@@ -10,6 +10,8 @@ import argparse
 import os
 import sys
 
+from megatron_crossbert.cli.errors import add_debug_flag, cli_main
+
 
 def _add_throughput(sub) -> None:
     p = sub.add_parser("throughput", help="interleaved training-step throughput, CrossBERT vs megatron BertModel")
@@ -85,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sample_efficiency(sub)
     _add_gpu_check(sub)
     _add_preprocess(sub)
+    add_debug_flag(parser)
     return parser
 
 
@@ -159,6 +162,7 @@ def run_preprocess_command(args) -> int:
     return 0 if all(c["rc"] == 0 for c in report["cases"]) else 1
 
 
+@cli_main
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command != "preprocess":  # preprocessing cases are subprocesses; the harness needs no torch

@@ -16,6 +16,8 @@ import argparse
 import logging
 import sys
 
+from megatron_crossbert.cli.errors import add_debug_flag, cli_main
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="crossbert-convert-hf", description=__doc__,
@@ -31,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("hf_dir", help="HF MegatronBert directory (config.json + model.safetensors)")
     imp.add_argument("out_root", help="checkpoint root to write (use as checkpoint.init_from)")
     imp.add_argument("--force", action="store_true", help="replace OUT_ROOT if it exists")
+    add_debug_flag(parser)
     return parser
 
 
@@ -45,16 +48,11 @@ def run(args: argparse.Namespace) -> str:
     return f"imported {args.hf_dir} -> {ckpt_dir}"
 
 
+@cli_main
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    from megatron_crossbert.convert import ConversionError
-
-    try:
-        print(run(args))
-    except ConversionError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    print(run(args))  # ConversionError: one line and status 2 via cli_main
     return 0
 
 

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from megatron_crossbert.cli import quiet_library_warnings
+from megatron_crossbert.cli.errors import add_debug_flag, cli_main
 from megatron_crossbert.demo import DemoOptions, format_summary, run_demo
 
 
@@ -29,17 +30,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--probe-test", type=int, default=defaults.probe_test, help="probe test rows (max)")
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--force", action="store_true", help="replace an existing, non-empty --out-dir")
+    add_debug_flag(parser)
     return parser
 
 
+@cli_main
 def main(argv: list[str] | None = None) -> int:
     args = vars(build_parser().parse_args(argv))
+    args.pop("debug")  # cli_main's flag, not a demo option
     quiet_library_warnings()
-    try:
-        result = run_demo(DemoOptions(**{k: v for k, v in args.items()}))
-    except (FileExistsError, ValueError) as err:
-        print(f"crossbert-demo: error: {err}", file=sys.stderr)
-        return 2
+    result = run_demo(DemoOptions(**args))  # FileExistsError / ValueError: one line via cli_main
     print(format_summary(result))
     return 0
 

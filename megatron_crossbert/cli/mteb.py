@@ -18,6 +18,7 @@ import logging
 import sys
 
 from megatron_crossbert.cli import add_encoder_arguments, cache_dir_arg
+from megatron_crossbert.cli.errors import add_debug_flag, cli_main
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--normalize", action="store_true", help="L2-normalise embeddings")
     p.add_argument("--raise-error", action="store_true", help="stop at the first failing task")
     p.add_argument("--out", default="mteb_results", help="output directory")
+    add_debug_flag(p)
     return p
 
 
@@ -52,6 +54,7 @@ def _gather_tasks(args: argparse.Namespace) -> list:
     return tasks
 
 
+@cli_main
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")

@@ -16,6 +16,8 @@ import logging
 import signal
 import sys
 
+from megatron_crossbert.cli.errors import cli_main
+
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="crossbert-preprocess", description=__doc__,
@@ -56,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+@cli_main
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # SIGTERM (kill, job schedulers) takes the same clean-up path as Ctrl-C: temporaries removed,

@@ -17,6 +17,7 @@ import argparse
 import json
 import sys
 
+from megatron_crossbert.cli.errors import add_debug_flag, cli_main
 from megatron_crossbert.config import RunConfig, load_run_config
 
 # flag -> (config key, how to turn the parsed value into an override string)
@@ -27,6 +28,9 @@ _SHORTHANDS = {
     "global_batch_size": "training.global_batch_size", "lr": "training.lr", "precision": "training.precision",
     "tensor_parallel": "parallel.tensor_model_parallel_size",
     "pipeline_parallel": "parallel.pipeline_model_parallel_size",
+    "resume_from": "checkpoint.resume_from", "overwrite": "checkpoint.overwrite",
+    "allow_tokenizer_change": "checkpoint.allow_tokenizer_change",
+    "lr_schedule_on_resume": "checkpoint.lr_schedule_on_resume",
 }
 
 
@@ -47,11 +51,25 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--save", help="checkpoint root to write (checkpoint.save_dir)")
     parser.add_argument("--load", help="checkpoint root to resume from (checkpoint.load_dir)")
     parser.add_argument("--init-from", help="model-only checkpoint to initialise weights from")
+    parser.add_argument("--resume-from", metavar="ITER_DIR",
+                        help="resume from this iter_* checkpoint (a name in --load/--save, or a path) "
+                             "instead of the one 'latest' names")
+    parser.add_argument("--overwrite", action="store_true", default=None,
+                        help="start over in a --save dir holding complete checkpoints: they are moved "
+                             "into <save>/replaced_<time>/ first, never deleted")
+    parser.add_argument("--allow-tokenizer-change", action="store_true", default=None,
+                        help="warn instead of refusing when the tokenizer fingerprint differs from the "
+                             "checkpoint's or the dataset's")
+    parser.add_argument("--lr-schedule-on-resume", choices=["refuse", "checkpoint", "config"],
+                        help="when --train-iters, warmup, decay style, lr or min_lr differ from the resumed "
+                             "checkpoint: refuse (default), keep the checkpoint's schedule, or apply this "
+                             "run's config from the resumed step on (logged either way)")
     parser.add_argument("--data-path", nargs="+", help="indexed-dataset prefix(es), optionally weighted")
     parser.add_argument("--tokenizer", help="tokenizer directory (data.tokenizer)")
     parser.add_argument("--exit-at-iteration", type=int,
                         help="stop with a checkpoint after this many total steps (schedule unchanged)")
     parser.add_argument("--print-config", action="store_true", help="print the resolved config as JSON and exit")
+    add_debug_flag(parser)
     return parser
 
 
@@ -69,13 +87,13 @@ def resolve_config(args: argparse.Namespace) -> RunConfig:
     return load_run_config(args.config, overrides)
 
 
+@cli_main
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         run_cfg = resolve_config(args)
     except (ValueError, TypeError) as err:
-        print(f"crossbert-pretrain: invalid config: {err}", file=sys.stderr)
-        return 2
+        raise ValueError(f"invalid config: {err}") from err
     if args.print_config:
         print(json.dumps(run_cfg.to_dict(), indent=2, sort_keys=True))
         return 0
@@ -83,18 +101,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(run_cfg: RunConfig, exit_at_iteration: int | None = None) -> int:
-    """Train, print a one-line summary on rank 0, tear down the process group."""
-    from megatron_crossbert import platform
-    from megatron_crossbert.checkpoint_format import CheckpointError
-    from megatron_crossbert.training import NonFiniteLossError, train
+    """Train, print a one-line summary on rank 0, tear down the process group.
 
-    rank_zero = True
+    Errors (bad checkpoint, data, tokenizer, non-finite loss) propagate to ``cli_main``, which
+    prints them once as one line."""
+    from megatron_crossbert import platform
+    from megatron_crossbert.training import train
+
     try:
         summary = train(run_cfg, exit_at_iteration=exit_at_iteration)
         rank_zero = platform.is_rank_zero()
-    except (CheckpointError, NonFiniteLossError) as err:
-        print(f"crossbert-pretrain: error: {err}", file=sys.stderr, flush=True)
-        return 1
     finally:
         platform.destroy()
     if rank_zero:

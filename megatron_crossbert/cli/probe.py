@@ -15,6 +15,7 @@ import os
 import sys
 
 from megatron_crossbert.cli import add_encoder_arguments, cache_dir_arg
+from megatron_crossbert.cli.errors import add_debug_flag, cli_main
 from megatron_crossbert.evaluation.probes import ProbeConfig
 
 
@@ -34,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cv-folds", type=int, default=3, help="folds for choosing C")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="probe_results", help="output directory for JSON, markdown and plot")
+    add_debug_flag(p)
     return p
 
 
@@ -41,6 +43,7 @@ def _split_list(text: str | None) -> list[str]:
     return [item.strip() for item in (text or "").split(",") if item.strip()]
 
 
+@cli_main
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")

@@ -10,6 +10,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from megatron_crossbert.cli.errors import add_debug_flag, cli_main
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -27,9 +29,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-docs", type=int, default=None, help="train on at most this many documents")
     parser.add_argument("--lowercase", action="store_true", help="lowercase + strip accents (wordpiece only)")
     parser.add_argument("--force", action="store_true", help="overwrite an existing tokenizer directory")
+    add_debug_flag(parser)
     return parser
 
 
+@cli_main
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     out = Path(args.output_dir)

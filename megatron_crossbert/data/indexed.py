@@ -18,7 +18,7 @@ import struct
 import numpy as np
 from megatron.core.datasets.indexed_dataset import IndexedDataset, get_bin_path, get_idx_path
 
-from megatron_crossbert.data.idx_format import AtomicIndexedWriter, read_header
+from megatron_crossbert.data.idx_format import HEADER_BYTES, AtomicIndexedWriter, read_header
 
 __all__ = ["AtomicIndexedWriter", "CorruptDatasetError", "open_indexed", "resolve_prefix"]
 
@@ -45,6 +45,22 @@ def _check_header(idx_path: str) -> None:
         raise CorruptDatasetError(str(exc)) from None
 
 
+def _check_index_size(idx_path: str) -> None:
+    """The counts in the header fit the file, and there is at least one document.
+
+    Checked before megatron's IndexedDataset sees the file: a short file makes its constructor
+    fail half-way, and the half-built object's ``__del__`` then prints extra tracebacks.
+    """
+    _, sequences, doc_indices = read_header(idx_path)
+    if sequences == 0:
+        raise CorruptDatasetError(f"{idx_path}: the dataset holds 0 documents (was the preprocessing input empty?)")
+    needed = HEADER_BYTES + sequences * (4 + 8) + doc_indices * 8
+    size = os.path.getsize(idx_path)
+    if size < needed:
+        raise CorruptDatasetError(f"{idx_path}: truncated: {size} bytes, but its header describes {sequences} "
+                                  f"sequences ({needed} bytes)")
+
+
 def open_indexed(prefix: str, mmap: bool = True) -> IndexedDataset:
     """Open ``prefix.bin/.idx`` after checking they exist, the header, and the sizes agree."""
     idx_path, bin_path = get_idx_path(prefix), get_bin_path(prefix)
@@ -53,6 +69,7 @@ def open_indexed(prefix: str, mmap: bool = True) -> IndexedDataset:
         raise FileNotFoundError(f"indexed dataset {prefix!r} is incomplete; missing: {', '.join(missing)} "
                                 "(run crossbert-preprocess, or pass the prefix without .bin/.idx)")
     _check_header(idx_path)
+    _check_index_size(idx_path)
     try:
         dataset = IndexedDataset(prefix, multimodal=False, mmap=mmap)
     except (AssertionError, ValueError, struct.error, OSError) as exc:

@@ -183,6 +183,14 @@ def tokenizer_from_spm(model_path: str | Path) -> Tokenizer:
                      spm_model=Path(model_path))
 
 
+def _backend_from_file(path: Path) -> tokenizers.Tokenizer:
+    """``tokenizers.Tokenizer.from_file`` with its bare ``Exception`` turned into a ValueError naming the file."""
+    try:
+        return tokenizers.Tokenizer.from_file(str(path))
+    except Exception as err:  # the Rust binding raises plain Exception for any parse error
+        raise ValueError(f"{path}: not a tokenizer.json file ({err})") from None
+
+
 def load_tokenizer(path: str | Path) -> Tokenizer:
     """Load from a tokenizer directory, a ``tokenizer.json`` file, a sentencepiece ``.model`` file,
     or any Hugging Face fast-tokenizer directory. Raises ``FileNotFoundError``/``ValueError`` with
@@ -193,10 +201,10 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     if path.is_file() and path.suffix == ".model":
         return tokenizer_from_spm(path)
     if path.is_file():
-        backend = tokenizers.Tokenizer.from_file(str(path))
+        backend = _backend_from_file(path)
         return Tokenizer(backend=backend, special_ids=resolve_special_ids(backend, _names_from_config(path.parent), str(path)))
     if (path / "tokenizer.json").exists():
-        backend = tokenizers.Tokenizer.from_file(str(path / "tokenizer.json"))
+        backend = _backend_from_file(path / "tokenizer.json")
         spm = path / SPM_MODEL_NAME
         return Tokenizer(backend=backend, special_ids=resolve_special_ids(backend, _names_from_config(path), str(path)),
                          spm_model=spm if spm.exists() else None)

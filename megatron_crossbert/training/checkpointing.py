@@ -34,7 +34,11 @@ from megatron_crossbert.checkpoint_format import (
     RUN_CONFIG_FILE,
     CheckpointError,
     atomic_write_text,
+    checked_read,
+    complete_checkpoints,
+    is_complete,
     iteration_dir_name,
+    iteration_of,
     latest_iteration,
     load_model_weights,
     read_run_config,
@@ -42,6 +46,7 @@ from megatron_crossbert.checkpoint_format import (
 )
 from megatron_crossbert.config import RunConfig
 from megatron_crossbert.platform import is_rank_zero, seed_everything
+from megatron_crossbert.training.tokenizer_check import check_checkpoint_tokenizer, write_checkpoint_record
 
 SLEEP_IN_SAVE_ENV = "CROSSBERT_TEST_SLEEP_IN_SAVE"
 """Test hook, "ITERATION:SECONDS": sleep that long after the shards of that iteration's save are
@@ -183,8 +188,19 @@ def _state_dict(model, optimizer, scheduler, progress: Progress, run_cfg: RunCon
     return state
 
 
+_WRITTEN_THIS_RUN: set[Path] = set()
+"""Checkpoint directories this process completed; the only complete ones a save may replace."""
+
+
 def _prepare_dir(ckpt_dir: Path) -> None:
-    """Remove a stale partial save of the same iteration (its shards would clash), then create."""
+    """Remove a stale partial save of the same iteration (its shards would clash), then create.
+
+    A complete checkpoint that this process did not write is never removed (start_guard refuses
+    such runs up front; this is the last line of defence).
+    """
+    if is_complete(ckpt_dir) and ckpt_dir.resolve() not in _WRITTEN_THIS_RUN:
+        raise CheckpointError(f"{ckpt_dir}: a complete checkpoint from an earlier run is in the way; "
+                              f"refusing to overwrite it (move it away or use another --save)")
     if is_rank_zero():
         if ckpt_dir.exists():
             shutil.rmtree(ckpt_dir)
@@ -193,15 +209,18 @@ def _prepare_dir(ckpt_dir: Path) -> None:
 
 
 def prune_checkpoints(root: Path, keep_last: int) -> list[Path]:
-    """Delete complete checkpoints beyond the newest ``keep_last`` and stale partial ones (rank 0)."""
-    if keep_last <= 0:
-        return []
+    """Delete complete checkpoints older than the newest ``keep_last`` and stale partial ones (rank 0).
+
+    Only ``iter_<digits>`` directories are considered, ordered by iteration; the one 'latest' names
+    and anything newer than it are never touched.
+    """
     current = latest_iteration(root)
-    dirs = sorted(p for p in root.glob(f"{ITER_PREFIX}*") if p.is_dir())
-    complete = [p for p in dirs if (p / RUN_CONFIG_FILE).is_file()]
-    stale = [p for p in dirs if p not in complete and current is not None and p.name < iteration_dir_name(current)]
-    doomed = complete[:-keep_last] + stale
-    doomed = [p for p in doomed if current is None or p.name != iteration_dir_name(current)]
+    if keep_last <= 0 or current is None:
+        return []
+    complete = complete_checkpoints(root)
+    partial = [p for p in root.glob(f"{ITER_PREFIX}*") if p.is_dir() and iteration_of(p) is not None
+               and not is_complete(p)]
+    doomed = [p for p in complete[:-keep_last] + partial if iteration_of(p) < current]
     for path in doomed:
         shutil.rmtree(path, ignore_errors=True)
     return doomed
@@ -225,9 +244,11 @@ def save_checkpoint(root: str | Path, model, optimizer, scheduler, progress: Pro
     _test_sleep(progress.iteration)
     _barrier()
     if is_rank_zero():
+        write_checkpoint_record(ckpt_dir, run_cfg)
         run_cfg.save_json(ckpt_dir / RUN_CONFIG_FILE)
         atomic_write_text(root / LATEST_FILE, ckpt_dir.name)
         prune_checkpoints(root, run_cfg.checkpoint.keep_last)
+    _WRITTEN_THIS_RUN.add(ckpt_dir.resolve())
     _barrier()
     return ckpt_dir
 
@@ -241,7 +262,10 @@ def _read(ckpt_dir: Path, request: dict, model, optimizer) -> dict:
     """dist_checkpointing.load plus the in-place model/optimizer loads (under no_grad)."""
     with torch.no_grad():  # the distributed optimizer copies into views of leaf parameters
         try:
-            loaded = dist_checkpointing.load(request, str(ckpt_dir))
+            with checked_read(ckpt_dir):
+                loaded = dist_checkpointing.load(request, str(ckpt_dir))
+        except CheckpointError:
+            raise
         except (Exception, TorchCheckpointException) as err:  # the latter derives from BaseException
             raise CheckpointError(f"cannot resume from {ckpt_dir}: {err}") from err
         model.load_state_dict(loaded["model"])
@@ -261,6 +285,8 @@ def load_checkpoint(path: str | Path, model, optimizer, scheduler, run_cfg: RunC
         prime_optimizer_state(optimizer)
     request = _state_dict(model, optimizer, scheduler, Progress(), run_cfg, is_loading=True, with_rng=same_layout)
     loaded = _read(ckpt_dir, request, model, optimizer)
+    # start_guard.check_schedule already refused or logged any difference; 'config' applies this run's.
+    scheduler.override_opt_param_scheduler = run_cfg.checkpoint.lr_schedule_on_resume == "config"
     scheduler.load_state_dict(loaded["scheduler"])
     if run_cfg.parallel.use_distributed_optimizer:
         restore_adam_steps(optimizer, scheduler.num_steps)
@@ -273,17 +299,8 @@ def load_checkpoint(path: str | Path, model, optimizer, scheduler, run_cfg: RunC
 
 
 def init_from_weights(path: str | Path, model, run_cfg: RunConfig) -> Path:
-    """Load model weights only (fresh optimizer/progress), after checking shapes are compatible."""
-    check_compatible(resolve_checkpoint_dir(path), run_cfg, weights_only=True)
-    return load_model_weights(model, path)
-
-
-def resume_source(run_cfg: RunConfig) -> Path | None:
-    """The checkpoint root to resume from: load_dir (must hold one), else save_dir if it holds one."""
-    ckpt = run_cfg.checkpoint
-    if ckpt.load_dir:
-        resolve_checkpoint_dir(ckpt.load_dir)  # raises a clear error when there is nothing to load
-        return Path(ckpt.load_dir)
-    if ckpt.save_dir and latest_iteration(ckpt.save_dir) is not None:
-        return Path(ckpt.save_dir)
-    return None
+    """Load model weights only (fresh optimizer/progress), after checking shapes and tokenizer."""
+    ckpt_dir = resolve_checkpoint_dir(path)
+    check_compatible(ckpt_dir, run_cfg, weights_only=True)
+    check_checkpoint_tokenizer(ckpt_dir, run_cfg)
+    return load_model_weights(model, ckpt_dir)

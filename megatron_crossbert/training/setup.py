@@ -17,13 +17,9 @@ from megatron.core import parallel_state
 from megatron_crossbert import platform
 from megatron_crossbert.config import RunConfig
 from megatron_crossbert.checkpoint_format import resolve_checkpoint_dir
-from megatron_crossbert.training.checkpointing import (
-    Progress,
-    check_compatible,
-    init_from_weights,
-    load_checkpoint,
-    resume_source,
-)
+from megatron_crossbert.training.checkpointing import Progress, check_compatible, init_from_weights, load_checkpoint
+from megatron_crossbert.training.start_guard import apply_plan, check_schedule, plan_start
+from megatron_crossbert.training.tokenizer_check import check_checkpoint_tokenizer, check_dataset_tokenizers
 from megatron_crossbert.training.optimizer import build_optimizer, build_scheduler, install_schedule_hooks, wrap_ddp
 from megatron_crossbert.training.sampler import PretrainingSampler, num_microbatches
 
@@ -52,14 +48,20 @@ def build_model_chunk(run_cfg: RunConfig) -> torch.nn.Module:
                        post_process=parallel_state.is_pipeline_last_stage())
 
 
-def check_sources(run_cfg: RunConfig) -> Path | None:
-    """Before building anything: find the checkpoint to resume and fail fast if it is incompatible."""
-    source = resume_source(run_cfg)
-    if source is not None:
-        check_compatible(resolve_checkpoint_dir(source), run_cfg)
+def check_sources(run_cfg: RunConfig):
+    """Before building or writing anything: decide where to start (``start_guard.plan_start``) and
+    fail fast on an incompatible checkpoint, LR-schedule change or tokenizer. Returns the plan."""
+    plan = plan_start(run_cfg)
+    if plan.source is not None:
+        check_compatible(plan.source, run_cfg)
+        check_schedule(plan.source, run_cfg)
+        check_checkpoint_tokenizer(plan.source, run_cfg)
     elif run_cfg.checkpoint.init_from:
-        check_compatible(resolve_checkpoint_dir(run_cfg.checkpoint.init_from), run_cfg, weights_only=True)
-    return source
+        init_dir = resolve_checkpoint_dir(run_cfg.checkpoint.init_from)
+        check_compatible(init_dir, run_cfg, weights_only=True)
+        check_checkpoint_tokenizer(init_dir, run_cfg)
+    check_dataset_tokenizers(run_cfg)
+    return plan
 
 
 def restore(session: Session, source: Path | None) -> None:
@@ -91,13 +93,17 @@ def build_trainable(run_cfg: RunConfig) -> tuple[torch.nn.Module, torch.nn.Modul
 
 def build_session(run_cfg: RunConfig) -> Session:
     """Initialise the platform and build model, DDP, optimizer and scheduler; restore state."""
-    source = check_sources(run_cfg)
+    plan = check_sources(run_cfg)
     platform.initialize(run_cfg.parallel, run_cfg.training.seed)
+    if plan.move_aside:  # the same on every rank; all have planned (initialize is a rendezvous)
+        if platform.is_rank_zero():
+            apply_plan(plan, run_cfg.checkpoint.save_dir)
+        torch.distributed.barrier()
     dp_size = parallel_state.get_data_parallel_world_size()
     num_micro = num_microbatches(run_cfg.training.global_batch_size, run_cfg.training.micro_batch_size, dp_size)
     model, ddp, optimizer, scheduler = build_trainable(run_cfg)
     session = Session(run_cfg, ddp, model, optimizer, scheduler, Progress(), platform.device(), num_micro, dp_size)
-    restore(session, source)
+    restore(session, plan.source)
     return session
 
 
