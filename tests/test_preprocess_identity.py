@@ -117,7 +117,7 @@ def test_gigatoken_encoder_rebuilt_mid_run_gives_same_ids(setup):
     _, _, bpe, _ = setup
     tok = load_tokenizer(bpe)
     texts = _texts()
-    refreshing = encoding.GigatokenEncoder(tok, threads=1, budget_mb=0)
+    refreshing = encoding.GigatokenEncoder(tok, threads=1, budget_mb=0, min_gap_chars=1)
     batches = [texts[i:i + 20] for i in range(0, len(texts), 20)]
     reference = encoding.TokenizersEncoder(tok)
     for batch in batches:

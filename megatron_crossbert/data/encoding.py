@@ -81,32 +81,34 @@ class GigatokenEncoder:
     """gigatoken's batch encode, rebuilt when its caches have grown (ids are unchanged by a rebuild).
 
     gigatoken caches every distinct pre-token it has encoded, without bound. The encoder is rebuilt
-    when this process's RSS has grown by ``budget_mb`` since the last rebuild, or (where RSS cannot
-    be read) after ``refresh_chars`` characters. A rebuild costs ~0.1 CPU-s for a 32k vocabulary.
+    when this process's RSS is ``budget_mb`` above its level when the encoder was made, or (where RSS
+    cannot be read) after ``refresh_chars`` characters. A rebuild costs ~0.1 CPU-s for a 32k vocabulary.
     """
 
     name = "gigatoken"
 
     def __init__(self, tokenizer: Tokenizer, threads: int, budget_mb: float = 128,
-                 refresh_chars: int = 256 << 20) -> None:
+                 min_gap_chars: int = 16 << 20, refresh_chars: int = 256 << 20) -> None:
         import gigatoken
 
         self._json = tokenizer.backend.to_str()
         self._make = gigatoken.Tokenizer.from_json
         self.parallel = threads > 1
-        self.budget_mb, self.refresh_chars = budget_mb, refresh_chars
+        self.budget_mb, self.min_gap_chars, self.refresh_chars = budget_mb, min_gap_chars, refresh_chars
         self.rebuilds = 0
         self._tok = self._make(self._json)
         self._since, self._base = 0, _rss_mb()
 
     def _maybe_rebuild(self) -> None:
+        """Rebuild when RSS is ``budget_mb`` over its level at creation (not ratcheted up, so memory
+        stays bounded), at most once per ``min_gap_chars`` characters (a rebuild that frees little
+        cannot make every batch pay for one)."""
+        if self._since < min(self.min_gap_chars, self.refresh_chars):
+            return
         rss = _rss_mb() if self._base is not None else None
-        grown = rss - self._base >= self.budget_mb if rss is not None else self._since >= self.refresh_chars
-        if grown:
+        if (rss - self._base >= self.budget_mb) if rss is not None else self._since >= self.refresh_chars:
             self._tok = None  # free the old caches before building the new encoder
             self._tok, self._since, self.rebuilds = self._make(self._json), 0, self.rebuilds + 1
-            after = _rss_mb()
-            self._base = max(after, (self._base or 0)) if after is not None else None
 
     def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         import awkward as ak
