@@ -191,9 +191,14 @@ class DataConfig:
     """Where megatron-core caches the sample index; None = next to the data."""
     num_workers: int = 0
     """DataLoader worker processes."""
+    strip_wrapper_tokens: str = "auto"
+    """[CLS]/[SEP]/eod already around each document (Megatron-LM-written data): auto (strip when every
+    sampled document has them), always (when most do), never (keep the data's tokens)."""
 
     def __post_init__(self) -> None:
         _positive(self, "seq_length")
+        _require(self.strip_wrapper_tokens in ("auto", "always", "never"),
+                 f"DataConfig.strip_wrapper_tokens must be auto, always or never, got {self.strip_wrapper_tokens!r}")
         _require(self.num_workers >= 0, "DataConfig.num_workers must be >= 0")
         parts = self.split.replace("/", ",").split(",")
         _require(all(p.strip().replace(".", "", 1).isdigit() for p in parts) and 1 <= len(parts) <= 3,

@@ -1,4 +1,4 @@
-"""crossbert-bench: throughput, sample-efficiency, GPU-check, HF export-speed and checkpoint benchmarks (thin argparse layer).
+"""crossbert-bench: throughput, sample-efficiency, GPU-check, HF export-speed, checkpoint and preprocessing benchmarks (thin argparse layer).
 
 Each subcommand parses options into the importable function that does the work
 (``megatron_crossbert.benchmarking``), prints a markdown table on stdout and writes JSON.
@@ -96,6 +96,21 @@ def _add_checkpoint(sub) -> None:
                    help="JSON report path (the markdown table goes beside it, .md)")
 
 
+def _add_preprocess(sub) -> None:
+    p = sub.add_parser("preprocess", help="preprocessing CPU-s/wall/MB/s/RSS: ours per backend, the raw tokenizers "
+                                          "ceiling and (with --megatron-lm) Megatron-LM's two tools, side by side")
+    p.add_argument("--input", nargs="+", default=["/work/shared/data/corpus/*.jsonl.gz"],
+                   help="JSONL(.gz) files or globs (quoted)")
+    p.add_argument("--tokenizer", required=True, help="HF tokenizer directory with a tokenizer.json")
+    p.add_argument("--megatron-lm", default=None, help="Megatron-LM checkout: also time its tools/preprocess_data*.py")
+    p.add_argument("--workers", type=int, default=2, help="threads/processes for every case that takes them")
+    p.add_argument("--backends", nargs="+", default=["auto", "tokenizers"], choices=["auto", "gigatoken", "tokenizers"])
+    p.add_argument("--cases", nargs="*", default=["ceiling", "megatron-fast", "megatron-classic"],
+                   choices=["ceiling", "megatron-fast", "megatron-classic"], help="reference cases to run beside ours")
+    p.add_argument("--work-dir", default="benchmarks/out/preprocess", help="combined input and every case's outputs")
+    p.add_argument("--out", default="benchmarks/out/preprocess.json", help="JSON report path")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="crossbert-bench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -104,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_gpu_check(sub)
     _add_export_speed(sub)
     _add_checkpoint(sub)
+    _add_preprocess(sub)
     add_debug_flag(parser)
     return parser
 
@@ -192,13 +208,37 @@ def run_checkpoint_command(args) -> int:
     return 0
 
 
+def run_preprocess_command(args) -> int:
+    import shutil
+    import tempfile
+
+    from megatron_crossbert.benchmarking.preprocess import (
+        PreprocessBenchOptions, preprocess_markdown, run_preprocess_bench,
+    )
+    from megatron_crossbert.benchmarking.report import write_json
+
+    os.makedirs(args.work_dir, exist_ok=True)
+    work = tempfile.mkdtemp(prefix="run-", dir=args.work_dir)  # fresh: never overwrites earlier outputs
+    options = PreprocessBenchOptions(inputs=args.input, tokenizer=args.tokenizer, work_dir=work, workers=args.workers,
+                                     backends=args.backends, megatron_lm=args.megatron_lm, cases=tuple(args.cases))
+    try:
+        report = run_preprocess_bench(options)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # created by this run: outputs are only for the comparison
+    write_json(args.out, report)
+    print(preprocess_markdown(report))
+    print(f"\nJSON written to {args.out}")
+    return 0 if all(c["rc"] == 0 for c in report["cases"]) else 1
+
+
 @cli_main
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    _set_threads(getattr(args, "threads", None))
+    if args.command != "preprocess":  # preprocessing cases are subprocesses; the harness needs no torch
+        _set_threads(getattr(args, "threads", None))
     handlers = {"throughput": run_throughput_command, "sample-efficiency": run_sample_efficiency_command,
                 "gpu-check": run_gpu_check_command, "export-speed": run_export_speed_command,
-                "checkpoint": run_checkpoint_command}
+                "checkpoint": run_checkpoint_command, "preprocess": run_preprocess_command}
     return handlers[args.command](args)
 
 

@@ -3,7 +3,10 @@
 Writes ``{output_prefix}_{key}_document.bin/.idx`` per JSON key (readable by
 ``megatron.core.datasets.indexed_dataset.IndexedDataset`` and by the CrossBERT datasets) and a
 report ``{output_prefix}_preprocess_report.json``. Bad lines are skipped and counted (or, with
---strict, stop the run with file:line). Outputs appear atomically; existing ones need --force.
+--strict, stop the run with file:line); a run that writes nothing fails. Outputs appear
+atomically; existing ones need --force. Megatron-LM's tools/preprocess_data.py flags work
+unchanged (--tokenizer-type HuggingFaceTokenizer --tokenizer-model DIR, BertWordPieceLowerCase/
+BertWordPieceCase --vocab-file, --workers, --partitions, --log-interval).
 """
 
 from __future__ import annotations
@@ -21,9 +24,13 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--input", nargs="+", required=True, help="JSONL/JSONL.gz files or globs (quoted)")
     p.add_argument("--output-prefix", required=True, help="output path prefix")
-    p.add_argument("--tokenizer", required=True, help="tokenizer directory (crossbert-train-tokenizer or any HF dir)")
+    p.add_argument("--tokenizer", default=None, help="tokenizer directory (crossbert-train-tokenizer or any HF dir)")
     p.add_argument("--json-keys", nargs="+", default=["text"], help="JSON keys to tokenize, one output per key")
-    p.add_argument("--workers", type=int, default=1, help="tokenizer processes (output identical for any value)")
+    p.add_argument("--workers", type=int, default=1,
+                   help="encoder threads; processes with --split-sentences (output identical for any value)")
+    p.add_argument("--backend", default="auto", choices=["auto", "gigatoken", "tokenizers"],
+                   help="encoding backend; auto = gigatoken when it loads the tokenizer and matches tokenizers' "
+                        "ids on a sample, else tokenizers (the choice is logged)")
     p.add_argument("--split-sentences", action="store_true",
                    help="one sequence per sentence (nltk Punkt; punkt_tab if installed, else trained on the input)")
     p.add_argument("--append-eod", action="store_true", help="append the end-of-document token to each document")
@@ -31,6 +38,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="overwrite existing outputs")
     p.add_argument("--log-interval", type=int, default=10000, help="documents between progress updates")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (log lines instead)")
+    m = p.add_argument_group("Megatron-LM tools/preprocess_data.py compatibility")
+    m.add_argument("--tokenizer-type", default=None,
+                   help="HuggingFaceTokenizer (with --tokenizer-model), BertWordPieceLowerCase or BertWordPieceCase "
+                        "(with --vocab-file); other types are refused")
+    m.add_argument("--tokenizer-model", default=None, help="HF tokenizer directory (same as --tokenizer)")
+    m.add_argument("--vocab-file", default=None, help="BERT vocab.txt for the BertWordPiece types")
+    m.add_argument("--merge-file", default=None, help=argparse.SUPPRESS)
+    m.add_argument("--partitions", type=int, default=1,
+                   help="accepted for compatibility; input is streamed, so partitions change nothing")
     g = p.add_argument_group("static mask pairs")
     g.add_argument("--emit-mask-pairs", action="store_true",
                    help="also write packed samples and both views' visible/target positions "
@@ -52,8 +68,14 @@ def main(argv: list[str] | None = None) -> int:
     from megatron_crossbert.data.jsonl import BadInputError
     from megatron_crossbert.data.preprocess import PreprocessOptions, preprocess, report_path
 
+    try:
+        tokenizer, kind = _tokenizer_from_args(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     opts = PreprocessOptions(
-        inputs=args.input, output_prefix=args.output_prefix, tokenizer=args.tokenizer, json_keys=args.json_keys,
+        inputs=args.input, output_prefix=args.output_prefix, tokenizer=tokenizer, tokenizer_kind=kind,
+        backend=args.backend, json_keys=args.json_keys,
         workers=args.workers, split_sentences=args.split_sentences, append_eod=args.append_eod,
         strict=args.strict, force=args.force, log_interval=args.log_interval, progress=not args.no_progress,
         emit_mask_pairs=args.emit_mask_pairs, seq_length=args.seq_length, mask_ratio=args.mask_ratio,
@@ -65,6 +87,20 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(_summary(report, report_path(args.output_prefix)))
     return 0
+
+
+def _tokenizer_from_args(args) -> tuple[str, str]:
+    """Our --tokenizer or Megatron-LM's tokenizer flags -> (path, kind); ValueError in one line."""
+    from megatron_crossbert.data.tokenizer_sources import resolve_megatron_tokenizer
+
+    path, kind = resolve_megatron_tokenizer(args.tokenizer_type, args.tokenizer_model, args.vocab_file, args.tokenizer)
+    if args.merge_file:
+        raise ValueError("--merge-file (GPT-2 BPE vocab + merges) is not supported; convert the tokenizer to a "
+                         "Hugging Face directory with a tokenizer.json and pass --tokenizer DIR")
+    if args.partitions != 1:
+        logging.getLogger(__name__).info("--partitions %d accepted and ignored: the input is streamed in chunks",
+                                         args.partitions)
+    return path, kind
 
 
 def _summary(report: dict, path: str) -> str:

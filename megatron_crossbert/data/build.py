@@ -86,8 +86,9 @@ def make_dataset_config(run_cfg: RunConfig, tokenizer: Tokenizer | None = None) 
     return CrossBertDatasetConfig(
         random_seed=masking.seed, sequence_length=data.seq_length, blend=blend, split=data.split,
         path_to_cache=data.cache_dir, tokenizer=None, make_sample=get_arch(run_cfg.model.arch).make_sample,
-        cls_id=ids["cls"], sep_id=ids["sep"], mask_id=ids["mask"], special_ids=tuple(sorted(set(ids.values()))),
-        vocab_size=vocab_size, masking=masking)
+        cls_id=ids["cls"], sep_id=ids["sep"], mask_id=ids["mask"], eod_id=ids["eod"],
+        special_ids=tuple(sorted(set(ids.values()))), vocab_size=vocab_size, masking=masking,
+        strip_wrapper_tokens=data.strip_wrapper_tokens)
 
 
 def _dataset_class(run_cfg: RunConfig) -> type:

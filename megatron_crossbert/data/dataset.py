@@ -22,6 +22,7 @@ is not writable the index is simply rebuilt in memory (it is cheap: vectorised n
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -39,6 +40,7 @@ from megatron_crossbert.data.indexed import (
     check_vocab, document_lengths, document_reader, open_indexed, resolve_prefix,
 )
 from megatron_crossbert.data.packing import PackingIndex, assemble_sample, build_packing_index
+from megatron_crossbert.data.wrappers import StrippedReader, detect_wrappers
 from megatron_crossbert.masking import TokenIds, crossbert_sample
 
 logger = logging.getLogger(__name__)
@@ -55,8 +57,11 @@ class CrossBertDatasetConfig(BlendedMegatronDatasetConfig):
     mask_id: int = 4
     special_ids: tuple[int, ...] = (0, 1, 2, 3, 4, 5)
     vocab_size: int = 32768
+    eod_id: int = 5
     masking: MaskingConfig = field(default_factory=MaskingConfig)
     json_key: str = "text"
+    strip_wrapper_tokens: str = "auto"
+    """See :mod:`megatron_crossbert.data.wrappers` (``DataConfig.strip_wrapper_tokens``)."""
 
     @property
     def token_ids(self) -> TokenIds:
@@ -73,12 +78,31 @@ class CrossBertDataset(MegatronDataset):
             raise ValueError(f"{dataset_path}: the {index_split.name} split ({config.split}) has 0 of "
                              f"{self.numel_low_level_dataset(dataset)} documents but {num_samples} samples "
                              "were requested; use a split that gives it documents, or request 0 samples")
-        self.doc_lengths = document_lengths(dataset)
-        self._read = document_reader(dataset)
+        self._strip_wrappers(dataset)
         self.packing = self._load_or_build_packing()
         if self.packing.num_samples == 0 and num_samples:
             raise ValueError(f"{dataset_path}: the {index_split.name} split holds fewer than "
                              f"{config.sequence_length - 1} tokens, too few for one sample")
+
+    def _strip_wrappers(self, dataset: IndexedDataset) -> None:
+        """Detect per-document [CLS]/[SEP]/eod wrappers, log the decision, put it in the cache key,
+        and read documents without them (documents left empty are not packed)."""
+        cfg = self.config
+        lengths, read = document_lengths(dataset), document_reader(dataset)
+        strip = detect_wrappers(read, lengths, cls_id=cfg.cls_id, sep_id=cfg.sep_id, eod_id=cfg.eod_id,
+                                mode=cfg.strip_wrapper_tokens)
+        logger.info("%s: wrapper tokens (strip_wrapper_tokens=%s): %s; stripping %d leading, %d trailing per document",
+                    self.dataset_path, strip.mode, strip.evidence, strip.lead, strip.trail)
+        self.wrapper_strip = strip
+        self.unique_identifiers["wrapper_strip"] = strip.describe()
+        self.unique_description = json.dumps(self.unique_identifiers, indent=4,
+                                             default=lambda obj: obj.unique_identifiers)
+        self.unique_description_hash = hashlib.md5(self.unique_description.encode("utf-8"),
+                                                   usedforsecurity=False).hexdigest()
+        self.doc_lengths = strip.lengths(lengths)
+        self._read = StrippedReader(read, strip.lead)
+        if strip.active:
+            self.indices = self.indices[self.doc_lengths[self.indices] > 0]
 
     @staticmethod
     def numel_low_level_dataset(low_level_dataset: IndexedDataset) -> int:
@@ -93,7 +117,7 @@ class CrossBertDataset(MegatronDataset):
 
     @staticmethod
     def _key_config_attributes() -> list[str]:
-        return ["random_seed", "sequence_length", "split", "split_matrix"]
+        return ["random_seed", "sequence_length", "split", "split_matrix", "strip_wrapper_tokens"]
 
     def _cache_path(self) -> str:
         root = self.config.path_to_cache or os.path.join(

@@ -6,22 +6,21 @@ Megatron-LM's own preprocessor load unchanged); this module adds what it does no
 files named explicitly, a bad header, a truncated index, a ``.bin`` whose size disagrees with the
 index, and token ids outside the tokenizer's vocabulary.
 
-Atomic writing (:class:`AtomicIndexedWriter`): data goes to ``<prefix>.tmp-<pid>.bin/.idx``; on
-commit the old ``.idx`` is removed first, then ``.bin`` and finally ``.idx`` are renamed into
-place. A crash at any point leaves either the old pair, no ``.idx`` at all, or the new pair,
-never an index that describes the wrong data.
+Writing (torch-free, atomic) lives in :mod:`megatron_crossbert.data.idx_format`; its
+``AtomicIndexedWriter`` is re-exported here for existing callers.
 """
 
 from __future__ import annotations
 
 import os
 import struct
-from pathlib import Path
 
 import numpy as np
-from megatron.core.datasets.indexed_dataset import (
-    _INDEX_HEADER, DType, IndexedDataset, IndexedDatasetBuilder, get_bin_path, get_idx_path,
-)
+from megatron.core.datasets.indexed_dataset import IndexedDataset, get_bin_path, get_idx_path
+
+from megatron_crossbert.data.idx_format import HEADER_BYTES, AtomicIndexedWriter, read_header
+
+__all__ = ["AtomicIndexedWriter", "CorruptDatasetError", "open_indexed", "resolve_prefix"]
 
 
 class CorruptDatasetError(ValueError):
@@ -40,17 +39,10 @@ def resolve_prefix(prefix: str, key: str = "text") -> str:
 
 
 def _check_header(idx_path: str) -> None:
-    with open(idx_path, "rb") as handle:
-        head = handle.read(len(_INDEX_HEADER) + 8 + 1 + 8 + 8)
-    if len(head) < len(_INDEX_HEADER) + 8 + 1 + 16 or not head.startswith(_INDEX_HEADER):
-        raise CorruptDatasetError(f"{idx_path}: not a Megatron indexed-dataset index (bad or truncated header)")
-    version = struct.unpack("<Q", head[9:17])[0]
-    if version != 1:
-        raise CorruptDatasetError(f"{idx_path}: unsupported index version {version}")
     try:
-        DType.dtype_from_code(head[17])
-    except (KeyError, ValueError) as exc:
-        raise CorruptDatasetError(f"{idx_path}: unknown token dtype code {head[17]}") from exc
+        read_header(idx_path)
+    except ValueError as exc:
+        raise CorruptDatasetError(str(exc)) from None
 
 
 def _check_index_size(idx_path: str) -> None:
@@ -59,12 +51,10 @@ def _check_index_size(idx_path: str) -> None:
     Checked before megatron's IndexedDataset sees the file: a short file makes its constructor
     fail half-way, and the half-built object's ``__del__`` then prints extra tracebacks.
     """
-    with open(idx_path, "rb") as handle:
-        handle.seek(len(_INDEX_HEADER) + 8 + 1)
-        sequences, doc_indices = struct.unpack("<QQ", handle.read(16))
+    _, sequences, doc_indices = read_header(idx_path)
     if sequences == 0:
         raise CorruptDatasetError(f"{idx_path}: the dataset holds 0 documents (was the preprocessing input empty?)")
-    needed = len(_INDEX_HEADER) + 8 + 1 + 16 + sequences * (4 + 8) + doc_indices * 8
+    needed = HEADER_BYTES + sequences * (4 + 8) + doc_indices * 8
     size = os.path.getsize(idx_path)
     if size < needed:
         raise CorruptDatasetError(f"{idx_path}: truncated: {size} bytes, but its header describes {sequences} "
@@ -130,40 +120,3 @@ def check_vocab(dataset: IndexedDataset, vocab_size: int, prefix: str, max_token
     if top >= vocab_size:
         raise ValueError(f"{prefix}: token id {top} >= tokenizer vocab size {vocab_size}; the data was "
                          "tokenized with a different (larger) vocabulary than the configured tokenizer")
-
-
-class AtomicIndexedWriter:
-    """``IndexedDatasetBuilder`` writing to temporary names, renamed into place by :meth:`commit`."""
-
-    def __init__(self, prefix: str, vocab_size: int | None, dtype=None) -> None:
-        self.prefix = prefix
-        self.tmp_prefix = f"{prefix}.tmp-{os.getpid()}"
-        self.dtype = dtype if dtype is not None else DType.optimal_dtype(vocab_size)
-        Path(prefix).parent.mkdir(parents=True, exist_ok=True)
-        self.builder = IndexedDatasetBuilder(get_bin_path(self.tmp_prefix), dtype=self.dtype)
-        self.finalized = False
-
-    def add_document(self, tokens: np.ndarray, lengths: list[int]) -> None:
-        self.builder.add_document(tokens, lengths)
-
-    def finalize(self) -> None:
-        """Write the temporary .idx (data complete, still under the temporary name)."""
-        self.builder.finalize(get_idx_path(self.tmp_prefix))
-        self.finalized = True
-
-    def commit(self) -> None:
-        if not self.finalized:
-            self.finalize()
-        final_idx = get_idx_path(self.prefix)
-        if os.path.exists(final_idx):
-            os.remove(final_idx)
-        os.replace(get_bin_path(self.tmp_prefix), get_bin_path(self.prefix))
-        os.replace(get_idx_path(self.tmp_prefix), final_idx)
-
-    def abort(self) -> None:
-        """Remove temporary files (after an error or Ctrl-C); final names are left untouched."""
-        if not self.builder.data_file.closed:
-            self.builder.data_file.close()
-        for path in (get_bin_path(self.tmp_prefix), get_idx_path(self.tmp_prefix)):
-            if os.path.exists(path):
-                os.remove(path)

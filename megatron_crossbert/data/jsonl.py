@@ -5,9 +5,14 @@ here raises on bad input: each physical line becomes either texts or a skip *kin
 caller decides whether to count it or (under ``--strict``) fail with ``file:line``.
 
 Skip kinds: ``invalid_utf8``, ``invalid_json``, ``not_object`` (valid JSON that is not an object),
-``missing_key``, ``not_string``, ``empty_text`` (empty or whitespace only), ``blank_line``, ``no_tokens`` (the tokenizer produced nothing) and
-``truncated_gzip`` (a .gz stream that ends early or is corrupt; the rest of that file is lost and
-counted as one skipped document at the line where reading stopped).
+``missing_key``, ``not_string``, ``empty_text`` (empty or whitespace only), ``blank_line``, ``no_tokens``
+(the tokenizer produced nothing), ``truncated_gzip`` (a .gz stream that ends early or is corrupt;
+the rest of that file is lost and counted as one skipped document at the line where reading
+stopped), ``not_gzip`` (a ``.gz`` file that is not gzip at all) and ``empty_file`` (a file of
+0 bytes); each of the last two counts as one skipped document at line 1 of that file.
+
+Files are read in chunks of lines (:func:`iter_line_chunks`), never line objects one by one, so
+reading costs little more than gzip's own decompression.
 """
 
 from __future__ import annotations
@@ -22,11 +27,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SKIP_KINDS = ("invalid_utf8", "invalid_json", "not_object", "missing_key", "not_string", "empty_text",
-              "blank_line", "no_tokens", "truncated_gzip")
+              "blank_line", "no_tokens", "truncated_gzip", "not_gzip", "empty_file")
+GZIP_MAGIC = b"\x1f\x8b"
 
 
 class BadInputError(ValueError):
-    """Raised under --strict for the first bad line; the message starts with ``file:line:``."""
+    """Bad input, in one line naming the file: under --strict the first bad line (``file:line:``),
+    a directory given as a file, or a run in which every document was skipped."""
 
 
 def expand_inputs(patterns: Sequence[str]) -> list[Path]:
@@ -37,6 +44,9 @@ def expand_inputs(patterns: Sequence[str]) -> list[Path]:
         if not matches:
             raise FileNotFoundError(f"input pattern matched no files: {pattern}")
         for match in matches:
+            if os.path.isdir(match):
+                raise BadInputError(f"{match}: is a directory, not a JSONL file; pass the files in it "
+                                    f"(e.g. --input '{os.path.join(match, '*.jsonl*')}')")
             if not os.path.isfile(match):
                 raise FileNotFoundError(f"input file not found: {match}")
             if Path(match) not in paths:
@@ -45,29 +55,55 @@ def expand_inputs(patterns: Sequence[str]) -> list[Path]:
 
 
 @dataclass(frozen=True)
-class RawLine:
-    """One physical line (bytes), or a read error standing in for the unreadable rest of a file."""
+class LineChunk:
+    """Consecutive lines of one file starting at ``first_line``; ``error`` is a skip kind
+    (``truncated_gzip``, ``not_gzip``, ``empty_file``) standing in for the unreadable rest of it,
+    one line after the last one in ``lines``."""
 
     path: str
-    line_no: int
-    data: bytes | None
+    first_line: int
+    lines: list[bytes]
     error: str | None = None
+    detail: str = ""
 
 
 def _open(path: Path):
-    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+    """gzip for ``.gz`` files that start with the gzip magic; None for a ``.gz`` that does not."""
+    if path.suffix != ".gz":
+        return open(path, "rb")
+    with open(path, "rb") as handle:
+        if handle.read(2) != GZIP_MAGIC:
+            return None
+    return gzip.open(path, "rb")
 
 
-def iter_raw_lines(paths: Iterable[Path]) -> Iterator[RawLine]:
-    """Yield every line of every file; a truncated/corrupt gzip yields one ``truncated_gzip`` entry."""
+def _file_chunks(path: Path, size: int) -> Iterator[LineChunk]:
+    if os.path.getsize(path) == 0:
+        yield LineChunk(str(path), 1, [], "empty_file", "the file is empty (0 bytes)")
+        return
+    handle = _open(path)
+    if handle is None:
+        yield LineChunk(str(path), 1, [], "not_gzip", "named .gz but does not start with the gzip magic bytes")
+        return
+    first, lines = 1, []
+    with handle:
+        try:
+            for line in handle:
+                lines.append(line)
+                if len(lines) >= size:
+                    yield LineChunk(str(path), first, lines)
+                    first, lines = first + len(lines), []
+        except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+            yield LineChunk(str(path), first, lines, "truncated_gzip", f"{type(exc).__name__}: {exc}")
+            return
+    if lines:
+        yield LineChunk(str(path), first, lines)
+
+
+def iter_line_chunks(paths: Iterable[Path], size: int = 4096) -> Iterator[LineChunk]:
+    """Every line of every file, at most ``size`` lines per chunk; chunks never span files."""
     for path in paths:
-        line_no = 0
-        with _open(path) as handle:
-            try:
-                for line_no, data in enumerate(handle, start=1):
-                    yield RawLine(str(path), line_no, data)
-            except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
-                yield RawLine(str(path), line_no + 1, None, error=f"truncated_gzip: {exc}")
+        yield from _file_chunks(path, size)
 
 
 def parse_line(data: bytes, keys: Sequence[str]) -> tuple[dict[str, str] | None, str | None]:
@@ -104,13 +140,12 @@ def parse_line(data: bytes, keys: Sequence[str]) -> tuple[dict[str, str] | None,
 def iter_texts(patterns: Sequence[str], key: str = "text", max_docs: int | None = None) -> Iterator[str]:
     """Good texts of one key, bad lines silently dropped (for tokenizer training, not preprocessing)."""
     count = 0
-    for raw in iter_raw_lines(expand_inputs(patterns)):
-        if raw.data is None:
-            continue
-        texts, _ = parse_line(raw.data, [key])
-        if texts is None:
-            continue
-        yield texts[key]
-        count += 1
-        if max_docs is not None and count >= max_docs:
-            return
+    for chunk in iter_line_chunks(expand_inputs(patterns)):
+        for data in chunk.lines:
+            texts, _ = parse_line(data, [key])
+            if texts is None:
+                continue
+            yield texts[key]
+            count += 1
+            if max_docs is not None and count >= max_docs:
+                return

@@ -13,8 +13,10 @@ The stream is the split's documents in a shuffled order, each document followed 
 So [SEP] marks every document end, a sample may start mid-document (a long document continues
 into the next sample, after that sample's [CLS]), and a sample may hold the tail of one document
 and the head of the next. Sentence boundaries inside a document (``--split-sentences`` data) are
-not marked: sentences of a document are contiguous. Tokens already in the data (e.g. an [EOD]
-appended by ``--append-eod``) are kept as they are.
+not marked: sentences of a document are contiguous. Wrapper tokens already around documents
+([CLS] doc [SEP] + eod, as Megatron-LM writes them, or our ``--append-eod``) are removed by the
+dataset before packing (:mod:`megatron_crossbert.data.wrappers`, ``data.strip_wrapper_tokens``);
+other tokens in the data are kept as they are.
 
 Order: epoch ``e`` is a permutation of the split's documents drawn from one
 ``np.random.default_rng(seed)`` stream (epochs drawn in turn); the stream runs across epoch

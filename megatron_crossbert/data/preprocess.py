@@ -6,8 +6,12 @@ Guarantees:
   (``{prefix}_preprocess_report.json``) has ``documents_read == documents_written +
   documents_skipped``, counts per skip kind and the first ``file:line`` of each kind. ``strict``
   turns the first bad line into :class:`~megatron_crossbert.data.jsonl.BadInputError`.
-* **Same bytes for any worker count.** Workers transform chunks (see ``preprocess_worker``); the
-  parent writes results in input order. Chunks are bounded in flight, so memory stays flat.
+* **Same bytes for any worker count and backend.** ``--workers`` sizes the Rust encoder's
+  threads (or, with ``--split-sentences``, a process pool); the parent writes chunk results in
+  input order. The backend (``encoding.choose_encoder``) gives HF ``tokenizers``' ids by contract.
+* **Bounded memory, light process.** Lines are read, encoded and written chunk by chunk (at most
+  ``4 * workers`` chunks in flight); the writer keeps only per-sequence lengths. Nothing here
+  imports torch (the ``.bin/.idx`` writer is numpy, ``idx_format``), except ``--emit-mask-pairs``.
 * **Atomic outputs.** Everything is written under temporary names and renamed into place only
   after all outputs are complete (``AtomicIndexedWriter``); on an error or Ctrl-C temporaries are
   removed. Existing outputs are refused unless ``force``.
@@ -27,18 +31,22 @@ import time
 from collections import Counter, deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from itertools import islice
+from itertools import chain
 
 import numpy as np
 from tqdm import tqdm
 
 from megatron_crossbert.checkpoint_format import atomic_write_text
-from megatron_crossbert.data.indexed import AtomicIndexedWriter
-from megatron_crossbert.data.jsonl import BadInputError, RawLine, expand_inputs, iter_raw_lines, iter_texts
-from megatron_crossbert.data.preprocess_worker import (
-    LineResult, WorkerSpec, init_pool_worker, init_worker, process_chunk,
+from megatron_crossbert.data.encoding import choose_encoder
+from megatron_crossbert.data.fingerprint import record_path, write_dataset_record
+from megatron_crossbert.data.idx_format import AtomicIndexedWriter
+from megatron_crossbert.data.jsonl import (
+    BadInputError, LineChunk, expand_inputs, iter_line_chunks, iter_texts, parse_line,
 )
-from megatron_crossbert.data.tokenizer import load_tokenizer
+from megatron_crossbert.data.preprocess_worker import (
+    ChunkResult, WorkerSpec, init_pool_worker, init_worker, process_chunk,
+)
+from megatron_crossbert.data.tokenizer_sources import open_tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -57,13 +65,18 @@ class PreprocessOptions:
     strict: bool = False
     force: bool = False
     log_interval: int = 10000
-    chunk_lines: int = 256
+    chunk_lines: int = 4096
+    """Lines per chunk: one encode batch (large enough for the Rust threads to pay off)."""
     progress: bool = True
     emit_mask_pairs: bool = False
     seq_length: int | None = None
     mask_ratio: float = 0.5
     seed: int = 1234
     complementary: bool = True
+    tokenizer_kind: str = "auto"
+    """How to read ``tokenizer``: auto (directory/tokenizer.json), bert-lower/bert-cased (a BERT vocab.txt)."""
+    backend: str = "auto"
+    """Encoding backend: auto (gigatoken where verified identical, else tokenizers), gigatoken, tokenizers."""
 
 
 def document_prefix(output_prefix: str, key: str) -> str:
@@ -82,7 +95,8 @@ def planned_outputs(opts: PreprocessOptions) -> list[str]:
     """Every file a run will create (used for the overwrite check)."""
     paths = [report_path(opts.output_prefix)]
     for key in opts.json_keys:
-        paths += [document_prefix(opts.output_prefix, key) + ext for ext in (".bin", ".idx")]
+        prefix = document_prefix(opts.output_prefix, key)
+        paths += [prefix + ".bin", prefix + ".idx", str(record_path(prefix))]
         if opts.emit_mask_pairs:
             base = mask_pairs_prefix(opts.output_prefix, key)
             paths += [f"{base}_{part}{ext}" for part in ("samples", "visible", "targets") for ext in (".bin", ".idx")]
@@ -114,22 +128,30 @@ class _Tally:
         self.opts = opts
         self.bar = tqdm(unit=" docs", disable=not opts.progress, dynamic_ncols=True, mininterval=0.5)
 
-    def add(self, result: LineResult) -> None:
-        self.read += 1
-        self.bytes += result.nbytes
-        if result.skip is not None:
-            where = f"{result.path}:{result.line_no}"
+    def add(self, result: ChunkResult) -> None:
+        for line_no, kind, detail in result.skips:
+            where = f"{result.path}:{line_no}"
             if self.opts.strict:
-                raise BadInputError(f"{where}: {result.skip}" + (f" ({result.detail})" if result.detail else ""))
-            self.skips[result.skip] += 1
-            self.first_skip.setdefault(result.skip, where)
-        else:
-            self.written += 1
-            for key, (tokens, lengths) in result.docs.items():
-                self.tokens[key] += int(tokens.size)
-                self.sequences[key] += len(lengths)
-        if self.read % max(1, self.opts.log_interval) == 0:
+                raise BadInputError(f"{where}: {kind}" + (f" ({detail})" if detail else ""))
+            self.skips[kind] += 1
+            self.first_skip.setdefault(kind, where)
+        self.read += result.lines_read
+        self.written += result.written
+        self.bytes += result.nbytes
+        for key, kt in result.docs.items():
+            self.tokens[key] += int(kt.tokens.size)
+            self.sequences[key] += int(kt.seq_lengths.size)
+        every = max(1, self.opts.log_interval)
+        if self.read // every != (self.read - result.lines_read) // every:  # crossed a --log-interval mark
             self.log()
+
+    def check_written(self) -> None:
+        """A run that writes nothing is an error that says what was skipped and why."""
+        if self.written:
+            return
+        skips = ", ".join(f"{kind}={n} (first at {self.first_skip[kind]})" for kind, n in sorted(self.skips.items()))
+        raise BadInputError(f"{', '.join(self.opts.inputs)}: no documents written; {self.read} read, all skipped"
+                            + (f": {skips}" if skips else " (the inputs hold no lines)"))
 
     def rates(self) -> tuple[float, float, float]:
         elapsed = max(time.perf_counter() - self.start, 1e-9)
@@ -150,16 +172,12 @@ class _Tally:
                 "docs_per_s": round(docs_s, 1), "mb_per_s": round(mb_s, 3)}
 
 
-def _chunks(lines: Iterator[RawLine], size: int) -> Iterator[list[RawLine]]:
-    while chunk := list(islice(lines, size)):
-        yield chunk
-
-
-def _ordered_results(spec: WorkerSpec, chunks: Iterator[list[RawLine]], workers: int,
-                     tokenizer) -> Iterator[list[LineResult]]:
-    """Results chunk by chunk in input order; at most ``4 * workers`` chunks in flight."""
-    if workers == 1:
-        init_worker(spec, tokenizer)
+def _ordered_results(spec: WorkerSpec, chunks: Iterator[LineChunk], workers: int,
+                     encoder) -> Iterator[ChunkResult]:
+    """Results chunk by chunk in input order. Inline (the encoder threads itself) unless sentence
+    splitting (Python) needs processes; then at most ``4 * workers`` chunks are in flight."""
+    if workers == 1 or spec.splitter is None:
+        init_worker(spec, encoder)
         yield from (process_chunk(chunk) for chunk in chunks)
         return
     with multiprocessing.get_context("spawn").Pool(workers, initializer=init_pool_worker, initargs=(spec,)) as pool:
@@ -170,6 +188,12 @@ def _ordered_results(spec: WorkerSpec, chunks: Iterator[list[RawLine]], workers:
                 yield pending.popleft().get()
         while pending:
             yield pending.popleft().get()
+
+
+def _sample_texts(chunk: LineChunk | None, key: str, limit: int = 512) -> list[str]:
+    """Good texts of the first chunk: the real-input sample the backend is verified on."""
+    parsed = (parse_line(data, [key])[0] for data in (chunk.lines[:limit] if chunk else []))
+    return [texts[key] for texts in parsed if texts is not None]
 
 
 def _write_json_atomic(path: str, payload: dict) -> None:
@@ -202,50 +226,64 @@ def _splitter(opts: PreprocessOptions, paths):
     return make_splitter(iter_texts([str(p) for p in paths], opts.json_keys[0]))
 
 
-def _consume(opts: PreprocessOptions, spec: WorkerSpec, paths, tokenizer, tally: _Tally,
+def _consume(opts: PreprocessOptions, spec: WorkerSpec, chunks: Iterator[LineChunk], encoder, tally: _Tally,
              writers: dict[str, AtomicIndexedWriter]) -> None:
-    """Read, (pool-)process and write every line in input order; finalize the document files."""
-    chunks = _chunks(iter_raw_lines(paths), opts.chunk_lines)
-    for results in _ordered_results(spec, chunks, opts.workers, tokenizer):
-        for result in results:
-            tally.add(result)
-            for key, (tokens, lengths) in (result.docs or {}).items():
-                writers[key].add_document(tokens, lengths)
-        tally.bar.update(len(results))
+    """Process and write every chunk in input order; finalize the document files."""
+    for result in _ordered_results(spec, chunks, opts.workers, encoder):
+        tally.add(result)
+        for key, kt in result.docs.items():
+            writers[key].add_documents(kt.tokens, kt.seq_lengths, kt.seqs_per_doc)
+        tally.bar.update(result.lines_read)
     tally.log()
     tally.bar.close()
+    tally.check_written()
     for writer in writers.values():
         writer.finalize()
 
 
-def _commit(opts: PreprocessOptions, writers: list[AtomicIndexedWriter], metas: dict, report: dict) -> None:
-    """Rename everything into place; the report goes last (its presence means a complete run)."""
+def _commit(opts: PreprocessOptions, writers: list[AtomicIndexedWriter], metas: dict, report: dict,
+            tokenizer) -> None:
+    """Rename everything into place, each document dataset's tokenizer record just before it;
+    the report goes last (its presence means a complete run)."""
+    documents = {document_prefix(opts.output_prefix, key) for key in opts.json_keys}
     for writer in writers:
+        if writer.prefix in documents:
+            write_dataset_record(writer.prefix, tokenizer, opts.tokenizer)
         writer.commit()
     for key, meta in metas.items():
         _write_json_atomic(f"{mask_pairs_prefix(opts.output_prefix, key)}_meta.json", meta)
     _write_json_atomic(report_path(opts.output_prefix), report)
 
 
+def _start(opts: PreprocessOptions, paths, tokenizer) -> tuple[Iterator[LineChunk], object]:
+    """The chunk stream and the encoder, verified on the stream's first chunk (put back in front)."""
+    chunks = iter_line_chunks(paths, opts.chunk_lines)
+    first = next(chunks, None)
+    encoder = choose_encoder(tokenizer, opts.backend, opts.workers, _sample_texts(first, opts.json_keys[0]))
+    return (chain([first], chunks) if first is not None else chunks), encoder
+
+
 def preprocess(opts: PreprocessOptions) -> dict:
     """Run the whole conversion; returns the report dict (also written next to the outputs)."""
     _check_options(opts)
     paths = expand_inputs(opts.inputs)
-    tokenizer = load_tokenizer(opts.tokenizer)
+    tokenizer = open_tokenizer(opts.tokenizer, opts.tokenizer_kind)
     splitter = _splitter(opts, paths)
-    spec = WorkerSpec(str(opts.tokenizer), tuple(opts.json_keys), splitter, opts.append_eod)
+    chunks, encoder = _start(opts, paths, tokenizer)
+    spec = WorkerSpec(str(opts.tokenizer), opts.tokenizer_kind, tuple(opts.json_keys), splitter, opts.append_eod,
+                      tokenizer.eod_id, encoder.name)
     tally = _Tally(opts)
     writers = {key: AtomicIndexedWriter(document_prefix(opts.output_prefix, key), tokenizer.vocab_size)
                for key in opts.json_keys}
     all_writers = list(writers.values())
     try:
-        _consume(opts, spec, paths, tokenizer, tally, writers)
+        _consume(opts, spec, chunks, encoder, tally, writers)
         metas: dict = {}
         if opts.emit_mask_pairs:
             extra, metas = _emit_mask_pairs(opts, writers, tokenizer)
             all_writers += extra
-        report = _report(opts, tokenizer, splitter, tally, writers, metas)
-        _commit(opts, all_writers, metas, report)
+        report = _report(opts, tokenizer, splitter, tally, writers, metas, encoder.name)
+        _commit(opts, all_writers, metas, report, tokenizer)
         return report
     except BaseException:
         tally.bar.close()
@@ -254,9 +292,11 @@ def preprocess(opts: PreprocessOptions) -> dict:
         raise
 
 
-def _report(opts: PreprocessOptions, tokenizer, splitter, tally: _Tally, writers, metas) -> dict:
+def _report(opts: PreprocessOptions, tokenizer, splitter, tally: _Tally, writers, metas, backend: str) -> dict:
     return {"inputs": opts.inputs, "output_prefix": opts.output_prefix, "tokenizer": str(opts.tokenizer),
+            "tokenizer_kind": opts.tokenizer_kind,
             "vocab_size": tokenizer.vocab_size, "json_keys": opts.json_keys, "workers": opts.workers,
+            "backend": backend,
             "split_sentences": opts.split_sentences, "append_eod": opts.append_eod,
             "sentence_splitter": splitter.describe() if splitter else None,
             "dtype": np.dtype(next(iter(writers.values())).dtype).name,
