@@ -10,6 +10,8 @@ reconstruction branch differ. ``SIZES`` holds those shared shapes:
   L/6h = 0.11 and V/(12·12·768) = 0.28. ``cpu`` (h=256, 8 layers, L=192, V=8192) gives 0.125 and
   0.33, close to both.
 * ``base`` / ``large``: the real BERT-base / BERT-large encoders at L=512 (GPU).
+* ``claims``: the small model of the GPU claims run (``benchmarking.device.claims``): trained
+  for minutes per arm on one H200, and timed here first to size the equal-FLOPs budget.
 * ``tiny``: smoke tests only.
 """
 
@@ -28,6 +30,8 @@ SIZES: dict[str, dict] = {
                  decoder_num_layers=2, micro_batch_size=32),
     "large": dict(hidden_size=1024, num_layers=24, num_attention_heads=16, vocab_size=30522, seq_length=512,
                   decoder_num_layers=2, micro_batch_size=32),
+    "claims": dict(hidden_size=512, num_layers=8, num_attention_heads=8, vocab_size=16384, seq_length=128,
+                   decoder_num_layers=2, micro_batch_size=128),
 }
 
 # (name, arch, mask_ratio, complementary): the settings the issue asks for, BERT first (the reference).
