@@ -33,8 +33,8 @@ def _sentence(rng: random.Random, n: int = 10) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(n))
 
 
-def write_shared_data(root: Path) -> Path:
-    """A shared-data layout: two gzipped JSONL corpus sources and every claims GLUE task (random text)."""
+def write_shared_data(root: Path, tasks: tuple[str, ...] = plan.GLUE_TASKS) -> Path:
+    """A shared-data layout: two gzipped JSONL corpus sources and GLUE ``tasks`` (random text)."""
     rng = random.Random(0)
     (root / "corpus").mkdir(parents=True)
     for source in ("alpha", "beta"):
@@ -47,12 +47,17 @@ def write_shared_data(root: Path) -> Path:
             "MRPC": lambda i: f"{i % 2}\t{i}\t{i}\t{_sentence(rng)}\t{_sentence(rng)}",
             "STS-B": lambda i: f"{i}\t{_sentence(rng)}\t{_sentence(rng)}\t{i % 6:.1f}",
             "RTE": lambda i: f"{i}\t{_sentence(rng)}\t{_sentence(rng)}\t{'entailment' if i % 2 else 'not_entailment'}"}
-    for task, header in headers.items():
+    for task in tasks:
+        header = headers[task]
         (root / "glue" / task).mkdir(parents=True)
         for split, count in (("train", 40), ("dev", 20)):
             lines = ([header] if header else []) + [rows[task](i) for i in range(count)]
             (root / "glue" / task / f"{split}.tsv").write_text("\n".join(lines) + "\n")
     return root
+
+
+TOY_TASKS = ("SST-2", "STS-B")
+"""The dry run probes two tasks (a classification and the regression) to stay within minutes."""
 
 
 def _git_repo(root: Path, ignore: str = ".device_carry/\n") -> Path:
@@ -112,6 +117,29 @@ def test_prepare_copies_data_prints_calls_and_refuses_past_the_limit(tmp_path, c
     assert "not git-ignored" in capsys.readouterr().err
 
 
+def test_equal_flops_budget_fills_the_training_time(tmp_path):
+    from megatron_crossbert.benchmarking.device.claims import arm_runs, claims_plan, flops_budget
+    from megatron_crossbert.benchmarking.sample_efficiency.plan import flops_per_sample
+
+    config = plan.DeviceCheckConfig(glue_dir="/nonexistent", toy=True)
+    with pytest.raises(FileNotFoundError, match="no GLUE dev.tsv"):
+        claims_plan(config, 1234)
+    config.toy = False
+    with pytest.raises(FileNotFoundError, match="missing GLUE dev sets"):
+        claims_plan(config, 1234)
+    claims = claims_plan(plan.DeviceCheckConfig(glue_dir=str(write_shared_data(tmp_path) / "glue")), 7)
+    assert claims.precision == "bf16" and claims.probe_device == "cuda" and claims.probe_max_test is None
+    rates = {"bert": 900.0, "crossbert-single": 1500.0, "crossbert-compl": 800.0}
+    budget = flops_budget(claims, rates, train_seconds=180.0)
+    runs = arm_runs(claims, budget)
+    assert [r.name for r in runs] == ["bert-s7", "crossbert-single-s7", "crossbert-compl-s7", "init-reference-s7"]
+    seconds = sum(r.train_steps * claims.global_batch / rates[r.name[:-3]] for r in runs[:3])
+    assert seconds == pytest.approx(180.0, rel=0.01)
+    for run in runs[:3]:
+        flops = flops_per_sample(claims, run.arch, run.mask_ratio, run.complementary, run.shape)
+        assert flops * run.train_steps * claims.global_batch == pytest.approx(budget, rel=0.01)
+
+
 def _toy_config(tmp_path: Path, shared: Path, stages: list[str]) -> plan.DeviceCheckConfig:
     return plan.DeviceCheckConfig(toy=True, stages=stages, out_dir=str(tmp_path / "out"),
                                   work_dir=str(tmp_path / "work"), corpus=str(shared / "corpus"),
@@ -137,7 +165,7 @@ def test_a_stage_past_its_budget_is_killed_and_the_next_still_runs(tmp_path, mon
 def test_toy_dry_run_of_every_stage_and_its_results_section(tmp_path):
     from megatron_crossbert.benchmarking.device.report import SECTION_START, gpu_section, write_gpu_section
 
-    shared, out = write_shared_data(tmp_path / "shared"), tmp_path / "out"
+    shared, out = write_shared_data(tmp_path / "shared", tasks=TOY_TASKS), tmp_path / "out"
     env = {**os.environ, "PYTHON": sys.executable, "OUT": str(out), "OMP_NUM_THREADS": "1"}
     argv = ["bash", str(REPO / "scripts" / "device_check.sh"), "run", "--toy", "--work-dir", str(tmp_path / "work"),
             "--corpus", str(shared / "corpus"), "--glue-dir", str(shared / "glue"), "--probe-max-train", "30"]
@@ -156,7 +184,7 @@ def test_toy_dry_run_of_every_stage_and_its_results_section(tmp_path):
     assert [arm["arm"] for arm in arms] == ["bert", "crossbert-single", "crossbert-compl", "init-reference"]
     trained = [arm["model_flops"] for arm in arms[:3]]
     assert max(trained) / min(trained) < 1.5  # equal FLOPs up to one step's rounding at toy size
-    assert all(set(arm["scores"]["tasks"]) == set(plan.GLUE_TASKS) for arm in arms)
+    assert all(set(arm["scores"]["tasks"]) == set(TOY_TASKS) for arm in arms)
     section = gpu_section([payload])
     assert section.startswith(SECTION_START) and payload["meta"]["started_utc"] in section
     assert payload["meta"]["command"] in section and "| crossbert-compl |" in section

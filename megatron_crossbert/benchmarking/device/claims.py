@@ -10,7 +10,8 @@ probes on GLUE, here the full dev sets on the GPU).
 Equal compute: the arms' speeds are measured first by the interleaved throughput benchmark at the
 claims shape; every arm then gets the same model-FLOPs budget F, chosen so that all arms together
 train for ``train_seconds``: F = T / sum_i 1 / (flops_i * samples_per_s_i). Steps per arm are
-F / (flops per sample * batch). Probing runs in parallel processes (sklearn is CPU-bound), which
+F / (flops per sample * batch). The toy dry run measures the speeds the same way but uses a fixed
+budget of a few BERT steps, so its length does not depend on the CPU's load. Probing runs in parallel processes (sklearn is CPU-bound), which
 split the checkpoints through the probe stage's lock files. A second seed runs only when the
 first left time for it inside the stage budget; the result says how many seeds ran.
 """
@@ -60,7 +61,7 @@ def claims_plan(config: DeviceCheckConfig, seed: int) -> Plan:
                 probe_max_test=settings.probe_max_train if config.toy else None,
                 probe_max_len=shape["seq_length"], glue_tasks=glue_tasks(config), jsonl_tasks=[],
                 precision="fp32" if config.toy else "bf16", seed=seed,
-                probe_device="cpu" if config.toy else "cuda", preprocess_workers=2 if config.toy else 16)
+                probe_device="cpu" if config.toy else "cuda", preprocess_workers=1 if config.toy else 16)
 
 
 def calibrate(config: DeviceCheckConfig, work: Path) -> dict[str, float]:
@@ -69,8 +70,8 @@ def calibrate(config: DeviceCheckConfig, work: Path) -> dict[str, float]:
 
     out = work / "calibration.json"
     argv = module_argv("megatron_crossbert.cli.bench", "throughput", "--size", "tiny" if config.toy else "claims",
-                       "--precision", "fp32" if config.toy else "bf16", "--steps", "2" if config.toy else "6",
-                       "--warmup", "1" if config.toy else "3", "--clock", "wall", "--only",
+                       "--precision", "fp32" if config.toy else "bf16", "--steps", "1" if config.toy else "6",
+                       "--warmup", "0" if config.toy else "3", "--clock", "wall", "--only",
                        "crossbert r=0.5 single", "crossbert r=0.5 compl", "--out", str(out))
     run_logged(argv, work, "calibration")
     rates = {}
@@ -89,6 +90,11 @@ def flops_budget(plan: Plan, rates: dict[str, float], train_seconds: float) -> f
     for name, arch, ratio, compl in MAIN_SETTINGS:
         seconds_per_flop += 1.0 / (flops_per_sample(plan, arch, ratio, compl, plan.main_shape) * rates[name])
     return train_seconds / seconds_per_flop
+
+
+def toy_flops_budget(plan: Plan, bert_steps: int = 3) -> float:
+    """The dry run's budget: BERT's FLOPs for a few steps (a timing-based one would vary with the CPU's load)."""
+    return flops_per_sample(plan, "bert", 0.5, False, plan.main_shape) * plan.global_batch * bert_steps
 
 
 def arm_runs(plan: Plan, budget_flops: float) -> list[RunSpec]:
@@ -199,7 +205,7 @@ def run_claims(config: DeviceCheckConfig) -> dict:
     plan = claims_plan(config, config.claims.seeds[0])
     data = run_data_stage(plan, work, config.corpus)
     rates = calibrate(config, work)
-    budget = flops_budget(plan, rates, config.claims.train_seconds)
+    budget = toy_flops_budget(plan) if config.toy else flops_budget(plan, rates, config.claims.train_seconds)
     result = {"plan": _plan_facts(plan, budget, rates), "data": data["subset"], "seeds": [], "skipped_seeds": []}
     for seed in config.claims.seeds:
         elapsed = time.time() - start
