@@ -80,6 +80,14 @@ def test_device_calls_fit_the_device_limits():
         plan.DeviceCheckConfig(stages=["smoke", "fp8"])
 
 
+def test_driver_and_script_answer_help():
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "device_check.py"), "run", "--help"],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0 and "--stages" in done.stdout and "--toy" in done.stdout
+    done = subprocess.run(["bash", str(REPO / "scripts" / "device_check.sh")], capture_output=True, text=True)
+    assert done.returncode == 2 and "Usage" in done.stdout
+
+
 def test_wheels_are_pinned_for_the_device_interpreter(tmp_path):
     versions = carry.pinned_versions(REPO / "pyproject.toml")
     assert set(versions) == set(carry.DEVICE_WHEELS) and versions["megatron-core"].startswith("0.19.")

@@ -52,7 +52,7 @@ def claims_plan(config: DeviceCheckConfig, seed: int) -> Plan:
     shape = SIZES["tiny" if config.toy else "claims"]
     settings = config.claims
     return Plan(name="claims-toy" if config.toy else "claims", vocab_size=shape["vocab_size"],
-                tokenizer_docs=2000 if config.toy else 50_000, corpus_bytes=150_000 if config.toy else 200_000_000,
+                tokenizer_docs=2000 if config.toy else 20_000, corpus_bytes=150_000 if config.toy else 40_000_000,
                 seq_length=shape["seq_length"], global_batch=shape["micro_batch_size"],
                 micro_batch=shape["micro_batch_size"], sample_steps=1, save_interval=1, lr=settings.lr,
                 warmup=1 if config.toy else 50,

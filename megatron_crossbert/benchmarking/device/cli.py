@@ -35,7 +35,7 @@ def _add_run(sub) -> None:
                    help="stages to run, e.g. only the ones that failed")
     p.add_argument("--toy", action="store_true", help="toy sizes on the CPU (the dry run of the test suite)")
     p.add_argument("--out", default=None, help="results folder (default: $OUT, else benchmarks/out/device_check)")
-    p.add_argument("--work-dir", default=DEFAULT_WORK_DIR, help="scratch folder for checkpoints and data")
+    p.add_argument("--work-dir", default=DEFAULT_WORK_DIR, help="scratch folder for checkpoints and data (an existing one is resumed, never cleared)")
     p.add_argument("--corpus", default=f"{DEFAULT_CARRY_DIR}/data/corpus", help="corpus folder (JSONL.gz)")
     p.add_argument("--glue-dir", default=f"{DEFAULT_CARRY_DIR}/data/glue", help="GLUE TSV folder")
     p.add_argument("--train-seconds", type=float, default=ClaimsSettings.train_seconds,

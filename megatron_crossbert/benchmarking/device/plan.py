@@ -44,10 +44,10 @@ class StageSpec:
 
 
 STAGES: tuple[StageSpec, ...] = (
-    StageSpec("smoke", 100, 300, "tests/test_gpu.py, CUDA/NCCL smoke, bf16 train steps of every architecture"),
+    StageSpec("smoke", 90, 300, "tests/test_gpu.py, CUDA/NCCL smoke, bf16 train steps of every architecture"),
     StageSpec("gpu_check", 160, 300, "crossbert-bench gpu-check: bf16 MFU at BERT-base/large L=512, "
                                      "CrossBERT vs megatron BertModel, GEMM peak, FLOP-predicted ratios"),
-    StageSpec("claims", 320, 600, "equal-FLOPs bf16 pretraining of MLM baseline and CrossBERT arms, "
+    StageSpec("claims", 330, 600, "equal-FLOPs bf16 pretraining of MLM baseline and CrossBERT arms, "
                                   "frozen probes on GLUE dev"),
 )
 STAGE_NAMES = tuple(stage.name for stage in STAGES)
@@ -72,7 +72,7 @@ def call_timeout_s(stages: tuple[str, ...]) -> int:
 class ClaimsSettings:
     """Knobs of the claims stage (stage 3)."""
 
-    train_seconds: float = 180.0
+    train_seconds: float = 150.0
     """Wall time all arms' training together should take; sets the shared FLOPs budget."""
     seeds: list[int] = field(default_factory=lambda: [1234])
     """One seed by default; a second only runs if the first left time for it within the budget."""

@@ -89,6 +89,8 @@ def run_stage(name: str, config: DeviceCheckConfig, config_path: Path) -> dict:
 def run_device_check(config: DeviceCheckConfig) -> dict:
     """Run ``config.stages`` in order; writes and returns the payload (meta plus one record per stage)."""
     out, work = Path(config.out_dir), Path(config.work_dir)
+    if (out / "device_check.json").exists():
+        raise FileExistsError(f"{out / 'device_check.json'}: results of an earlier run; choose another --out")
     out.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
     config_path = write_stage_config(config, work / "device_check_config.json")
