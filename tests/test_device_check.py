@@ -176,7 +176,7 @@ def test_toy_dry_run_of_every_stage_and_its_results_section(tmp_path):
     shared, out = write_shared_data(tmp_path / "shared", tasks=TOY_TASKS), tmp_path / "out"
     env = {**os.environ, "PYTHON": sys.executable, "OUT": str(out), "OMP_NUM_THREADS": "1"}
     argv = ["bash", str(REPO / "scripts" / "device_check.sh"), "run", "--toy", "--work-dir", str(tmp_path / "work"),
-            "--corpus", str(shared / "corpus"), "--glue-dir", str(shared / "glue"), "--probe-max-train", "30"]
+            "--corpus", str(shared / "corpus"), "--glue-dir", str(shared / "glue"), "--probe-max-train", "30", "--seeds", "1234"]
     done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
     assert len(list(out.iterdir())) <= plan.OUT_FILE_LIMIT

@@ -116,19 +116,23 @@ def train_arms(plan: Plan, runs: list[RunSpec], work: Path) -> dict[str, str]:
     from megatron_crossbert.benchmarking.sample_efficiency.data_stage import data_prefix, tokenizer_dir
     from megatron_crossbert.benchmarking.sample_efficiency.train_stage import run_train_stage
 
+    from megatron_crossbert.benchmarking.device.stages import log_tails
+
     errors = {}
     for run in runs:
+        start = time.time()
         try:
             run_train_stage(plan, [run], work, data_prefix(work), str(tokenizer_dir(work)))
-        except Exception as err:  # StageError names the command and its log
-            errors[run.name] = f"{type(err).__name__}: {err}"
-            print(f"[claims] training {run.name} failed: {err}", flush=True)
+        except Exception as err:  # StageError names the command; its log's tail travels with the error
+            tails = log_tails(work / "logs", start, f"train-{run.name}.log")
+            errors[run.name] = f"{type(err).__name__}: {err}\n" + "\n".join(tails.values())
+            print(f"[claims] training {run.name} failed: {errors[run.name]}", flush=True)
     return errors
 
 
 def probe_in_parallel(config: DeviceCheckConfig, work: Path, seed: int) -> list[int]:
     """Start ``probe_workers`` processes over this seed's checkpoints; returns their exit codes."""
-    workers = 1 if config.toy else config.claims.probe_workers
+    workers = min(2, config.claims.probe_workers) if config.toy else config.claims.probe_workers
     config_path = work / "claims_config.json"
     config_path.write_text(json.dumps(dataclasses.asdict(config)))
     threads = str(max(1, (os.cpu_count() or 1) // workers))
@@ -162,30 +166,43 @@ def arm_scores(work: Path, run: RunSpec) -> dict | None:
     return {"tasks": tasks, "glue_average": report["summary"]["glue_average"]}
 
 
-def run_seed(config: DeviceCheckConfig, work: Path, seed: int, budget_flops: float,
-             rates: dict[str, float]) -> dict:
-    """Train and probe every arm of one seed; returns per-run steps, seconds, scores and errors."""
+def _arm_records(plan: Plan, runs: list[RunSpec], work: Path, rates: dict[str, float],
+                 errors: dict[str, str]) -> list[dict]:
+    """Per run: steps, samples, model FLOPs, predicted and measured training seconds, error, scores."""
     from megatron_crossbert.benchmarking.sample_efficiency.commands import read_command_log
 
+    seconds = {Path(e["log"]).stem.removeprefix("train-"): e["seconds"] for e in read_command_log(work)}
+    records = []
+    for run in runs:
+        samples = run.train_steps * plan.global_batch
+        per_sample = flops_per_sample(plan, run.arch, run.mask_ratio, run.complementary, run.shape)
+        records.append({"run": run.name, "arm": arm_of(run), "seed": plan.seed, "steps": run.train_steps,
+                        "samples": samples, "model_flops": per_sample * samples,
+                        "predicted_train_s": samples / rates[arm_of(run)] if arm_of(run) in rates else None,
+                        "process_s": seconds.get(run.name), "error": errors.get(run.name),
+                        "scores": arm_scores(work, run)})
+    return records
+
+
+def run_seed(config: DeviceCheckConfig, work: Path, seed: int, budget_flops: float, rates: dict[str, float],
+             progress) -> dict:
+    """Train and probe every arm of one seed; ``progress(partial)`` is called once training is done."""
     plan = claims_plan(config, seed)
     runs = arm_runs(plan, budget_flops)
     (work / f"arms-s{seed}.json").write_text(json.dumps([dataclasses.asdict(run) for run in runs]))
     start = time.time()
     errors = train_arms(plan, runs, work)
-    train_s = time.time() - start
+    result = {"seed": seed, "train_s": round(time.time() - start, 1), "probe_s": None,
+              "arms": _arm_records(plan, runs, work, rates, errors)}
+    progress(result)
     codes = probe_in_parallel(config, work, seed)
-    seconds = {Path(e["log"]).stem.removeprefix("train-"): e["seconds"] for e in read_command_log(work)}
-    arms = []
-    for run in runs:
-        samples = run.train_steps * plan.global_batch
-        per_sample = flops_per_sample(plan, run.arch, run.mask_ratio, run.complementary, run.shape)
-        arms.append({"run": run.name, "arm": arm_of(run), "seed": seed, "steps": run.train_steps,
-                     "samples": samples, "model_flops": per_sample * samples,
-                     "predicted_train_s": samples / rates[arm_of(run)] if arm_of(run) in rates else None,
-                     "process_s": seconds.get(run.name), "error": errors.get(run.name),
-                     "scores": arm_scores(work, run)})
-    return {"seed": seed, "train_s": round(train_s, 1), "probe_s": round(time.time() - start - train_s, 1),
-            "probe_exit_codes": codes, "arms": arms}
+    result.update(probe_s=round(time.time() - start - result["train_s"], 1), probe_exit_codes=codes,
+                  arms=_arm_records(plan, runs, work, rates, errors))
+    if any(codes):
+        from megatron_crossbert.benchmarking.device.stages import log_tails
+
+        result["probe_logs"] = log_tails(work / "logs", start, f"probe-s{seed}-*.log")
+    return result
 
 
 def _plan_facts(plan: Plan, budget: float, rates: dict[str, float]) -> dict:
@@ -199,7 +216,10 @@ def run_claims(config: DeviceCheckConfig) -> dict:
     """Stage 3: data, calibration, then each seed while the stage budget allows; ``ok`` if all arms scored."""
     from megatron_crossbert.benchmarking.sample_efficiency.data_stage import run_data_stage
 
-    start, work = time.time(), Path(config.work_dir) / "claims"
+    from megatron_crossbert.benchmarking.device.stages import save_partial
+
+    start, root = time.time(), Path(config.work_dir)
+    work = root / "claims"
     work.mkdir(parents=True, exist_ok=True)
     config = dataclasses.replace(config, work_dir=str(work))
     plan = claims_plan(config, config.claims.seeds[0])
@@ -207,13 +227,16 @@ def run_claims(config: DeviceCheckConfig) -> dict:
     rates = calibrate(config, work)
     budget = toy_flops_budget(plan) if config.toy else flops_budget(plan, rates, config.claims.train_seconds)
     result = {"plan": _plan_facts(plan, budget, rates), "data": data["subset"], "seeds": [], "skipped_seeds": []}
+    save_partial(root, "claims", result)
     for seed in config.claims.seeds:
         elapsed = time.time() - start
         needed = max((s["train_s"] + s["probe_s"] for s in result["seeds"]), default=0.0)
         if result["seeds"] and elapsed + needed > stage("claims").budget(config.toy):
             result["skipped_seeds"].append(seed)
             continue
-        result["seeds"].append(run_seed(config, work, seed, budget, rates))
+        result["seeds"].append(run_seed(config, work, seed, budget, rates, lambda partial: save_partial(
+            root, "claims", {**result, "seeds": [*result["seeds"], partial]})))
+        save_partial(root, "claims", result)
     result["ok"] = all(arm["scores"] is not None and not arm["error"]
                        for seed in result["seeds"] for arm in seed["arms"])
     return result

@@ -74,8 +74,8 @@ class ClaimsSettings:
 
     train_seconds: float = 150.0
     """Wall time all arms' training together should take; sets the shared FLOPs budget."""
-    seeds: list[int] = field(default_factory=lambda: [1234])
-    """One seed by default; a second only runs if the first left time for it within the budget."""
+    seeds: list[int] = field(default_factory=lambda: [1234, 1235])
+    """Seeds in order; each after the first runs only if the previous one's time still fits the budget."""
     probe_max_train: int = 2000
     """Train rows per probe task (the dev sets are always used in full on the device)."""
     probe_workers: int = 4

@@ -40,7 +40,7 @@ def _mean_spread(values: list[float]) -> str:
     if not values:
         return "—"
     mean = statistics.fmean(values)
-    return fmt(mean, 3) if len(values) == 1 else f"{fmt(mean, 3)} ± {fmt((max(values) - min(values)) / 2, 3)}"
+    return fmt(mean, 1) if len(values) == 1 else f"{fmt(mean, 1)} ± {fmt((max(values) - min(values)) / 2, 1)}"
 
 
 def claims_rows(result: dict) -> list[list[str]]:
@@ -52,8 +52,9 @@ def claims_rows(result: dict) -> list[list[str]]:
         mine = [arm for arm in arms if arm["arm"] == name]
         scored = [arm["scores"] for arm in mine if arm["scores"]]
         cells = [_mean_spread([s["tasks"][t] for s in scored if t in s["tasks"]]) for t in tasks]
-        errors = "; ".join(arm["error"] for arm in mine if arm["error"]) or ("" if scored else "not probed")
-        rows.append([name, fmt(mine[0]["steps"], 0), fmt(mine[0]["model_flops"] / 1e15, 2),
+        errors = ("; ".join(arm["error"].splitlines()[0] for arm in mine if arm["error"])
+                  or ("" if scored else "not probed"))
+        rows.append([name, fmt(mine[0]["steps"], 0), f"{mine[0]['model_flops']:.3g}",
                      fmt(statistics.fmean(a["process_s"] for a in mine) if all(a["process_s"] for a in mine) else None, 0),
                      *cells, _mean_spread([s["glue_average"] for s in scored]), errors or "ok"])
     return rows
@@ -62,14 +63,14 @@ def claims_rows(result: dict) -> list[list[str]]:
 def claims_markdown(result: dict) -> str:
     plan, seeds = result["plan"], [s["seed"] for s in result["seeds"]]
     shape = plan["shape"]
-    head = (f"Equal compute: {fmt(plan['budget_flops_per_arm'] / 1e15, 2)} PFLOP of model FLOPs per trained arm, "
+    head = (f"Equal compute: {plan['budget_flops_per_arm']:.3g} model FLOPs per trained arm, "
             f"{plan['precision']}, h={shape['hidden_size']}, {shape['num_layers']} layers, L={plan['seq_length']}, "
             f"batch {plan['global_batch']}, lr {plan['lr']} constant after {plan['warmup']} warm-up steps. Frozen "
             f"mean-pooled probes, {plan['probe_max_train']} train rows per task, dev sets "
             f"{'in full' if plan['probe_max_test'] is None else 'subsampled'}. "
             f"{'One seed' if len(seeds) == 1 else f'{len(seeds)} seeds (mean ± half the range)'}: {seeds}"
             + (f"; seeds {result['skipped_seeds']} skipped for lack of time." if result["skipped_seeds"] else "."))
-    headers = ["arm", "steps", "PFLOP", "train process s", *plan["glue_tasks"], "GLUE avg", "status"]
+    headers = ["arm", "steps", "model FLOPs", "train process s", *plan["glue_tasks"], "GLUE avg", "status"]
     return head + "\n\n" + markdown_table(headers, claims_rows(result))
 
 

@@ -9,6 +9,7 @@ returns eight): ``device_check.json``, ``device_check.md`` and one ``<stage>.log
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import signal
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from megatron_crossbert.benchmarking.device.plan import DeviceCheckConfig, stage
 from megatron_crossbert.benchmarking.device.report import device_check_markdown
-from megatron_crossbert.benchmarking.device.stages import write_stage_config
+from megatron_crossbert.benchmarking.device.stages import partial_path, write_stage_config
 from megatron_crossbert.benchmarking.report import write_json
 
 TE_NOTE = ("FP8 through Transformer Engine is NOT measured on the device: its cu13 core wheel (276.5 MB) is over "
@@ -60,11 +61,10 @@ def _stop(proc: subprocess.Popen) -> None:
 
 def run_stage(name: str, config: DeviceCheckConfig, config_path: Path) -> dict:
     """One stage in a fresh process group, killed at its budget; returns its record."""
-    import json
-
     budget = stage(name).budget(config.toy)
     log, result = Path(config.out_dir) / f"{name}.log", Path(config.work_dir) / f"stage-{name}.json"
     result.unlink(missing_ok=True)
+    partial_path(Path(config.work_dir), name).unlink(missing_ok=True)
     argv = [sys.executable, "-m", "megatron_crossbert.benchmarking.device.stages", name, str(config_path), str(result)]
     start = time.time()
     with log.open("w") as handle:
@@ -78,6 +78,9 @@ def run_stage(name: str, config: DeviceCheckConfig, config_path: Path) -> dict:
         record = json.loads(result.read_text())
     elif proc.returncode is not None and proc.returncode < 0 and seconds >= budget:
         record = {"stage": name, "ok": False, "error": f"killed at its budget of {budget:.0f} s"}
+        partial = partial_path(Path(config.work_dir), name)
+        if partial.is_file():
+            record["result"] = json.loads(partial.read_text())
     else:
         record = {"stage": name, "ok": False, "error": f"exit code {proc.returncode} without a result (see {log.name})"}
     record.update(budget_s=budget, wall_s=seconds)

@@ -27,6 +27,13 @@ def _tail(text: str, lines: int = 30) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
+def log_tails(folder: Path, since: float, pattern: str = "*.log", lines: int = 20) -> dict[str, str]:
+    """The last lines of every log under ``folder`` written since ``since``: the scratch folder
+    never comes back from the device, so a failure's evidence must travel in the result JSON."""
+    logs = sorted(path for path in folder.rglob(pattern) if path.stat().st_mtime >= since)
+    return {str(path.relative_to(folder)): _tail(path.read_text(errors="replace"), lines) for path in logs}
+
+
 def run_gpu_tests(repo: Path) -> dict:
     """``pytest tests/test_gpu.py``: its exit code and summary (all skip without CUDA)."""
     argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_gpu.py"]
@@ -142,11 +149,24 @@ def run_stage_process(name: str, config_path: str, result_path: str) -> int:
         record["result"] = _stage_functions()[name](config)
         record["ok"] = bool(record["result"].get("ok", True))
     except Exception as err:  # the driver reports it; the next stage still runs
-        record.update(ok=False, error=f"{type(err).__name__}: {err}", traceback=traceback.format_exc())
+        record.update(ok=False, error=f"{type(err).__name__}: {err}", traceback=traceback.format_exc(),
+                      logs=log_tails(Path(config.work_dir), start))
         print(record["traceback"], flush=True)
     record["seconds"] = round(time.time() - start, 1)
     Path(result_path).write_text(json.dumps(record, indent=1, default=str))
     return 0 if record["ok"] else 1
+
+
+def partial_path(work_dir: Path, name: str) -> Path:
+    return work_dir / f"stage-{name}.partial.json"
+
+
+def save_partial(work_dir: Path, name: str, result: dict) -> None:
+    """What a long stage has so far: the driver reports it if the stage is killed at its budget."""
+    path = partial_path(work_dir, name)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=1, default=str))
+    tmp.replace(path)
 
 
 def write_stage_config(config: DeviceCheckConfig, path: Path) -> Path:
