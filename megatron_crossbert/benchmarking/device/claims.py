@@ -45,23 +45,34 @@ def glue_tasks(config: DeviceCheckConfig) -> list[str]:
     return present
 
 
+PRESETS = {
+    "claims": dict(size="claims", tokenizer_docs=20_000, corpus_bytes=40_000_000, warmup=50, precision="bf16",
+                   probe_device="cuda", preprocess_workers=16),
+    "claims-toy": dict(size="tiny", tokenizer_docs=2000, corpus_bytes=150_000, warmup=1, precision="fp32",
+                       probe_device="cpu", preprocess_workers=1),
+}
+"""What differs between the H200 claims run and its CPU dry run (``--toy``)."""
+
+
 def claims_plan(config: DeviceCheckConfig, seed: int) -> Plan:
-    """The sample-efficiency Plan of the claims run; shape, L and batch from ``cases.SIZES``."""
+    """The sample-efficiency Plan of the claims run; shape, L and batch from ``cases.SIZES``.
+
+    One checkpoint per run, at its end (``arm_runs`` sets the steps); the device probes the full
+    GLUE dev sets, the toy run subsamples them like the train sets.
+    """
     from megatron_crossbert.benchmarking.cases import SIZES
 
-    shape = SIZES["tiny" if config.toy else "claims"]
-    settings = config.claims
-    return Plan(name="claims-toy" if config.toy else "claims", vocab_size=shape["vocab_size"],
-                tokenizer_docs=2000 if config.toy else 20_000, corpus_bytes=150_000 if config.toy else 40_000_000,
-                seq_length=shape["seq_length"], global_batch=shape["micro_batch_size"],
-                micro_batch=shape["micro_batch_size"], sample_steps=1, save_interval=1, lr=settings.lr,
-                warmup=1 if config.toy else 50,
+    name = "claims-toy" if config.toy else "claims"
+    preset = dict(PRESETS[name])
+    shape = SIZES[preset.pop("size")]
+    return Plan(name=name, vocab_size=shape["vocab_size"], seq_length=shape["seq_length"],
+                global_batch=shape["micro_batch_size"], micro_batch=shape["micro_batch_size"], sample_steps=1,
+                save_interval=1, lr=config.claims.lr,
                 main_shape=ModelShape(shape["hidden_size"], shape["num_layers"], shape["num_attention_heads"]),
-                sweep_shapes=[], sweep_steps=1, probe_max_train=settings.probe_max_train,
-                probe_max_test=settings.probe_max_train if config.toy else None,
-                probe_max_len=shape["seq_length"], glue_tasks=glue_tasks(config), jsonl_tasks=[],
-                precision="fp32" if config.toy else "bf16", seed=seed,
-                probe_device="cpu" if config.toy else "cuda", preprocess_workers=1 if config.toy else 16)
+                sweep_shapes=[], sweep_steps=1, probe_max_train=config.claims.probe_max_train,
+                probe_max_test=config.claims.probe_max_train if config.toy else None,
+                probe_max_len=shape["seq_length"], glue_tasks=glue_tasks(config), jsonl_tasks=[], seed=seed,
+                **preset)
 
 
 def calibrate(config: DeviceCheckConfig, work: Path) -> dict[str, float]:
