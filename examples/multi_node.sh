@@ -2,10 +2,11 @@
 # Usage (run on EVERY node, same arguments):
 #   NNODES=4 NODE_RANK=<0..3> MASTER_ADDR=<node0 host> examples/multi_node.sh DATA_PREFIX TOKENIZER_DIR SAVE_DIR [args...]
 #   torchrun with a c10d rendezvous at MASTER_ADDR:MASTER_PORT (default 29500); GPUS_PER_NODE (8),
-#   CONFIG (examples/crossbert_base.yaml) and RDZV_ID (job id) from the environment. SAVE_DIR must be
-#   on a filesystem every node sees (dist_checkpointing writes one shard file per rank).
+#   CONFIG (examples/crossbert_base.yaml), RDZV_ID (job id) and TORCHRUN (torchrun) from the environment.
+#   SAVE_DIR must be on a filesystem every node sees (dist_checkpointing writes one shard file per rank).
+#   On one machine (tests/test_multi_node.py): two agents, MASTER_ADDR=127.0.0.1, GPUS_PER_NODE=1, on gloo.
 set -euo pipefail
-if [[ $# -lt 3 || -z "${NNODES:-}" || -z "${NODE_RANK:-}" || -z "${MASTER_ADDR:-}" ]]; then sed -n '2,6p' "$0"; exit 2; fi
+if [[ $# -lt 3 || -z "${NNODES:-}" || -z "${NODE_RANK:-}" || -z "${MASTER_ADDR:-}" ]]; then sed -n '2,7p' "$0"; exit 2; fi
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DATA="$1"; TOKENIZER="$2"; SAVE="$3"; shift 3
 CONFIG="${CONFIG:-$REPO/examples/crossbert_base.yaml}"
@@ -15,7 +16,7 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-8}"
 # of a large model needs longer (also settable with torchrun --shutdown-timeout on recent torch).
 export TORCH_ELASTIC_SHUTDOWN_TIMEOUT="${TORCH_ELASTIC_SHUTDOWN_TIMEOUT:-600}"
 
-exec torchrun --nnodes "$NNODES" --node_rank "$NODE_RANK" --nproc_per_node "${GPUS_PER_NODE:-8}" \
+exec "${TORCHRUN:-torchrun}" --nnodes "$NNODES" --node_rank "$NODE_RANK" --nproc_per_node "${GPUS_PER_NODE:-8}" \
   --rdzv_backend c10d --rdzv_endpoint "$MASTER_ADDR:${MASTER_PORT:-29500}" --rdzv_id "${RDZV_ID:-crossbert}" \
   "$REPO/pretrain_crossbert.py" --config "$CONFIG" \
   --data-path "$DATA" --tokenizer "$TOKENIZER" --save "$SAVE" "$@"

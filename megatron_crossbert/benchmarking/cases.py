@@ -11,6 +11,8 @@ the classic family, the modern encoder + MLM head for the modern one. ``SIZES`` 
   L/6h = 0.11 and V/(12·12·768) = 0.28. ``cpu`` (h=256, 8 layers, L=192, V=8192) gives 0.125 and
   0.33, close to both.
 * ``base`` / ``large``: the real BERT-base / BERT-large encoders at L=512 (GPU).
+* ``claims``: the small model of the GPU claims run (``benchmarking.device.claims``): trained
+  for minutes per arm on one H200, and timed here first to size the equal-FLOPs budget.
 * ``tiny``: smoke tests only.
 """
 
@@ -30,6 +32,8 @@ SIZES: dict[str, dict] = {
                  decoder_num_layers=2, micro_batch_size=32),
     "large": dict(hidden_size=1024, num_layers=24, num_attention_heads=16, vocab_size=30522, seq_length=512,
                   decoder_num_layers=2, micro_batch_size=32),
+    "claims": dict(hidden_size=512, num_layers=8, num_attention_heads=8, vocab_size=16384, seq_length=128,
+                   decoder_num_layers=2, micro_batch_size=128),
 }
 
 

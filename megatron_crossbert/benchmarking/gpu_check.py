@@ -1,35 +1,80 @@
 """One-shot H200 validation: bf16 (and FP8 when Transformer Engine imports) throughput and MFU.
 
-Designed to finish in well under 8 minutes on one H200: for BERT-base and BERT-large shapes at
-L=512 it runs the interleaved throughput benchmark (BERT + three CrossBERT settings, real training
-steps), then the same at FP8 for BERT-base if TE is importable. MFU is model FLOPs per second over
-the bf16 dense peak: by default the 790 TFLOP/s measured on an H200 for an 8192^3 bf16 GEMM; the
-script also re-measures that GEMM on the spot and reports it, so a slow or throttled device shows.
-Without CUDA it writes a JSON saying so and exits 0 (nothing to validate; never a CI failure).
+Designed to finish in well under 5 minutes on one H200: for BERT-base and BERT-large shapes at
+L=512 it runs the interleaved throughput benchmark (megatron-core BertModel against CrossBERT
+r=0.5 single view, r=0.5 complementary and r=0.75, real training steps), then the same at FP8 for
+BERT-base if TE is importable. MFU is model FLOPs per second over the bf16 dense peak: by default
+the 790 TFLOP/s measured on an H200 for an 8192^3 bf16 GEMM; the check also re-measures that GEMM
+on the spot and reports MFU against it too, so a slow or throttled device shows. Each measured
+speed-up over BERT is set beside the one the FLOPs model predicts (BERT FLOPs / own FLOPs per
+sample), which is the claim under test (1.77x for r=0.5 single view at base).
+
+Without CUDA it writes a JSON saying so and exits 0 (nothing to validate; never a CI failure),
+unless ``allow_cpu`` is set: then the same code runs on the CPU (the device check's ``--toy`` run).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import time
+from dataclasses import dataclass, field
 
 import torch
 
-from megatron_crossbert.benchmarking.report import throughput_markdown, write_json
+from megatron_crossbert.benchmarking.report import fmt, markdown_table, throughput_markdown, write_json
 from megatron_crossbert.benchmarking.throughput import ThroughputOptions, run_throughput
+
+H200_BF16_GEMM_TFLOPS = 790.0
+"""bf16 8192^3 GEMM measured on an H200 of this workplace (KINDS.md): the default MFU peak."""
+
+
+@dataclass
+class GpuCheckOptions:
+    """What the GPU check runs; defaults are the H200 validation."""
+
+    peak_tflops: float = H200_BF16_GEMM_TFLOPS
+    """Dense peak TFLOP/s that MFU is quoted against."""
+    sizes: list[str] = field(default_factory=lambda: ["base", "large"])
+    """Throughput-benchmark shapes (``cases.SIZES``) to run, in order."""
+    steps: int = 8
+    """Timed interleaved rounds per shape."""
+    warmup: int = 3
+    """Untimed rounds first (allocator, autotuning)."""
+    precision: str = "bf16"
+    """Precision of the main runs (fp32 only for the CPU dry run)."""
+    gemm_size: int = 8192
+    """Side of the square GEMM whose speed is re-measured as the peak."""
+    allow_cpu: bool = False
+    """Run on the CPU when CUDA is absent (dry run) instead of writing a 'skipped' JSON."""
+    out: str = "benchmarks/out/gpu_check.json"
+    """JSON report path."""
+
+    def __post_init__(self) -> None:
+        if self.peak_tflops <= 0 or self.steps < 1 or self.warmup < 0 or self.gemm_size < 1:
+            raise ValueError("GpuCheckOptions: peak_tflops, steps and gemm_size must be positive, warmup >= 0")
+        if self.precision not in ("fp32", "bf16"):
+            raise ValueError(f"GpuCheckOptions.precision must be fp32 or bf16, got {self.precision!r}")
+        if not self.sizes:
+            raise ValueError("GpuCheckOptions.sizes must name at least one shape")
+
+
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
 
 
 def measure_gemm_peak(size: int = 8192, iters: int = 20) -> float:
-    """bf16 dense GEMM TFLOP/s on the current GPU (best of a short timed loop after warm-up)."""
-    a = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
+    """Dense GEMM TFLOP/s now (bf16 on the GPU, fp32 on the CPU), after a short warm-up."""
+    device, dtype = ("cuda", torch.bfloat16) if torch.cuda.is_available() else ("cpu", torch.float32)
+    a = torch.randn(size, size, device=device, dtype=dtype)
+    b = torch.randn(size, size, device=device, dtype=dtype)
     for _ in range(3):
         a @ b
-    torch.cuda.synchronize()
+    _sync()
     start = time.perf_counter()
     for _ in range(iters):
         a @ b
-    torch.cuda.synchronize()
+    _sync()
     return 2.0 * size**3 * iters / (time.perf_counter() - start) / 1e12
 
 
@@ -44,48 +89,97 @@ def transformer_engine_status() -> tuple[bool, str]:
     return True, "transformer_engine imported"
 
 
-def _one(size: str, precision: str, impl: str, peak: float, steps: int, warmup: int) -> dict:
-    options = ThroughputOptions(size=size, precision=precision, transformer_impl=impl, peak_tflops=peak,
-                                steps=steps, warmup=warmup)
+def add_predicted_ratios(report: dict, gemm_tflops: float) -> None:
+    """Per model: the FLOP-predicted speed-up over BERT, measured/predicted, and MFU vs the GEMM now."""
+    bert = next(r for r in report["results"] if r["arch"] == "bert")
+    for result in report["results"]:
+        own, ref = result.get("model_flops_per_sample"), bert.get("model_flops_per_sample")
+        predicted = ref / own if own and ref else None
+        result["predicted_samples_per_s_vs_bert"] = predicted
+        measured = result.get("samples_per_s_vs_bert")
+        result["measured_over_predicted"] = measured / predicted if predicted and measured else None
+        achieved = result.get("achieved_tflops")
+        result["mfu_vs_gemm_now"] = achieved / gemm_tflops if achieved and gemm_tflops else None
+
+
+RATIO_HEADERS = ["shape", "model", "samples/s", "MFU", "MFU vs GEMM now", "× BERT measured",
+                 "× BERT FLOP-predicted", "measured / predicted"]
+
+
+def ratio_rows(payload: dict) -> list[list[str]]:
+    """One row per (shape, model) of a gpu-check payload: the throughput-claim table."""
+    rows = []
+    for run in payload.get("runs", []):
+        label = f"{run['size']} {run['precision']}"
+        if "error" in run:
+            rows.append([label, f"FAILED: {run['error']}", *["—"] * 6])
+            continue
+        for r in run["report"]["results"]:
+            rows.append([label, r["name"], fmt(r["samples_per_s"], 1), fmt(r.get("mfu"), 1, 100, "%"),
+                         fmt(r.get("mfu_vs_gemm_now"), 1, 100, "%"), fmt(r.get("samples_per_s_vs_bert"), 2, suffix="x"),
+                         fmt(r.get("predicted_samples_per_s_vs_bert"), 2, suffix="x"),
+                         fmt(r.get("measured_over_predicted"), 2)])
+    return rows
+
+
+def ratio_markdown(payload: dict) -> str:
+    return markdown_table(RATIO_HEADERS, ratio_rows(payload))
+
+
+def _one(options: GpuCheckOptions, size: str, precision: str, impl: str, gemm_tflops: float) -> dict:
+    throughput = ThroughputOptions(size=size, precision=precision, transformer_impl=impl,
+                                   peak_tflops=options.peak_tflops, steps=options.steps, warmup=options.warmup,
+                                   clock="wall")
     start = time.time()
-    report = run_throughput(options)
+    report = run_throughput(throughput)
     report["meta"]["wall_s"] = round(time.time() - start, 1)
-    torch.cuda.empty_cache()
+    add_predicted_ratios(report, gemm_tflops)
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
     return report
 
 
-def _runs(sizes: list[str], te_ok: bool) -> list[tuple[str, str, str]]:
-    """(size, precision, transformer_impl) to run, bf16 first; FP8 (TE) on the first size only."""
-    runs = [(size, "bf16", "auto") for size in sizes]
-    if te_ok and sizes:
-        runs.append((sizes[0], "fp8", "transformer_engine"))
+def _runs(options: GpuCheckOptions, te_ok: bool) -> list[tuple[str, str, str]]:
+    """(size, precision, transformer_impl) to run, main precision first; FP8 (TE) on the first size only."""
+    runs = [(size, options.precision, "auto") for size in options.sizes]
+    if te_ok:
+        runs.append((options.sizes[0], "fp8", "transformer_engine"))
     return runs
 
 
-def run_gpu_check(peak_tflops: float = 790.0, sizes: list[str] | None = None, steps: int = 8,
-                  warmup: int = 3, out: str = "benchmarks/out/gpu_check.json") -> int:
+def _device_name() -> str:
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+
+
+def _header(options: GpuCheckOptions) -> dict:
+    te_ok, te_note = transformer_engine_status()
+    gemm = measure_gemm_peak(options.gemm_size)
+    payload = {"status": "ok", "device": _device_name(), "peak_tflops_used": options.peak_tflops,
+               "gemm_tflops_measured_now": gemm, "gemm_size": options.gemm_size, "transformer_engine": te_note,
+               "fp8_measured": te_ok, "runs": []}
+    print(f"device {payload['device']}; GEMM now {gemm:.1f} TFLOP/s; MFU against {options.peak_tflops} "
+          f"TFLOP/s; {te_note}", flush=True)
+    return payload
+
+
+def run_gpu_check(options: GpuCheckOptions | None = None) -> int:
     """Run every configured check, print tables and write one JSON; returns the exit code."""
-    sizes = sizes or ["base", "large"]
-    if not torch.cuda.is_available():
+    options = options or GpuCheckOptions()
+    if not torch.cuda.is_available() and not options.allow_cpu:
         message = "CUDA is not available on this machine: gpu_check measured nothing (run it on the H200)."
-        write_json(out, {"status": "skipped", "reason": message})
+        write_json(options.out, {"status": "skipped", "reason": message})
         print(message)
         return 0
-    te_ok, te_note = transformer_engine_status()
-    payload = {"status": "ok", "device": torch.cuda.get_device_name(), "peak_tflops_used": peak_tflops,
-               "gemm_bf16_tflops_measured_now": measure_gemm_peak(), "transformer_engine": te_note, "runs": []}
-    print(f"device {payload['device']}; bf16 GEMM now {payload['gemm_bf16_tflops_measured_now']:.0f} TFLOP/s; "
-          f"MFU against {peak_tflops} TFLOP/s; {te_note}")
-    for size, precision, impl in _runs(sizes, te_ok):
+    payload = _header(options)
+    for size, precision, impl in _runs(options, payload["fp8_measured"]):
         try:
-            report = _one(size, precision, impl, peak_tflops, steps, warmup)
+            report = _one(options, size, precision, impl, payload["gemm_tflops_measured_now"])
         except Exception as err:  # keep the other checks' results; report this one's failure
             payload["runs"].append({"size": size, "precision": precision, "error": f"{type(err).__name__}: {err}"})
-            print(f"\n### {size} {precision}: FAILED: {err}")
-            continue
-        payload["runs"].append({"size": size, "precision": precision, "report": report})
-        print(f"\n### {size} {precision} ({impl})\n\n{throughput_markdown(report)}")
-        write_json(out, payload)
-    write_json(out, payload)
-    print(f"\nJSON written to {out}")
+            print(f"\n### {size} {precision}: FAILED: {err}", flush=True)
+        else:
+            payload["runs"].append({"size": size, "precision": precision, "report": report})
+            print(f"\n### {size} {precision} ({impl})\n\n{throughput_markdown(report)}", flush=True)
+        write_json(options.out, payload)
+    print(f"\n### Measured against FLOP-predicted speed-ups\n\n{ratio_markdown(payload)}\n\nJSON written to {options.out}")
     return 0 if all("error" not in r for r in payload["runs"]) else 1

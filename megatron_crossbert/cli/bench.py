@@ -14,9 +14,11 @@ from megatron_crossbert.cli.errors import add_debug_flag, cli_main
 
 
 def _add_throughput(sub) -> None:
+    from megatron_crossbert.benchmarking.cases import SIZES
+
     p = sub.add_parser("throughput",
                        help="interleaved training-step throughput, CrossBERT vs the MLM baseline of its encoder family")
-    p.add_argument("--size", default="cpu", choices=["tiny", "cpu", "base", "large"],
+    p.add_argument("--size", default="cpu", choices=sorted(SIZES),
                    help="shared encoder shape (cpu = BERT-base shape ratios scaled down; base/large for GPU)")
     p.add_argument("--steps", type=int, default=6, help="timed round-robin rounds (each model one step per round)")
     p.add_argument("--warmup", type=int, default=2, help="untimed rounds first")
@@ -63,6 +65,9 @@ def _add_gpu_check(sub) -> None:
     p.add_argument("--sizes", nargs="*", default=["base", "large"])
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--precision", default="bf16", choices=["bf16", "fp32"], help="main runs' precision")
+    p.add_argument("--gemm-size", type=int, default=8192, help="side of the GEMM re-measured as the peak")
+    p.add_argument("--allow-cpu", action="store_true", help="without CUDA, run on the CPU (dry run) instead of skipping")
     p.add_argument("--out", default="benchmarks/out/gpu_check.json")
 
 
@@ -166,10 +171,11 @@ def run_sample_efficiency_command(args) -> int:
 
 
 def run_gpu_check_command(args) -> int:
-    from megatron_crossbert.benchmarking.gpu_check import run_gpu_check
+    from megatron_crossbert.benchmarking.gpu_check import GpuCheckOptions, run_gpu_check
 
-    return run_gpu_check(peak_tflops=args.peak_tflops, sizes=args.sizes, steps=args.steps,
-                         warmup=args.warmup, out=args.out)
+    return run_gpu_check(GpuCheckOptions(peak_tflops=args.peak_tflops, sizes=args.sizes, steps=args.steps,
+                                         warmup=args.warmup, precision=args.precision, gemm_size=args.gemm_size,
+                                         allow_cpu=args.allow_cpu, out=args.out))
 
 
 def run_export_speed_command(args) -> int:

@@ -84,7 +84,8 @@ def run_data_stage(plan: Plan, work_dir: Path, corpus: str | Path) -> dict:
         (work_dir / "data").mkdir(exist_ok=True)
         run_logged(module_argv("megatron_crossbert.cli.preprocess", "--input", str(subset),
                                "--tokenizer", str(tokenizer_dir(work_dir)),
-                               "--output-prefix", str(work_dir / DATA_PREFIX), "--workers", "1"),
+                               "--output-prefix", str(work_dir / DATA_PREFIX),
+                               "--workers", str(plan.preprocess_workers)),
                    work_dir, "preprocess")
     return {"subset": json.loads(info_path.read_text()), "tokenizer": str(tokenizer_dir(work_dir)),
             "data_prefix": data_prefix(work_dir)}

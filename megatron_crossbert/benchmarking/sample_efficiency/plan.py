@@ -79,6 +79,14 @@ class Plan:
     """Which of MAIN_SETTINGS to train (the smoke plan trains one)."""
     reference: bool = True
     """Also probe the (practically) untrained encoder as a floor."""
+    precision: str = "fp32"
+    """training.precision of every run (the GPU claims run trains in bf16)."""
+    seed: int = 1234
+    """Training and masking seed of every run (a repeat with another seed is another Plan)."""
+    probe_device: str = "cpu"
+    """Where frozen-probe features are extracted ('cuda' on the GPU claims run)."""
+    preprocess_workers: int = 1
+    """Tokenizer processes of the preprocess CLI (its output is identical for any value)."""
 
 
 PLANS: dict[str, Plan] = {
@@ -111,12 +119,15 @@ def run_config(plan: Plan, arch: str, mask_ratio: float, complementary: bool, sh
                   "num_layers": shape.num_layers, "num_attention_heads": shape.num_attention_heads,
                   "decoder_num_layers": 2 if get_arch(arch).has_reconstruction_decoder else 0,
                   "max_position_embeddings": 512},
-        "masking": {"mask_ratio": mask_ratio, "complementary": complementary},
+        "masking": {"mask_ratio": mask_ratio, "complementary": complementary, "seed": plan.seed},
         "data": {"seq_length": plan.seq_length},
         "training": {"micro_batch_size": plan.micro_batch, "global_batch_size": plan.global_batch,
+                     "precision": plan.precision, "seed": plan.seed,
                      "train_iters": train_steps or plan.sample_steps, "lr": plan.lr, "min_lr": plan.lr,
                      "lr_warmup_iters": min(plan.warmup, train_steps or plan.sample_steps),
                      "lr_decay_style": "constant", "log_interval": 10},
+        # A longer plan deliberately extends finished runs (constant LR, so only train_iters changes).
+        "checkpoint": {"lr_schedule_on_resume": "config"},
     }
     return RunConfig.from_dict(raw)
 

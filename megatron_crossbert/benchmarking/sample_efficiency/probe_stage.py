@@ -34,7 +34,7 @@ def probe_config(plan: Plan, work_dir: Path):
     from megatron_crossbert.evaluation.probing import ProbeRunConfig
 
     return ProbeRunConfig(max_train=plan.probe_max_train, max_test=plan.probe_max_test,
-                          max_len=plan.probe_max_len, cache_dir=str(work_dir / "eval_cache"), device="cpu")
+                          max_len=plan.probe_max_len, cache_dir=str(work_dir / "eval_cache"), device=plan.probe_device)
 
 
 def key_iterations(plan: Plan, run: RunSpec) -> list[int]:
