@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from megatron_crossbert.arch import REGISTRY
+from megatron_crossbert.benchmarking.cases import SETTINGS
 from megatron_crossbert.benchmarking.device import carry, plan
 from megatron_crossbert.benchmarking.device.cli import main
 
@@ -165,7 +167,7 @@ def test_a_stage_past_its_budget_is_killed_and_the_next_still_runs(tmp_path, mon
     assert not smoke["ok"] and "killed at its budget of 1 s" in smoke["error"]
     assert check["ok"], check
     names = [r["name"] for r in check["result"]["runs"][0]["report"]["results"]]
-    assert names[0] == "bert" and len(names) == 4
+    assert names[0] == "bert" and names == [setting.name for setting in SETTINGS]
     assert json.loads((tmp_path / "out" / "device_check.json").read_text())["stages"].keys() == {"smoke", "gpu_check"}
 
 
@@ -183,7 +185,8 @@ def test_toy_dry_run_of_every_stage_and_its_results_section(tmp_path):
     payload = json.loads((out / "device_check.json").read_text())
     assert payload["meta"]["toy"] and payload["meta"]["command"].startswith("scripts/device_check.sh run --toy")
     smoke = payload["stages"]["smoke"]["result"]
-    assert {step["arch"] for step in smoke["train_steps"]} == {"bert", "crossbert"}
+    assert {(step["arch"], step["encoder"]) for step in smoke["train_steps"]} == {
+        (spec.name, encoder) for spec in REGISTRY.values() for encoder in spec.encoders}
     assert smoke["collective"] == {"backend": "gloo", "world_size": 1, "ok": True}
     check = payload["stages"]["gpu_check"]["result"]["runs"][0]["report"]["results"]
     assert all(r["predicted_samples_per_s_vs_bert"] > 0 for r in check)

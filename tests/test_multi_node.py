@@ -39,15 +39,15 @@ def _data(root: Path) -> tuple[str, str]:
     return str(root / "corpus_text_document"), str(root / "tokenizer")
 
 
-def _launch_two_nodes(data: str, tokenizer: str, save: Path, port: int, iters: int) -> list[str]:
+def _launch_two_nodes(data: str, tokenizer: str, save: Path, port: int, *extra: str) -> list[str]:
     """Both agents of a 2-node job at once; returns each node's output (fails the test on a bad exit)."""
     base = {k: v for k, v in os.environ.items() if k not in _RENDEZVOUS_VARS}
     base.update(NNODES="2", GPUS_PER_NODE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                 RDZV_ID=f"test-{port}", CONFIG=str(REPO / "examples" / "tiny_cpu.yaml"), OMP_NUM_THREADS="1",
                 TORCHRUN=str(Path(sys.executable).parent / "torchrun"),
                 PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    args = [data, tokenizer, str(save), "--train-iters", str(iters), "--set", "checkpoint.save_interval=2",
-            "--set", "training.eval_interval=0", "--set", "training.log_interval=1"]
+    args = [data, tokenizer, str(save), "--train-iters", "6", "--set", "checkpoint.save_interval=2",
+            "--set", "training.eval_interval=0", "--set", "training.log_interval=1", *extra]
     procs = [subprocess.Popen(["bash", str(SCRIPT), *args], env={**base, "NODE_RANK": str(rank)}, cwd=REPO,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for rank in (0, 1)]
     outputs = [proc.communicate(timeout=600)[0] for proc in procs]
@@ -68,10 +68,10 @@ def test_two_torchrun_agents_train_checkpoint_and_resume(tmp_path, free_port):
 
     data, tokenizer = _data(tmp_path)
     save = tmp_path / "ckpt"
-    first = "\n".join(_launch_two_nodes(data, tokenizer, save, free_port, iters=4))
-    assert "step 4/4" in first and latest_iteration(save) == 4
+    first = "\n".join(_launch_two_nodes(data, tokenizer, save, free_port, "--exit-at-iteration", "4"))
+    assert "step 4/6" in first and latest_iteration(save) == 4
     saved = read_run_config(save)
-    assert saved.data.tokenizer == tokenizer and saved.training.train_iters == 4
-    second = "\n".join(_launch_two_nodes(data, tokenizer, save, free_port, iters=6))
+    assert saved.data.tokenizer == tokenizer and saved.training.train_iters == 6
+    second = "\n".join(_launch_two_nodes(data, tokenizer, save, free_port))
     assert "resumed from" in second and "at step 4" in second and "step 6/6" in second
     assert latest_iteration(save) == 6

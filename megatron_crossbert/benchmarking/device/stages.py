@@ -88,7 +88,7 @@ def train_steps(case, steps: int) -> dict:
     runner = build_runner(case, device())
     batches = make_batches(case, steps, device(), seed=0)
     losses = [float(runner.step(batch)) for batch in batches]
-    return {"name": case.name, "arch": case.arch, "precision": case.run_cfg.training.precision,
+    return {"name": case.name, "arch": case.arch, "encoder": case.encoder, "precision": case.run_cfg.training.precision,
             "losses": losses, "ok": all(math.isfinite(loss) for loss in losses)}
 
 
@@ -105,7 +105,7 @@ def run_smoke(config: DeviceCheckConfig) -> dict:
         try:
             result["train_steps"].append(train_steps(case, 2 if config.toy else 4))
         except Exception as err:  # record and keep going: the next architecture still runs
-            result["train_steps"].append({"name": case.name, "arch": case.arch, "ok": False,
+            result["train_steps"].append({"name": case.name, "arch": case.arch, "encoder": case.encoder, "ok": False,
                                           "error": f"{type(err).__name__}: {err}"})
         print(f"train steps {result['train_steps'][-1]}", flush=True)
     result["ok"] = (result["gpu_tests"]["passed"] and result["collective"]["ok"]
