@@ -12,12 +12,19 @@ from __future__ import annotations
 import pytest
 import torch
 from test_convert_support import (
+    encoder_keys,
+    hf_features,
+    left_padded,
+    left_padded_diff,
     load_native,
     make_checkpoint,
     make_tokenizer,
+    max_diff,
+    native_features,
     padded_batch,
     read_json,
     read_safetensors,
+    sentence_transformers_check,
     tiny_run_config,
 )
 
@@ -53,35 +60,14 @@ def crossbert(work, tokenizer_dir):
     return work / "ckpt_crossbert", state, outs
 
 
-def _native_features(checkpoint, ids, mask):
-    platform.initialize(ParallelConfig(), 0)
-    from megatron_crossbert.models import model_encode
-
-    with torch.no_grad():
-        return model_encode(load_native(checkpoint), ids, mask)
-
-
-def _max_diff(a, b, mask):
-    return (a - b)[mask.bool()].abs().max().item()
-
-
-def _hf_features(out, impl, ids, mask):
-    from transformers import AutoModel
-
-    hf = AutoModel.from_pretrained(out, use_safetensors=True, attn_implementation=impl).eval()
-    assert hf.config._attn_implementation == impl
-    with torch.no_grad():
-        return type(hf).__name__, hf(input_ids=ids, attention_mask=mask).last_hidden_state
-
-
 @pytest.mark.parametrize("name, impl", BACKENDS)
 def test_automodel_matches_native_encoder_on_right_padded_batch(crossbert, name, impl):
     checkpoint, _, outs = crossbert
     ids, mask = padded_batch(125, LENGTHS)
-    native = _native_features(checkpoint, ids, mask)
-    cls, got = _hf_features(outs[name], impl, ids, mask)
+    native = native_features(checkpoint, ids, mask)
+    cls, got = hf_features(outs[name], impl, ids, mask)
     assert cls == get_format(name).base_class
-    diff = _max_diff(got, native, mask)
+    diff = max_diff(got, native, mask)
     print(f"{name}/{impl} AutoModel vs CrossBertModel.encode max abs diff: {diff:.3g}")
     assert diff <= TOL
 
@@ -92,32 +78,18 @@ def test_left_padded_batch_matches_native_rows(crossbert, impl):
     checkpoint, _, outs = crossbert
     assert get_format("xlmr-xl").left_padding and not get_format("megatron-bert").left_padding
     ids, mask = padded_batch(125, LENGTHS, seed=5)
-    native = _native_features(checkpoint, ids, mask)
-    left_ids, left_mask = torch.zeros_like(ids), torch.zeros_like(mask)
-    for row, length in enumerate(LENGTHS):
-        left_ids[row, -length:], left_mask[row, -length:] = ids[row, :length], 1
-    _, got = _hf_features(outs["xlmr-xl"], impl, left_ids, left_mask)
-    diff = max((got[row, -n:] - native[row, :n]).abs().max().item() for row, n in enumerate(LENGTHS))
+    native = native_features(checkpoint, ids, mask)
+    left_ids, left_mask = left_padded(ids, LENGTHS)
+    _, got = hf_features(outs["xlmr-xl"], impl, left_ids, left_mask)
+    diff = left_padded_diff(got, native, LENGTHS)
     print(f"xlmr-xl/{impl} left-padded vs native max abs diff: {diff:.3g}")
     assert diff <= TOL
 
 
 @pytest.mark.parametrize("name", FORMATS)
 def test_sentence_transformers_equals_mean_pooled_native(crossbert, name):
-    from sentence_transformers import SentenceTransformer
-    from transformers import AutoTokenizer
-
     checkpoint, _, outs = crossbert
-    texts = ["w1 w2 w3 w4 w5 w6", "w7 w8", "w9 w10 w11 w12 w13 w14 w15 w16 w17"]
-    batch = AutoTokenizer.from_pretrained(outs[name]).__call__(texts, padding=True, return_tensors="pt")
-    assert batch["input_ids"][1].tolist()[:4] == [2, 12, 13, 3]  # [CLS] w7 w8 [SEP]: real ids, not [UNK]
-    features = _native_features(checkpoint, batch["input_ids"], batch["attention_mask"])
-    keep = batch["attention_mask"].unsqueeze(-1).float()
-    pooled = (features * keep).sum(1) / keep.sum(1)
-    st = SentenceTransformer(str(outs[name]), device="cpu", model_kwargs={"use_safetensors": True})
-    assert type(st[0].auto_model).__name__ == get_format(name).base_class
-    got = torch.as_tensor(st.encode(texts, convert_to_numpy=True))
-    diff = (got - pooled).abs().max().item()
+    diff = sentence_transformers_check(outs[name], checkpoint, get_format(name).base_class)
     print(f"{name} SentenceTransformer vs mean-pooled native max abs diff: {diff:.3g}")
     assert diff <= TOL
 
@@ -154,7 +126,7 @@ def test_round_trip_is_bit_identical(crossbert, work, name):
     ckpt_dir = import_from_hf(outs[name], work / f"reimported_{name}")
     platform.initialize(ParallelConfig(), 0)
     back = load_native(ckpt_dir).state_dict()
-    encoder = [k for k in state if k.startswith(("embedding.", "encoder.")) and not k.endswith("_extra_state")]
+    encoder = encoder_keys(state)
     assert encoder and all(torch.equal(back[k], state[k]) for k in encoder)
     assert any(k.startswith("decoder.") for k in back)  # decoder rebuilt (fresh init)
     again = export_to_hf(ckpt_dir, work / f"hf_again_{name}", format_name=name)  # reuses the TP=1 state
@@ -170,9 +142,9 @@ def test_tanh_gelu_run_exports_gelu_pytorch_tanh(work, tokenizer_dir):
     cfg = read_json(out / "config.json")
     assert (cfg["hidden_act"], cfg["layer_norm_eps"]) == ("gelu_pytorch_tanh", 1e-6)
     ids, mask = padded_batch(125, LENGTHS, seed=1)
-    native = _native_features(work / "ckpt_tanh", ids, mask)
-    _, got = _hf_features(out, "sdpa", ids, mask)
-    diff = _max_diff(got, native, mask)
+    native = native_features(work / "ckpt_tanh", ids, mask)
+    _, got = hf_features(out, "sdpa", ids, mask)
+    diff = max_diff(got, native, mask)
     print(f"tanh-GELU export max abs diff: {diff:.3g}")
     assert diff <= TOL
 
@@ -198,8 +170,8 @@ def test_bert_baseline_mlm_logits_and_head_round_trip(work, bert, name):
         mlm = AutoModelForMaskedLM.from_pretrained(out, use_safetensors=True).eval()
         assert type(mlm).__name__ == fmt.mlm_class
         logits = mlm(input_ids=ids, attention_mask=mask).logits
-    _, base = _hf_features(out, fmt.attention_backends[0], ids, mask)
-    diff = _max_diff(logits, native, mask)
+    _, base = hf_features(out, fmt.attention_backends[0], ids, mask)
+    diff = max_diff(logits, native, mask)
     print(f"{name} BERT MLM logits max abs diff: {diff:.3g}")
     assert diff <= TOL and base.shape == (4, 20, 32)
     back = load_native(import_from_hf(out, work / f"bert_back_{name}")).state_dict()
@@ -252,7 +224,7 @@ def test_import_foreign_model(work, tokenizer_dir, name):
     assert (cfg["arch"], cfg["vocab_size"], cfg["ffn_hidden_size"]) == ("crossbert", 125, 48)
     assert cfg["max_position_embeddings"] == 40  # XLM-R: the pad + 1 rows before position 0 are dropped
     ids, mask = padded_batch(125, [17, 9, 3], seed=4)
-    native = _native_features(ckpt_dir, ids, mask)
+    native = native_features(ckpt_dir, ids, mask)
     with torch.no_grad():
         expected = hf(input_ids=ids, attention_mask=mask).last_hidden_state
-    assert _max_diff(native, expected, mask) <= TOL
+    assert max_diff(native, expected, mask) <= TOL

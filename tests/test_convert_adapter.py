@@ -173,6 +173,15 @@ def test_gather_tensor_parallel_concatenates_along_partition_dim():
         gather_tensor_parallel(shards)
 
 
+def test_gather_tensor_parallel_gathers_geglu_fc1_half_by_half():
+    """Megatron shards each GeGLU half: rank r holds [gate_r | up_r], not rows r*n/tp.. of [gate | up]."""
+    fc1 = "encoder.layers.1.mlp.linear_fc1.weight"
+    gate, up = torch.randn(8, 4), torch.randn(8, 4)
+    shards = [{fc1: torch.cat([gate.chunk(2)[r], up.chunk(2)[r]])} for r in range(2)]
+    assert torch.equal(gather_tensor_parallel(shards, gated_mlp=True)[fc1], torch.cat([gate, up]))
+    assert not torch.equal(gather_tensor_parallel(shards)[fc1], torch.cat([gate, up]))  # plain GELU layout
+
+
 def test_vocab_layout_reproduces_padded_rows():
     assert vocab_layout(384, 300, 128) == (300, 128)
     assert vocab_layout(512, 300, 128) == (300, 256)   # saved at TP=2: rows padded to 256

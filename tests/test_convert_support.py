@@ -96,6 +96,65 @@ def padded_batch(vocab: int, lengths: list[int], seed: int = 0) -> tuple[torch.T
     return ids.masked_fill(mask == 0, 0), mask
 
 
+def native_features(checkpoint: Path, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``encode`` of the checkpoint's model at TP=1 (initialises a TP=1 parallel state)."""
+    from megatron_crossbert.models import model_encode
+
+    platform.initialize(ParallelConfig(), 0)
+    with torch.no_grad():
+        return model_encode(load_native(checkpoint), ids, mask)
+
+
+def hf_features(out: Path, impl: str, ids: torch.Tensor, mask: torch.Tensor) -> tuple[str, torch.Tensor]:
+    """(class name, last_hidden_state) of stock ``AutoModel`` loaded with ``attn_implementation=impl``."""
+    from transformers import AutoModel
+
+    hf = AutoModel.from_pretrained(out, use_safetensors=True, attn_implementation=impl).eval()
+    assert hf.config._attn_implementation == impl
+    with torch.no_grad():
+        return type(hf).__name__, hf(input_ids=ids, attention_mask=mask).last_hidden_state
+
+
+def max_diff(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor) -> float:
+    """Max abs difference over the kept (mask == 1) positions."""
+    return (a - b)[mask.bool()].abs().max().item()
+
+
+def left_padded(ids: torch.Tensor, lengths: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rows of a right-padded batch moved to the right end (left padding, pad id 0)."""
+    left_ids, left_mask = torch.zeros_like(ids), torch.zeros_like(ids)
+    for row, length in enumerate(lengths):
+        left_ids[row, -length:], left_mask[row, -length:] = ids[row, :length], 1
+    return left_ids, left_mask
+
+
+def left_padded_diff(got: torch.Tensor, native: torch.Tensor, lengths: list[int]) -> float:
+    """Max abs difference between left-padded HF rows and the native right-padded rows."""
+    return max((got[row, -n:] - native[row, :n]).abs().max().item() for row, n in enumerate(lengths))
+
+
+def sentence_transformers_check(out: Path, checkpoint: Path, expected_class: str) -> float:
+    """Max abs difference between ``SentenceTransformer(out).encode`` and masked-mean native features."""
+    from sentence_transformers import SentenceTransformer
+    from transformers import AutoTokenizer
+
+    texts = ["w1 w2 w3 w4 w5 w6", "w7 w8", "w9 w10 w11 w12 w13 w14 w15 w16 w17"]
+    batch = AutoTokenizer.from_pretrained(out)(texts, padding=True, return_tensors="pt")
+    assert batch["input_ids"][1].tolist()[:4] == [2, 12, 13, 3]  # [CLS] w7 w8 [SEP]: real ids, not [UNK]
+    features = native_features(checkpoint, batch["input_ids"], batch["attention_mask"])
+    keep = batch["attention_mask"].unsqueeze(-1).float()
+    pooled = (features * keep).sum(1) / keep.sum(1)
+    st = SentenceTransformer(str(out), device="cpu", model_kwargs={"use_safetensors": True})
+    assert type(st[0].auto_model).__name__ == expected_class
+    got = torch.as_tensor(st.encode(texts, convert_to_numpy=True))
+    return (got - pooled).abs().max().item()
+
+
+def encoder_keys(state: dict[str, torch.Tensor]) -> list[str]:
+    """The exported encoder tensors of a native state dict."""
+    return [k for k in state if k.startswith(("embedding.", "encoder.")) and not k.endswith("_extra_state")]
+
+
 def read_safetensors(directory: Path) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 

@@ -33,6 +33,11 @@ TP_PARTITION_DIMS: dict[str, int] = {
     "output_layer.bias": 0,
 }
 
+# Gated (GeGLU) fc1 tensors: megatron shards each half separately, so a TP rank holds
+# ``[gate_r | up_r]`` and a plain concatenation would give ``[gate_0 | up_0 | gate_1 | up_1]``.
+GATED_FC1: frozenset[str] = frozenset({"encoder.layers.{i}.mlp.linear_fc1.weight",
+                                       "encoder.layers.{i}.mlp.linear_fc1.bias"})
+
 
 def expand(template: str, layer: int) -> str:
     """Fill the layer number into a key template."""

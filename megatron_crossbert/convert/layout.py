@@ -5,7 +5,8 @@ Megatron's ``linear_qkv`` output rows are grouped per attention head: for head `
 flattened. Splitting it with ``chunk(3)`` silently scrambles heads (max diff ~5 on a tiny model), so
 the split and its inverse live here and nowhere else. With tensor parallelism each rank holds a
 contiguous block of whole heads, so concatenating shards along ``partition_dim`` first gives the
-TP=1 layout and the same split applies.
+TP=1 layout and the same split applies. A gated (GeGLU) ``linear_fc1`` is the exception: each rank
+holds a slice of both halves, ``[gate_r | up_r]``, so its shards are gathered half by half.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from megatron_crossbert.convert.errors import ConversionError
-from megatron_crossbert.convert.keymap import RECONSTRUCTION_PREFIXES, TP_PARTITION_DIMS, layer_template
+from megatron_crossbert.convert.keymap import GATED_FC1, RECONSTRUCTION_PREFIXES, TP_PARTITION_DIMS, layer_template
 
 
 def split_qkv(fused: torch.Tensor, num_heads: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -44,12 +45,20 @@ def partition_dim(key: str) -> int | None:
     return TP_PARTITION_DIMS.get(template)
 
 
-def gather_tensor_parallel(shards: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+def _gather_gated(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """Per-rank ``[gate_r | up_r]`` fc1 shards -> ``[gate | up]`` (each half concatenated over ranks)."""
+    halves = [t.chunk(2, dim=0) for t in tensors]
+    return torch.cat([torch.cat([h[0] for h in halves]), torch.cat([h[1] for h in halves])])
+
+
+def gather_tensor_parallel(shards: list[dict[str, torch.Tensor]], *,
+                           gated_mlp: bool = False) -> dict[str, torch.Tensor]:
     """Per-TP-rank state dicts (rank order) -> one TP=1 state dict of the exportable tensors.
 
     Sharded tensors are concatenated along their partition dim; replicated ones must agree across
-    ranks (a mismatch means the shards do not belong together). The discarded CrossBERT branch and
-    ``_extra_state`` entries are skipped.
+    ranks (a mismatch means the shards do not belong together). ``gated_mlp`` (the encoder family's
+    ``arch.EncoderLayout.gated_mlp``) gathers ``linear_fc1`` half by half. The discarded CrossBERT
+    branch and ``_extra_state`` entries are skipped.
     """
     if not shards:
         raise ConversionError("no tensor-parallel shards given")
@@ -59,7 +68,9 @@ def gather_tensor_parallel(shards: list[dict[str, torch.Tensor]]) -> dict[str, t
             continue
         tensors = [shard[key] for shard in shards]
         dim = partition_dim(key)
-        if dim is not None:
+        if gated_mlp and layer_template(key)[0] in GATED_FC1:
+            merged[key] = _gather_gated(tensors)
+        elif dim is not None:
             merged[key] = torch.cat(tensors, dim=dim)
         elif all(torch.equal(tensors[0], t) for t in tensors[1:]):
             merged[key] = tensors[0]
