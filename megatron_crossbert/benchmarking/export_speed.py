@@ -3,8 +3,12 @@
 What users of an export pay for: sentences/s of stock ``AutoModel`` forward passes at s=128 and s=512,
 for every registered format that represents the model exactly and every attention backend its class
 supports (``sdpa``/``eager``, plus ``flash_attention_2`` on a GPU when ``flash_attn`` is installed).
-All rows come from real exports of one randomly initialised native checkpoint, so they compute the
-same function: each row also reports its max abs diff to the eager MegatronBert row (the reference).
+All rows come from real exports of randomly initialised native CrossBERT checkpoints of one shape, one
+checkpoint per encoder family the requested formats need (``HfFormat.native_encoder``: the classic one
+for ``xlmr-xl``/``megatron-bert``, the modern one for ``modernbert``). Speed-ups are relative to the
+eager MegatronBert row (the reference, today's eager-only export); each row's max abs diff is to the
+reference row of its own checkpoint (``REFERENCE`` when that checkpoint exports to it, else its
+format's eager row), since rows of one checkpoint compute the same function.
 
 Method: half of each batch is padded to half length (a realistic retrieval batch). Models are timed
 round-robin within a sequence length (order rotating per round) so machine-load drift hits every
@@ -32,7 +36,7 @@ REFERENCE = ("megatron-bert", "eager")
 
 @dataclass
 class ExportSpeedOptions:
-    """Model shape and timing plan; defaults are BERT-small-like and take ~3 minutes on 2 CPU cores."""
+    """Model shape and timing plan; defaults are BERT-small-like (two checkpoints: classic and modern)."""
 
     hidden_size: int = 512
     """Encoder width (BERT-small: 512)."""
@@ -91,8 +95,8 @@ def _tokenizer(work: Path, vocab_size: int, seed: int) -> Path:
     return work / "tokenizer"
 
 
-def _checkpoint(work: Path, options: ExportSpeedOptions, tokenizer: Path) -> Path:
-    """A randomly initialised classic CrossBERT (TP=1) saved as a model-only checkpoint."""
+def _checkpoint(work: Path, options: ExportSpeedOptions, tokenizer: Path, encoder: str) -> Path:
+    """A randomly initialised CrossBERT on ``encoder`` (TP=1) saved as a model-only checkpoint."""
     from transformers import AutoTokenizer
 
     from megatron_crossbert.checkpoint_format import save_model_only
@@ -100,14 +104,14 @@ def _checkpoint(work: Path, options: ExportSpeedOptions, tokenizer: Path) -> Pat
     from megatron_crossbert.convert.native import build_single_process_model, tp1_parallel_state
 
     size = len(AutoTokenizer.from_pretrained(str(tokenizer)))
-    model = ModelConfig(arch="crossbert", vocab_size=size, hidden_size=options.hidden_size,
+    model = ModelConfig(arch="crossbert", encoder=encoder, vocab_size=size, hidden_size=options.hidden_size,
                         num_layers=options.num_layers, num_attention_heads=options.num_attention_heads,
                         max_position_embeddings=max(options.seq_lengths), decoder_num_layers=1,
                         hidden_dropout=0.0, attention_dropout=0.0, transformer_impl="local")
     run_cfg = RunConfig(model=model, data=DataConfig(seq_length=max(options.seq_lengths), tokenizer=str(tokenizer)))
     with tp1_parallel_state(options.seed):
-        save_model_only(build_single_process_model(run_cfg), run_cfg, work / "checkpoint")
-    return work / "checkpoint"
+        save_model_only(build_single_process_model(run_cfg), run_cfg, work / f"checkpoint_{encoder}")
+    return work / f"checkpoint_{encoder}"
 
 
 def _backends(device: torch.device) -> list[str]:
@@ -117,22 +121,26 @@ def _backends(device: torch.device) -> list[str]:
     return found
 
 
-def _exports(work: Path, checkpoint: Path, options: ExportSpeedOptions) -> tuple[list[dict], list[dict]]:
-    """Export to every requested format; returns (exports, skipped formats with their reasons)."""
+def _exports(work: Path, tokenizer: Path, options: ExportSpeedOptions) -> tuple[list[dict], list[dict]]:
+    """One checkpoint per encoder family the requested formats need, exported to each of its formats;
+    returns (exports, skipped formats with their reasons)."""
     from megatron_crossbert.convert import export_to_hf
     from megatron_crossbert.convert.formats import all_formats, get_format
     from megatron_crossbert.convert.native import read_checkpoint_config
 
-    model_cfg = read_checkpoint_config(checkpoint).model
     formats = [get_format(name) for name in options.formats] if options.formats else all_formats()
+    checkpoints: dict[str, Path] = {}
     exports, skipped = [], []
     for fmt in formats:
-        reasons = fmt.unsupported(model_cfg)
+        encoder = fmt.native_encoder
+        if encoder not in checkpoints:
+            checkpoints[encoder] = _checkpoint(work, options, tokenizer, encoder)
+        reasons = fmt.unsupported(read_checkpoint_config(checkpoints[encoder]).model)
         if reasons:
             skipped.append({"format": fmt.name, "reason": "; ".join(reasons)})
             continue
-        out = export_to_hf(checkpoint, work / f"hf_{fmt.name}", format_name=fmt.name, force=True)
-        exports.append({"format": fmt.name, "hf_class": fmt.base_class, "dir": out,
+        out = export_to_hf(checkpoints[encoder], work / f"hf_{fmt.name}", format_name=fmt.name, force=True)
+        exports.append({"format": fmt.name, "hf_class": fmt.base_class, "dir": out, "encoder": encoder,
                         "backends": list(fmt.attention_backends)})
     return exports, skipped
 
@@ -182,21 +190,30 @@ def _time_length(rows: list[dict], models: list, batch: dict, options: ExportSpe
     return [{"clocks": c, "output": o} for c, o in zip(clocks, outputs)]
 
 
+def _reference_indices(rows: list[dict]) -> list[int | None]:
+    """Per row, the index of the row its output is compared with: the same checkpoint's ``REFERENCE``
+    row when there is one, else the eager row of its own format (None: no eager row to compare with)."""
+    names = [(row["format"], row["backend"]) for row in rows]
+    encoder_ref = {row["encoder"]: i for i, row in enumerate(rows) if names[i] == REFERENCE}
+    own_eager = {row["format"]: i for i, row in enumerate(rows) if row["backend"] == "eager"}
+    return [encoder_ref.get(row["encoder"], own_eager.get(row["format"])) for row in rows]
+
+
 def _results(rows: list[dict], timed: list[dict], seq_length: int, batch: dict, clock: str,
              options: ExportSpeedOptions) -> list[dict]:
     keep = batch["attention_mask"].bool()
     names = [(row["format"], row["backend"]) for row in rows]
-    ref = timed[names.index(REFERENCE)] if REFERENCE in names else None
     results = []
-    for row, t in zip(rows, timed):
+    for row, t, ref in zip(rows, timed, _reference_indices(rows)):
         seconds = statistics.median(t["clocks"][clock])
-        diff = None if ref is None else (t["output"].float() - ref["output"].float())[keep].abs().max().item()
-        results.append({"format": row["format"], "hf_class": row["hf_class"], "backend": row["backend"],
-                        "seq_length": seq_length, "batch_size": options.batch_size,
+        diff = None if ref is None else (t["output"].float() - timed[ref]["output"].float())[keep].abs().max().item()
+        results.append({"format": row["format"], "hf_class": row["hf_class"], "encoder": row["encoder"],
+                        "backend": row["backend"], "seq_length": seq_length, "batch_size": options.batch_size,
                         "seconds_per_batch": seconds, "sentences_per_s": options.batch_size / seconds,
                         "wall_s": t["clocks"]["wall"], "cpu_s": t["clocks"]["cpu"],
-                        "max_abs_diff_vs_reference": diff})
-    if ref is not None:
+                        "max_abs_diff_vs_reference": diff,
+                        "diff_reference": None if ref is None else "/".join(names[ref])})
+    if REFERENCE in names:
         ref_rate = results[names.index(REFERENCE)]["sentences_per_s"]
         for result in results:
             result["speedup_vs_reference"] = result["sentences_per_s"] / ref_rate
@@ -212,8 +229,7 @@ def run_export_speed(options: ExportSpeedOptions) -> dict:
         work = Path(options.work_dir or tmp)
         work.mkdir(parents=True, exist_ok=True)
         tokenizer = _tokenizer(work, options.vocab_size, options.seed)
-        checkpoint = _checkpoint(work, options, tokenizer)
-        exports, skipped = _exports(work, checkpoint, options)
+        exports, skipped = _exports(work, tokenizer, options)
         rows = [{**export, "backend": backend} for export in exports
                 for backend in _backends(device) if backend in export["backends"]]
         models = [_load(row, device, dtype) for row in rows]
@@ -244,11 +260,12 @@ def export_speed_markdown(report: dict) -> str:
               f"threads, {meta['dtype']}, clock: {meta['clock']}); encoder h={opts['hidden_size']}, "
               f"layers={opts['num_layers']}, heads={opts['num_attention_heads']}, batch {opts['batch_size']} "
               f"(half padded to half length), median of {opts['repeats']} round-robin rounds.")
-    rows = [[r["format"], r["hf_class"], r["backend"], r["seq_length"], fmt(r["sentences_per_s"], 1),
+    rows = [[r["format"], r["hf_class"], r["encoder"], r["backend"], r["seq_length"], fmt(r["sentences_per_s"], 1),
              fmt(r["seconds_per_batch"], 1, 1e3), fmt(r.get("speedup_vs_reference"), 2, suffix="x"),
-             "—" if r["max_abs_diff_vs_reference"] is None else f"{r['max_abs_diff_vs_reference']:.2g}"]
+             "—" if r["max_abs_diff_vs_reference"] is None
+             else f"{r['max_abs_diff_vs_reference']:.2g} ({r['diff_reference']})"]
             for r in report["results"]]
-    table = markdown_table(["format", "HF class", "attention", "s", "sentences/s", "ms/batch",
-                            f"× {meta['reference']}", "max abs diff vs ref"], rows)
+    table = markdown_table(["format", "HF class", "encoder", "attention", "s", "sentences/s", "ms/batch",
+                            f"× {meta['reference']}", "max abs diff (vs)"], rows)
     skipped = "".join(f"\nSkipped {s['format']}: {s['reason']}" for s in meta["skipped"])
     return f"{header}\n\n{table}{skipped}"
