@@ -27,8 +27,8 @@ from megatron_crossbert.config import ParallelConfig
 from megatron_crossbert.convert import export_to_hf, import_from_hf
 from megatron_crossbert.convert.layout import gather_tensor_parallel
 
-
-ENCODER_FORMATS = {"classic": ("xlmr-xl", "megatron-bert"), "modern": ("modernbert",)}
+ENCODERS = ("classic", "modern")
+"""Encoder families tested; each is exported to every format of its ``arch.EncoderLayout.hf_formats``."""
 
 
 def reshard_to_tp2(rank: int, world_size: int, jobs: list[tuple[str, str, str]], tokenizer: str) -> list[dict]:
@@ -57,7 +57,7 @@ def reshard_to_tp2(rank: int, world_size: int, jobs: list[tuple[str, str, str]],
 def _check_exports(tmp_path, encoder: str, state: dict) -> None:
     """Each format: TP=1 and TP=2 exports are identical files; TP=2 -> HF -> native is bit-identical."""
     encoder_state = encoder_keys(state)
-    for name in ENCODER_FORMATS[encoder]:
+    for name in get_encoder(encoder).hf_formats:
         hf1, hf2 = tmp_path / f"hf1_{name}", tmp_path / f"hf2_{name}"
         tp1 = read_safetensors(export_to_hf(tmp_path / f"tp1_{encoder}", hf1, format_name=name))
         tp2 = read_safetensors(export_to_hf(tmp_path / f"tp2_{encoder}", hf2, format_name=name))
@@ -77,7 +77,7 @@ def test_tp2_and_tp1_checkpoints_export_identically(tmp_path):
     tok = make_tokenizer(tmp_path / "tok")
     states = {encoder: make_checkpoint(tmp_path / f"tp1_{encoder}",
                                        tiny_run_config("crossbert", tokenizer=str(tok), encoder=encoder))
-              for encoder in ENCODER_FORMATS}
+              for encoder in ENCODERS}
     jobs = [(encoder, str(tmp_path / f"tp1_{encoder}"), str(tmp_path / f"tp2_{encoder}")) for encoder in states]
     per_rank = run_ranks(reshard_to_tp2, 2, jobs, str(tok))
     for index, (encoder, state) in enumerate(states.items()):
