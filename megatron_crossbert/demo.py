@@ -8,7 +8,7 @@ Stages (each prints a numbered header; the tools underneath show their own progr
  3. preprocess - Megatron .bin/.idx
  4. init ckpt  - the untrained model, saved for the probe comparison
  5. pretrain   - a tiny CrossBERT (complementary masking, r=0.5), or ``--arch``/``--encoder``
- 6. export     - Hugging Face MegatronBert dir (AutoModel / SentenceTransformer ready)
+ 6. export     - Hugging Face dir in the encoder's default format (AutoModel / SentenceTransformer ready)
  7. probe      - frozen linear probe on the held-out task: trained vs untrained encoder vs chance
 
 The probe task is "which package wrote this docstring?" for the default corpus (labels from the
@@ -239,8 +239,10 @@ def run_demo(opts: DemoOptions) -> dict:
                                   f"L={opts.num_layers}, {opts.train_iters} steps")
     summary = pretrain_stage(run_cfg)
     timings["pretrain"] = time.perf_counter() - start
-    start = _stage(6, "export", "Hugging Face MegatronBert + sentence-transformers files")
     from megatron_crossbert.convert import export_to_hf
+    from megatron_crossbert.convert.formats import default_format
+
+    start = _stage(6, "export", f"Hugging Face {default_format(run_cfg.model).base_class} + sentence-transformers files")
 
     hf_dir = export_to_hf(out / "checkpoints", out / "hf", force=True)
     timings["export"] = time.perf_counter() - start

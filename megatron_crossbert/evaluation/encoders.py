@@ -1,7 +1,7 @@
 """Frozen text encoders for evaluation: resolve a model reference and embed texts.
 
 One code path for every model: a native megatron-crossbert checkpoint is first exported to a
-Hugging Face ``MegatronBertModel`` directory (``megatron_crossbert.convert.export_to_hf``, cached by
+Hugging Face directory in its encoder's default format (``megatron_crossbert.convert.export_to_hf``, cached by
 checkpoint identity), then everything is loaded with ``transformers.AutoModel``/``AutoTokenizer``.
 Accepted references:
 - a native checkpoint root (has ``latest``) or ``iter_*`` directory (has ``run_config.json``);
