@@ -242,7 +242,8 @@ def run_demo(opts: DemoOptions) -> dict:
     from megatron_crossbert.convert import export_to_hf
     from megatron_crossbert.convert.formats import default_format
 
-    start = _stage(6, "export", f"Hugging Face {default_format(run_cfg.model).base_class} + sentence-transformers files")
+    hf_class = default_format(run_cfg.model).base_class
+    start = _stage(6, "export", f"Hugging Face {hf_class} + sentence-transformers files")
 
     hf_dir = export_to_hf(out / "checkpoints", out / "hf", force=True)
     timings["export"] = time.perf_counter() - start
