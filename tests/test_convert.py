@@ -12,6 +12,8 @@ from __future__ import annotations
 import pytest
 import torch
 from test_convert_support import (
+    LENGTHS,
+    TOL,
     encoder_keys,
     hf_features,
     left_padded,
@@ -33,8 +35,6 @@ from megatron_crossbert.config import ParallelConfig
 from megatron_crossbert.convert import export_to_hf, import_from_hf
 from megatron_crossbert.convert.formats import get_format
 
-TOL = 1e-5
-LENGTHS = [20, 13, 5, 20]
 FORMATS = ["xlmr-xl", "megatron-bert"]
 BACKENDS = [("xlmr-xl", "sdpa"), ("xlmr-xl", "eager"), ("megatron-bert", "eager")]
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 import pytest
 import torch
 from test_convert_support import (
+    LENGTHS,
+    TOL,
     encoder_keys,
     hf_features,
     left_padded,
@@ -32,8 +34,6 @@ from megatron_crossbert import platform
 from megatron_crossbert.config import ParallelConfig
 from megatron_crossbert.convert import export_to_hf, import_from_hf
 
-TOL = 1e-5
-LENGTHS = [20, 13, 5, 20]
 MODERN = dict(encoder="modern", rotary_base=40000.0, layernorm_epsilon=1e-6)
 
 

@@ -17,6 +17,12 @@ from megatron_crossbert.config import DataConfig, ModelConfig, ParallelConfig, R
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 
+TOL = 1e-5
+"""fp32 max abs diff allowed between the native encoder and an HF export."""
+LENGTHS = [20, 13, 5, 20]
+"""Row lengths of the padded test batches (ragged, so padding is exercised)."""
+
+
 def tiny_run_config(arch: str = "crossbert", tokenizer: str = "", tp: int = 1, **model_overrides) -> RunConfig:
     """A 2-layer h=32 model; vocab 300 pads to 384 rows at TP=1 and 512 at TP=2 (multiple 128*TP)."""
     model = dict(arch=arch, vocab_size=300, hidden_size=32, num_layers=2, num_attention_heads=4,
