@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from test_train_support import tiny_config, tiny_overrides, write_corpus
+from test_train_support import tiny_config, tiny_overrides
 
 REPO = Path(__file__).resolve().parents[1]
 PRETRAIN = "megatron_crossbert.cli.pretrain"
@@ -91,13 +91,12 @@ def _build_cases(tmp: Path, corpus: str, ckpt: Path) -> dict[str, tuple[dict, st
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory) -> tuple[str, Path]:
+def trained(tmp_path_factory, indexed_corpus) -> tuple[str, Path]:
     from megatron_crossbert.training import train
 
     root = tmp_path_factory.mktemp("cli_safety")
-    corpus = write_corpus(root / "corpus")
-    train(tiny_config("crossbert", corpus, root / "ckpt", training__train_iters=2))
-    return corpus, root / "ckpt"
+    train(tiny_config("crossbert", indexed_corpus, root / "ckpt", training__train_iters=2))
+    return indexed_corpus, root / "ckpt"
 
 
 def run_cases(cases: list[dict], tmp: Path) -> list[dict]:
