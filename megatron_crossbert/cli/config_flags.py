@@ -34,6 +34,8 @@ class ConfigFlag:
     """``section.field`` keys it sets; the first decides the type and choices."""
     help: str = ""
     """What it means to a user (the keys and, where known, the default are appended)."""
+    metavar: str | None = None
+    """How ``--help`` names the value (default: argparse's, the flag in capitals)."""
 
     def __post_init__(self) -> None:
         for key in self.keys:
@@ -77,8 +79,10 @@ def add_config_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup, 
         default = None if defaults is None else _current(defaults, flag.keys[0])
         shown = "" if defaults is None else ", default: %(default)s"
         help_text = f"{flag.help} ({', '.join(flag.keys)}{shown})".lstrip()
-        parser.add_argument(flag.flag, dest=flag.dest, default=default, help=help_text,
-                            **_argparse_kwargs(_field_type(flag.keys[0])))
+        kwargs = _argparse_kwargs(_field_type(flag.keys[0]))
+        if flag.metavar and "action" not in kwargs:
+            kwargs["metavar"] = flag.metavar
+        parser.add_argument(flag.flag, dest=flag.dest, default=default, help=help_text, **kwargs)
 
 
 def flag_values(args: argparse.Namespace, flags: tuple[ConfigFlag, ...]) -> dict[str, Any]:

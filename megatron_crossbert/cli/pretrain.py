@@ -36,7 +36,7 @@ SHORTHANDS: tuple[ConfigFlag, ...] = (
     ConfigFlag("--init-from", ("checkpoint.init_from",), "model-only checkpoint to initialise weights from"),
     ConfigFlag("--resume-from", ("checkpoint.resume_from",),
                "resume from this iter_* checkpoint (a name in --load/--save, or a path) instead of the one "
-               "'latest' names"),
+               "'latest' names", metavar="ITER_DIR"),
     ConfigFlag("--overwrite", ("checkpoint.overwrite",),
                "start over in a --save dir holding complete checkpoints: they are moved into "
                "<save>/replaced_<time>/ first, never deleted"),
