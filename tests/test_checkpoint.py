@@ -101,8 +101,9 @@ def test_sigterm_saves_and_exits_zero(indexed_corpus, tmp_path, async_save):
     from megatron_crossbert.checkpoint_format import latest_iteration, read_run_config
 
     save = tmp_path / "ckpt"
-    args = _set_args(tiny_overrides("crossbert", indexed_corpus, save, training__train_iters=5000, training__log_interval=1,
-                                    training__lr_warmup_iters=10, checkpoint__async_save=async_save))
+    args = _set_args(tiny_overrides("crossbert", indexed_corpus, save, training__train_iters=5000,
+                                    training__log_interval=1, training__lr_warmup_iters=10,
+                                    checkpoint__async_save=async_save))
     proc = _cli(args)
     lines: list[str] = []
 
@@ -166,7 +167,8 @@ def test_init_from_loads_weights_only(indexed_corpus, tmp_path):
     train(tiny_config("crossbert", indexed_corpus, source, training__train_iters=3, training__lr=0.01, **NO_DROPOUT))
     one_step = dict(training__train_iters=1, training__lr_warmup_iters=0, **NO_DROPOUT)
     fresh = train(tiny_config("crossbert", indexed_corpus, None, **one_step))
-    warm = train(tiny_config("crossbert", indexed_corpus, tmp_path / "warm", checkpoint__init_from=str(source), **one_step))
+    warm = train(tiny_config("crossbert", indexed_corpus, tmp_path / "warm", checkpoint__init_from=str(source),
+                             **one_step))
     assert warm["start_iteration"] == 0 and warm["resumed_from"] is None
     assert warm["losses"][0] < fresh["losses"][0]
     with pytest.raises(CheckpointError, match="hidden_size"):

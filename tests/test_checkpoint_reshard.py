@@ -50,7 +50,8 @@ def _compare(saved_dir: Path, reloaded_dir: Path) -> dict:
             "unequal": [str(item[0]) for item in unequal]}
 
 
-def _resume_and_check(indexed_corpus: str, root: Path, source: Path, layout: dict, expected: Path | None = None) -> dict:
+def _resume_and_check(indexed_corpus: str, root: Path, source: Path, layout: dict,
+                      expected: Path | None = None) -> dict:
     """Resume ``source`` at ``layout``, re-save at once (new layout), then train the next step.
 
     The re-saved tensors are compared with ``expected`` (default: the checkpoint resumed from).
@@ -90,7 +91,8 @@ def _legacy(indexed_corpus: str, root: Path, new_format_root: Path) -> dict:
     session = build_session(_cfg(indexed_corpus, None, DP2, checkpoint__load_dir=str(new_format_root)))
     old = save_checkpoint(root / "old", session.model, session.optimizer, session.scheduler,
                           session.progress, session.run_cfg, sharding_type=LEGACY_DP_RESHARDABLE)
-    result = _resume_and_check(indexed_corpus, root / "again", old.parent, DP2, expected=new_format_root / "iter_0000002")
+    result = _resume_and_check(indexed_corpus, root / "again", old.parent, DP2,
+                               expected=new_format_root / "iter_0000002")
     try:
         train(_cfg(indexed_corpus, None, TP2, checkpoint__load_dir=str(old.parent)))
         refusal = None

@@ -32,7 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="crossbert-demo", description=__doc__,
         epilog="The default corpus is built from the docstrings of installed Python packages, so the demo "
                "needs no network. Takes a few minutes on 2 CPU cores.")
-    parser.add_argument("--out-dir", default=defaults.out_dir, help="where everything is written (default: %(default)s)")
+    parser.add_argument("--out-dir", default=defaults.out_dir,
+                        help="where everything is written (default: %(default)s)")
     parser.add_argument("--corpus", help="JSONL(.gz) with a 'text' field instead of the embedded docstring corpus")
     parser.add_argument("--corpus-bytes", type=int, default=defaults.corpus_bytes,
                         help="size of the embedded corpus in bytes of text (default: %(default)s)")

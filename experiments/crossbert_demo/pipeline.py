@@ -26,7 +26,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from megatron_crossbert.arch import get_arch
-from megatron_crossbert.config import CheckpointConfig, DataConfig, MaskingConfig, ModelConfig, RunConfig, TrainingConfig
+from megatron_crossbert.config import (CheckpointConfig, DataConfig, MaskingConfig, ModelConfig, RunConfig,
+                                       TrainingConfig)
 
 HOLDOUT_EVERY = 10
 

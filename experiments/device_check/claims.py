@@ -13,8 +13,9 @@ claims shape; every arm then gets the same model-FLOPs budget F, chosen so that 
 train for ``train_seconds``: F = T / sum_i 1 / (flops_i * samples_per_s_i). Steps per arm are
 F / (flops per sample * batch). The toy dry run measures the speeds the same way but uses a fixed
 budget of a few BERT steps, so its length does not depend on the CPU's load. Probing runs in
-parallel processes (sklearn is CPU-bound), which split the checkpoints through the probe stage's lock files. A second seed runs only when the
-first left time for it inside the stage budget; the result says how many seeds ran.
+parallel processes (sklearn is CPU-bound), which split the checkpoints through the probe stage's
+lock files. A second seed runs only when the first left time for it inside the stage budget; the
+result says how many seeds ran.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""crossbert-bench: throughput, GPU-check, HF export-speed, checkpoint and preprocessing benchmarks (thin argparse layer).
+"""crossbert-bench: throughput, GPU-check, HF export-speed, checkpoint and preprocessing benchmarks (argparse).
 
 Each subcommand parses options into the importable function that does the work
 (``megatron_crossbert.benchmarking``), prints a markdown table on stdout and writes JSON. The

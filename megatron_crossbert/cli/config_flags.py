@@ -107,5 +107,5 @@ def replace_sections(holder: Any, values: dict[str, Any]) -> Any:
     for key, value in values.items():
         section, _, name = key.partition(".")
         by_section.setdefault(section, {})[name] = value
-    changed = {section: dataclasses.replace(getattr(holder, section), **fields) for section, fields in by_section.items()}
-    return dataclasses.replace(holder, **changed)
+    return dataclasses.replace(holder, **{section: dataclasses.replace(getattr(holder, section), **fields)
+                                          for section, fields in by_section.items()})
