@@ -316,6 +316,12 @@ class TrainingConfig:
         _require(0 <= self.lr_warmup_iters <= self.train_iters, "lr_warmup_iters must be in [0, train_iters]")
         _check_choices(self)
 
+    @property
+    def half_precision(self) -> bool:
+        """bf16 parameters and activations (bf16, and fp8, whose non-GEMM math is bf16), with fp32 main
+        weights in the optimizer; fp32 otherwise. The one owner of which precisions are half."""
+        return self.precision != "fp32"
+
 
 @dataclass
 class CheckpointConfig:
