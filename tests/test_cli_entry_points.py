@@ -1,10 +1,12 @@
-"""The two entry layers: every console script exists and answers ``--help``, and the one kept alias
-(``python tools/preprocess_data.py``, Megatron-LM's command) works from a checkout. A non-editable
-``pip install`` (no source checkout behind it) still gives a working ``crossbert-demo``.
+"""The house's layout: the two entry layers (every console script exists; the one kept alias,
+``python tools/preprocess_data.py``, works from a checkout), dependencies that run one way
+(experiments -> library, never between experiments), and a non-editable ``pip install`` (no source
+checkout behind it) that still gives a working ``crossbert-demo``.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
 import shutil
 import site
@@ -36,6 +38,32 @@ def test_repository_entry_points_are_console_scripts_scripts_and_one_alias():
                           capture_output=True, text=True, timeout=300, cwd=REPO)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith("usage: crossbert-preprocess") and "--tokenizer-type" in done.stdout
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """Absolute module names a file imports (relative imports stay inside its own package)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_dependencies_run_one_way():
+    """The library imports no experiment; an experiment imports the library and itself, never another."""
+    experiments = sorted(p.name for p in (REPO / "experiments").iterdir() if (p / "__init__.py").is_file())
+    assert experiments == ["crossbert_demo", "device_check", "sample_efficiency"]
+    tops = {*experiments, "experiments"}
+    library = {f"{path.relative_to(REPO)}: {name}" for path in (REPO / "megatron_crossbert").rglob("*.py")
+               for name in _imported_modules(path) if name.split(".")[0] in tops}
+    assert library == set()
+    for experiment in experiments:
+        others = tops - {experiment}
+        crossing = {f"{path.relative_to(REPO)}: {name}" for path in (REPO / "experiments" / experiment).rglob("*.py")
+                    for name in _imported_modules(path) if name.split(".")[0] in others}
+        assert crossing == set(), experiment
 
 
 @pytest.mark.e2e
