@@ -10,6 +10,7 @@ if [[ $# -lt 3 || -z "${NNODES:-}" || -z "${NODE_RANK:-}" || -z "${MASTER_ADDR:-
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DATA="$1"; TOKENIZER="$2"; SAVE="$3"; shift 3
 CONFIG="${CONFIG:-$REPO/examples/crossbert_base.yaml}"
+export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"  # also runs from a checkout that is not installed
 export CUDA_DEVICE_MAX_CONNECTIONS=1
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-8}"
 # torchrun gives workers only 30 s between SIGTERM and SIGKILL by default; a checkpoint save
@@ -18,5 +19,5 @@ export TORCH_ELASTIC_SHUTDOWN_TIMEOUT="${TORCH_ELASTIC_SHUTDOWN_TIMEOUT:-600}"
 
 exec "${TORCHRUN:-torchrun}" --nnodes "$NNODES" --node_rank "$NODE_RANK" --nproc_per_node "${GPUS_PER_NODE:-8}" \
   --rdzv_backend c10d --rdzv_endpoint "$MASTER_ADDR:${MASTER_PORT:-29500}" --rdzv_id "${RDZV_ID:-crossbert}" \
-  "$REPO/pretrain_crossbert.py" --config "$CONFIG" \
+  -m megatron_crossbert.cli.pretrain --config "$CONFIG" \
   --data-path "$DATA" --tokenizer "$TOKENIZER" --save "$SAVE" "$@"

@@ -9,12 +9,13 @@ if [[ $# -lt 3 ]]; then sed -n '2,7p' "$0"; exit 2; fi
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DATA="$1"; TOKENIZER="$2"; SAVE="$3"; shift 3
 CONFIG="${CONFIG:-$REPO/examples/crossbert_base.yaml}"
+export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"  # also runs from a checkout that is not installed
 export CUDA_DEVICE_MAX_CONNECTIONS=1   # megatron: keeps TP/SP communication ordered with compute
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-8}"
 # torchrun gives workers only 30 s between SIGTERM and SIGKILL by default; a checkpoint save
 # of a large model needs longer (also settable with torchrun --shutdown-timeout on recent torch).
 export TORCH_ELASTIC_SHUTDOWN_TIMEOUT="${TORCH_ELASTIC_SHUTDOWN_TIMEOUT:-600}"
 
-exec torchrun --standalone --nproc_per_node "${NPROC:-8}" "$REPO/pretrain_crossbert.py" \
+exec torchrun --standalone --nproc_per_node "${NPROC:-8}" -m megatron_crossbert.cli.pretrain \
   --config "$CONFIG" --precision "${PRECISION:-bf16}" \
   --data-path "$DATA" --tokenizer "$TOKENIZER" --save "$SAVE" "$@"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Usage: examples/train_tiny_cpu.sh [WORKDIR]
-#   End to end on the CPU: generate a small corpus (docstrings of installed packages, no network),
+#   End to end on the CPU: generate a small corpus (the demo's docstring corpus, no network),
 #   train a 1024-token WordPiece tokenizer, preprocess to Megatron indexed datasets, then pretrain
 #   examples/tiny_cpu.yaml with torchrun on gloo. Data steps are skipped when their outputs exist.
 # Environment (all optional):
@@ -23,12 +23,12 @@ export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 
 if [[ ! -f "$WORK/corpus.jsonl" ]]; then
   echo "== corpus: $WORK/corpus.jsonl"
-  "$PYTHON" -c "import sys; from megatron_crossbert.docstring_corpus import write_corpus; \
+  "$PYTHON" -c "import sys; from crossbert_demo.corpus import write_corpus; \
 write_corpus(sys.argv[1], max_bytes=int(sys.argv[2]))" "$WORK/corpus.jsonl" "$CORPUS_BYTES"
 fi
 if [[ ! -d "$WORK/tokenizer" ]]; then
   echo "== tokenizer: $WORK/tokenizer"
-  "$PYTHON" "$REPO/tools/train_tokenizer.py" --input "$WORK/corpus.jsonl" --output-dir "$WORK/tokenizer" \
+  "$PYTHON" -m megatron_crossbert.cli.train_tokenizer --input "$WORK/corpus.jsonl" --output-dir "$WORK/tokenizer" \
     --model wordpiece --vocab-size 1024
 fi
 if [[ ! -f "$WORK/corpus_text_document.idx" ]]; then
@@ -40,7 +40,7 @@ fi
 SAVE="$WORK/ckpt_${ARCH}_tp${TP}_pp${PP}_n${NPROC}"
 echo "== pretrain: $NPROC processes, TP=$TP PP=$PP, checkpoints in $SAVE"
 # shellcheck disable=SC2086  # EXTRA_ARGS is intentionally word-split
-"$TORCHRUN" --standalone --nproc_per_node "$NPROC" "$REPO/pretrain_crossbert.py" \
+"$TORCHRUN" --standalone --nproc_per_node "$NPROC" -m megatron_crossbert.cli.pretrain \
   --config "$REPO/examples/tiny_cpu.yaml" --model "$ARCH" --train-iters "$TRAIN_ITERS" \
   --data-path "$WORK/corpus_text_document" --tokenizer "$WORK/tokenizer" --save "$SAVE" \
   --tensor-parallel "$TP" --pipeline-parallel "$PP" ${EXTRA_ARGS:-}

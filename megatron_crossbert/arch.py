@@ -5,7 +5,9 @@ looked up once by name (``get_arch(run_cfg.model.arch)``); the training loop, th
 benchmarks, evaluation and the demo never compare architecture names themselves.
 
 This module imports neither torch nor megatron, so ``config.py`` can validate against it. The fields that
-need torch are ``LazyRef``s ("module:attribute") resolved on first use.
+need torch are ``LazyRef``s ("module:attribute") resolved on first use. ``config.py`` imports this
+registry, so the registry never imports ``config.py``: ``RunConfig`` in the annotations below names
+its class without importing it.
 
 Architectures:
 - ``crossbert``: encoder over the visible tokens of each view + a cross-attention reconstruction decoder.
@@ -19,12 +21,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from megatron_crossbert import masking
-
-if TYPE_CHECKING:  # pragma: no cover - annotations only
-    from megatron_crossbert.config import ModelConfig, RunConfig
 
 
 @dataclass(frozen=True)
@@ -55,7 +54,9 @@ class EncoderLayout:
     linear_bias: bool
     """Biases on every linear layer (attention and MLP)."""
     hf_formats: tuple[str, ...]
-    """Names of the HF export formats (resolved by convert's format registry), default first."""
+    """Names of the HF export formats that serve this family (``convert.formats.FORMATS``), in default
+    priority: the default export is the first that represents a model exactly. The one owner of which
+    formats serve which encoder."""
 
 
 ENCODERS: dict[str, EncoderLayout] = {
@@ -129,10 +130,6 @@ class ArchSpec:
     """Cross-section checks of a RunConfig for this architecture (raises ValueError)."""
     uses_views: bool = False
     """Samples carry visible/target views, so ``masking.mask_ratio`` and ``num_views`` apply."""
-
-    def hf_formats(self, model_cfg: ModelConfig) -> tuple[str, ...]:
-        """HF export format names of this run's encoder, default first."""
-        return ENCODERS[model_cfg.encoder].hf_formats
 
 
 _MLM_COMMON = dict(dataset_class=LazyRef("megatron_crossbert.data.dataset:BertDataset"),

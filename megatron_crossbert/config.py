@@ -9,7 +9,9 @@ span concerns (e.g. sequence length against the position table) live in ``RunCon
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -17,12 +19,40 @@ from typing import Any, Literal
 import yaml
 
 from megatron_crossbert import masking as masking_rules
-from megatron_crossbert.arch import get_arch, get_encoder
+from megatron_crossbert.arch import ENCODERS, REGISTRY, get_arch, get_encoder
+
+ArchName = Literal[tuple(REGISTRY)]
+"""The registered architectures (``arch.REGISTRY``, the one owner of the names)."""
+EncoderName = Literal[tuple(ENCODERS)]
+"""The registered encoder families (``arch.ENCODERS``)."""
+StripMode = Literal["auto", "always", "never"]
+"""How ``DataConfig.strip_wrapper_tokens`` treats [CLS]/[SEP]/eod already around each document."""
 
 
 def _require(condition: bool, message: str) -> None:
     if not condition:
         raise ValueError(message)
+
+
+@functools.cache
+def _literal_fields(section_cls: type) -> dict[str, tuple]:
+    """{field name: allowed values} of every ``Literal``-typed field of a config dataclass."""
+    hints = typing.get_type_hints(section_cls)
+    return {f.name: typing.get_args(hints[f.name]) for f in dataclasses.fields(section_cls)
+            if typing.get_origin(hints[f.name]) is Literal}
+
+
+def field_choices(section_cls: type, name: str) -> tuple:
+    """The values a ``Literal`` field accepts (CLI ``choices`` come from here, never retyped)."""
+    return _literal_fields(section_cls)[name]
+
+
+def _check_choices(obj: Any) -> None:
+    """Every ``Literal`` field of ``obj`` holds one of its values; one line naming the field otherwise."""
+    for name, choices in _literal_fields(type(obj)).items():
+        value = getattr(obj, name)
+        _require(value in choices, f"{type(obj).__name__}.{name} must be one of {', '.join(map(str, choices))}, "
+                                   f"got {value!r}")
 
 
 def _positive(obj: Any, *names: str) -> None:
@@ -35,10 +65,10 @@ def _positive(obj: Any, *names: str) -> None:
 class ModelConfig:
     """Encoder (kept) and reconstruction decoder (discarded after pretraining) dimensions."""
 
-    arch: Literal["crossbert", "bert", "mlm"] = "crossbert"
+    arch: ArchName = "crossbert"
     """A name in ``arch.REGISTRY``: 'crossbert' = encoder on visible tokens + cross-attention decoder;
     'bert' = megatron-core BertModel baseline (classic encoder); 'mlm' = modern encoder + MLM head."""
-    encoder: Literal["classic", "modern"] = "classic"
+    encoder: EncoderName = "classic"
     """Encoder family (``arch.ENCODERS``): 'classic' = BERT layout (learned positions, GELU, biases);
     'modern' = ModernBERT layout (embedding norm, RoPE, GeGLU, no biases, no attention norm on layer 0)."""
     rotary_base: float = 160000.0
@@ -83,7 +113,8 @@ class ModelConfig:
     """Layer spec: 'auto' = Transformer Engine when CUDA and TE are present, else megatron-core's local spec."""
 
     def __post_init__(self) -> None:
-        spec, _ = get_arch(self.arch), get_encoder(self.encoder)
+        spec, _ = get_arch(self.arch), get_encoder(self.encoder)  # unknown names list the registered ones
+        _check_choices(self)
         _require(self.encoder in spec.encoders,
                  f"arch={self.arch!r} is built with encoder {' or '.join(spec.encoders)}, not {self.encoder!r}")
         _positive(self, "vocab_size", "make_vocab_size_divisible_by", "hidden_size", "num_layers",
@@ -103,8 +134,6 @@ class ModelConfig:
                  f"decoder_num_attention_heads={self.dec_heads} must divide decoder width {self.dec_hidden}")
         for name in ("hidden_dropout", "attention_dropout"):
             _require(0.0 <= getattr(self, name) < 1.0, f"ModelConfig.{name} must be in [0, 1)")
-        _require(self.transformer_impl in ("auto", "local", "transformer_engine"),
-                 f"transformer_impl must be auto|local|transformer_engine, got {self.transformer_impl!r}")
 
     @property
     def ffn(self) -> int:
@@ -191,14 +220,13 @@ class DataConfig:
     """Where megatron-core caches the sample index; None = next to the data."""
     num_workers: int = 0
     """DataLoader worker processes."""
-    strip_wrapper_tokens: str = "auto"
+    strip_wrapper_tokens: StripMode = "auto"
     """[CLS]/[SEP]/eod already around each document (Megatron-LM-written data): auto (strip when every
     sampled document has them), always (when most do), never (keep the data's tokens)."""
 
     def __post_init__(self) -> None:
         _positive(self, "seq_length")
-        _require(self.strip_wrapper_tokens in ("auto", "always", "never"),
-                 f"DataConfig.strip_wrapper_tokens must be auto, always or never, got {self.strip_wrapper_tokens!r}")
+        _check_choices(self)
         _require(self.num_workers >= 0, "DataConfig.num_workers must be >= 0")
         parts = self.split.replace("/", ",").split(",")
         _require(all(p.strip().replace(".", "", 1).isdigit() for p in parts) and 1 <= len(parts) <= 3,
@@ -286,9 +314,13 @@ class TrainingConfig:
                  f"micro_batch_size={self.micro_batch_size}")
         _require(0 <= self.min_lr <= self.lr, "min_lr must be in [0, lr]")
         _require(0 <= self.lr_warmup_iters <= self.train_iters, "lr_warmup_iters must be in [0, train_iters]")
-        _require(self.precision in ("fp32", "bf16", "fp8"), f"precision must be fp32|bf16|fp8, got {self.precision!r}")
-        _require(self.fp8_recipe in ("delayed", "tensorwise"), "fp8_recipe must be delayed|tensorwise")
-        _require(self.lr_decay_style in ("cosine", "linear", "constant"), "lr_decay_style must be cosine|linear|constant")
+        _check_choices(self)
+
+    @property
+    def half_precision(self) -> bool:
+        """bf16 parameters and activations (bf16, and fp8, whose non-GEMM math is bf16), with fp32 main
+        weights in the optimizer; fp32 otherwise. The one owner of which precisions are half."""
+        return self.precision != "fp32"
 
 
 @dataclass
@@ -324,8 +356,7 @@ class CheckpointConfig:
 
     def __post_init__(self) -> None:
         _require(self.save_interval >= 0 and self.keep_last >= 0, "save_interval and keep_last must be >= 0")
-        _require(self.lr_schedule_on_resume in ("refuse", "checkpoint", "config"),
-                 f"lr_schedule_on_resume must be refuse|checkpoint|config, got {self.lr_schedule_on_resume!r}")
+        _check_choices(self)
 
 
 @dataclass

@@ -21,19 +21,16 @@ agree on shapes.
 
 ``crossbert_sample`` and ``mlm_sample`` turn one packed sequence into the sample dict of its
 architecture (docs/architecture.md); the datasets and the benchmarks' synthetic batches both call
-them, with the ``MaskingConfig`` itself, so no call site unpacks masking fields.
+them, with the ``MaskingConfig`` itself, so no call site unpacks masking fields. (``config.py``
+imports this module, so ``MaskingConfig`` in the annotations names its class without importing it.)
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
-
-if TYPE_CHECKING:  # pragma: no cover - annotations only (config imports this module)
-    from megatron_crossbert.config import MaskingConfig
 
 
 @dataclass(frozen=True)

@@ -2,14 +2,15 @@
 # Usage: scripts/device_check.sh prepare [--no-wheels] [--limit-mib 64]   (here: fills .device_carry/, prints the device calls)
 #        scripts/device_check.sh run [--stages smoke gpu_check claims] [--toy]   (on the device; --toy on the CPU)
 #        scripts/device_check.sh render DEVICE_CHECK.json... [--results-md docs/results.md]
-# PYTHON (default: python3) runs the driver. `run` installs the carried wheels into SITE (/tmp/device_site) when
-# megatron-core or nltk does not import, then runs the stages, each under its own budget, writing to $OUT.
+# PYTHON (default: python3) runs the driver, experiments/device_check. `run` installs the carried wheels into SITE
+# (/tmp/device_site) when megatron-core or nltk does not import, then runs the stages, each under its own budget,
+# writing to $OUT.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PYTHON="${PYTHON:-python3}"
 CARRY="${CARRY_DIR:-$REPO/.device_carry}"
 SITE="${SITE:-/tmp/device_site}"
-if [[ $# -lt 1 ]]; then sed -n '2,6p' "$0"; exit 2; fi
+if [[ $# -lt 1 ]]; then sed -n '2,7p' "$0"; exit 2; fi
 verb="$1"; shift
 cd "$REPO"
 export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
@@ -20,6 +21,6 @@ if [[ "$verb" == "run" ]] && ! "$PYTHON" -c "import megatron.core, nltk" 2>/dev/
   export PYTHONPATH="$PYTHONPATH:$SITE"
 fi
 if [[ "$verb" == "run" ]]; then
-  exec "$PYTHON" "$REPO/benchmarks/device_check.py" run --command "scripts/device_check.sh run $*" "$@"
+  exec "$PYTHON" -m experiments.device_check run --command "scripts/device_check.sh run $*" "$@"
 fi
-exec "$PYTHON" "$REPO/benchmarks/device_check.py" "$verb" "$@"
+exec "$PYTHON" -m experiments.device_check "$verb" "$@"

@@ -1,10 +1,13 @@
-"""Shared fixtures: deterministic seeds, clean process groups, free ports, multi-rank spawning."""
+"""Shared fixtures: deterministic seeds, clean process groups, free ports, and the session-wide
+corpora and tokenizers (each built once per session, never per module)."""
 
 from __future__ import annotations
 
 import os
 import random
 import sys
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -33,3 +36,58 @@ def free_port() -> int:
     from megatron_crossbert.platform import free_port as _free_port
 
     return _free_port()
+
+
+@dataclass(frozen=True)
+class TextCorpus:
+    """Generated documents written as JSONL (one ``{"text"}`` per line)."""
+
+    path: Path
+    texts: list[str]
+
+
+@pytest.fixture(scope="session")
+def text_corpus(tmp_path_factory) -> TextCorpus:
+    """120 generated documents (``synthetic_text``, seed 2): the tokenizer, data and preprocessing tests'
+    input, built once per session. Read-only: tests write their outputs into their own directories."""
+    from synthetic_text import synthetic_documents, write_jsonl
+
+    texts = synthetic_documents(120, seed=2)
+    return TextCorpus(write_jsonl(tmp_path_factory.mktemp("text_corpus") / "corpus.jsonl", texts), texts)
+
+
+@pytest.fixture(scope="session")
+def bpe_tokenizer(tmp_path_factory, text_corpus) -> Path:
+    """A 500-token sentencepiece BPE tokenizer directory trained once on ``text_corpus``. Read-only."""
+    from megatron_crossbert.data.tokenizer_training import train_tokenizer
+
+    directory = tmp_path_factory.mktemp("bpe_tokenizer") / "tok"
+    train_tokenizer([str(text_corpus.path)], directory, model_type="bpe", vocab_size=500)
+    return directory
+
+
+@pytest.fixture(scope="session")
+def indexed_corpus(tmp_path_factory) -> str:
+    """The training tests' Megatron indexed dataset (``test_train_support.write_corpus``: random ids,
+    120 documents); returns its prefix. Megatron may cache sample indices beside it; nothing else writes there."""
+    from test_train_support import write_corpus
+
+    return write_corpus(tmp_path_factory.mktemp("indexed_corpus"))
+
+
+@pytest.fixture(scope="session")
+def word_tokenizer(tmp_path_factory) -> Path:
+    """The conversion and evaluation tests' HF WordPiece tokenizer over w0..w119
+    (``test_convert_support.make_tokenizer``). Read-only."""
+    from test_convert_support import make_tokenizer
+
+    return make_tokenizer(tmp_path_factory.mktemp("word_tokenizer") / "tokenizer")
+
+
+@pytest.fixture(scope="session")
+def tiny_hf_encoder(tmp_path_factory) -> Path:
+    """A random 2-layer HF BERT with its tokenizer (``synthetic_eval.build_tiny_hf_encoder``), for the
+    probe and MTEB CLIs. Read-only: their caches and outputs go elsewhere."""
+    from synthetic_eval import build_tiny_hf_encoder
+
+    return build_tiny_hf_encoder(tmp_path_factory.mktemp("tiny_hf_encoder"))

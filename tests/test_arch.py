@@ -16,9 +16,10 @@ import pytest
 from megatron_crossbert import arch
 from megatron_crossbert.config import load_run_config
 from megatron_crossbert.masking import TokenIds
-from test_train_support import tiny_config, write_corpus
+from test_train_support import tiny_config
 
-PACKAGE = Path(__file__).resolve().parents[1] / "megatron_crossbert"
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "megatron_crossbert"
 ENTRIES = [(name, encoder) for name, spec in arch.REGISTRY.items() for encoder in spec.encoders]
 
 
@@ -30,7 +31,7 @@ def test_registry_lists_every_architecture_and_family():
         for ref in (spec.build_model, spec.dataset_class, spec.forward_step, spec.flops):
             assert callable(ref.get()), ref.path
         for encoder in spec.encoders:
-            assert spec.hf_formats(load_run_config(None, _model_overrides(spec.name, encoder)).model)
+            assert arch.get_encoder(encoder).hf_formats
     with pytest.raises(ValueError, match="registered: \\['bert', 'crossbert', 'mlm'\\]"):
         arch.get_arch("gpt")
 
@@ -57,17 +58,12 @@ def test_sample_builders_match_pipeline_shape_and_supervised_tokens(name):
     assert rows == cfg.training.micro_batch_size * (cfg.masking.num_views if spec.uses_views else 1)
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> str:
-    return write_corpus(tmp_path_factory.mktemp("corpus"), num_docs=40)
-
-
 @pytest.mark.parametrize("name,encoder", ENTRIES)
-def test_one_training_step_of_every_entry(name, encoder, corpus):
+def test_one_training_step_of_every_entry(name, encoder, indexed_corpus):
     from megatron_crossbert.models import model_flops_per_sample
     from megatron_crossbert.training import train
 
-    cfg = tiny_config(name, corpus, None, model__encoder=encoder, training__train_iters=2,
+    cfg = tiny_config(name, indexed_corpus, None, model__encoder=encoder, training__train_iters=2,
                       training__lr_warmup_iters=0, training__global_batch_size=2, training__log_interval=1)
     summary = train(cfg)
     assert summary["iteration"] == 2 and summary["skipped_steps"] == 0
@@ -76,12 +72,36 @@ def test_one_training_step_of_every_entry(name, encoder, corpus):
     assert model_flops_per_sample(cfg) > 0
 
 
-def test_no_arch_branches_outside_the_registry():
-    """``arch ==`` / ``arch in`` comparisons live in arch.py only (convert/ is part B's, being removed there)."""
-    pattern = re.compile(r"arch (==|!=|in )")
-    hits = [f"{path.relative_to(PACKAGE)}:{number}" for path in PACKAGE.rglob("*.py")
-            if path.name != "arch.py" and "convert" not in path.parts
-            for number, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
+_NAME = r"""(?:\.|\[["'])?\b(?:arch|encoder)\b["']?\]?"""  # arch, .encoder, ["arch"], ['encoder']
+NAME_COMPARISONS = [re.compile(pattern) for pattern in (
+    _NAME + r"\s*(?:==|!=)",                                     # arch == ..., ["arch"] == ..., .encoder != ...
+    r"\b(?:arch|encoder)\s+(?:not\s+)?in\s+[(\[{\"']",          # arch in ("bert", ...)
+    r"""\.get\(["'](?:arch|encoder)["'][^)]*\)\s*(?:==|!=)""",  # r.get("encoder", "classic") == ...
+    r"(?:==|!=)\s*[\w.]*" + _NAME + r"(?![\w(])",                 # ... == cfg.encoder, ... != r["arch"]
+)]
+"""Comparisons of an architecture or encoder-family name: only the registry (arch.py) may make them."""
+
+
+def name_comparisons(text: str) -> list[int]:
+    return [number for number, line in enumerate(text.splitlines(), 1)
+            if any(pattern.search(line) for pattern in NAME_COMPARISONS)]
+
+
+def test_the_guard_catches_every_spelling_of_a_name_comparison():
+    caught = ['if cfg.arch == "bert":', 'same = result["arch"] == arch', "if r['encoder'] != 'modern':",
+              'x = r.get("encoder", "classic") == "classic"', 'if encoder == "modern":', 'if arch in ("bert", "mlm"):',
+              'if "classic" == model_cfg.encoder:', 'same = a == r["arch"]']
+    kept = ['for name, layout in ENCODERS.items():', 'if parts[0] == "encoder" and parts[1] == "layers":',
+            'spec = get_arch(cfg.arch)', 'encoders = spec.encoders', 'for arch in REGISTRY:']
+    assert [bool(name_comparisons(line)) for line in caught] == [True] * len(caught)
+    assert [bool(name_comparisons(line)) for line in kept] == [False] * len(kept)
+
+
+def test_no_arch_or_encoder_branches_outside_the_registry():
+    """``arch ==``, ``["arch"] ==``, ``encoder ==``, ``arch in (...)``: in arch.py only, library and experiments."""
+    hits = [f"{path.relative_to(REPO)}:{number}" for root in (PACKAGE, REPO / "experiments")
+            for path in sorted(root.rglob("*.py")) if path != PACKAGE / "arch.py"
+            for number in name_comparisons(path.read_text())]
     assert hits == []
 
 

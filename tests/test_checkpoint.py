@@ -1,7 +1,7 @@
 """Checkpointing: resharded resume (TP1 -> TP2), crash safety, SIGTERM, compatibility, pruning, init_from.
 
-The SIGTERM/SIGKILL tests run the real CLI (``pretrain_crossbert.py``) in a subprocess so the
-signals hit a real training process; the resharding test spawns 2 gloo ranks.
+The SIGTERM/SIGKILL tests run the real CLI (``python -m megatron_crossbert.cli.pretrain``) in a subprocess
+so the signals hit a real training process; the resharding test spawns 2 gloo ranks.
 """
 
 from __future__ import annotations
@@ -17,47 +17,42 @@ from pathlib import Path
 
 import pytest
 
-from test_train_support import tiny_config, tiny_overrides, write_corpus
+from test_train_support import tiny_config, tiny_overrides
 
 REPO = Path(__file__).resolve().parents[1]
 NO_DROPOUT = dict(model__hidden_dropout=0.0, model__attention_dropout=0.0)
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> str:
-    return write_corpus(tmp_path_factory.mktemp("corpus"))
-
-
-def _tp2_worker(rank: int, world_size: int, corpus: str, load_dir: str, save_dir: str) -> list[float]:
+def _tp2_worker(rank: int, world_size: int, indexed_corpus: str, load_dir: str, save_dir: str) -> list[float]:
     from megatron_crossbert.training import train
 
-    cfg = tiny_config("crossbert", corpus, Path(save_dir), parallel__tensor_model_parallel_size=2,
+    cfg = tiny_config("crossbert", indexed_corpus, Path(save_dir), parallel__tensor_model_parallel_size=2,
                       checkpoint__load_dir=load_dir, training__train_iters=3, **NO_DROPOUT)
     return train(cfg)["losses"]
 
 
 @pytest.mark.multirank
-def test_tp1_checkpoint_resumes_at_tp2(corpus, tmp_path):
+def test_tp1_checkpoint_resumes_at_tp2(indexed_corpus, tmp_path):
     """Saved at TP=1 after 2 steps; step 3 at TP=2 (2 ranks) matches step 3 at TP=1 within 1e-5."""
     from multirank import run_ranks
 
     from megatron_crossbert.training import train
 
     tp1 = tmp_path / "tp1"
-    train(tiny_config("crossbert", corpus, tp1, training__train_iters=3, **NO_DROPOUT), exit_at_iteration=2)
+    train(tiny_config("crossbert", indexed_corpus, tp1, training__train_iters=3, **NO_DROPOUT), exit_at_iteration=2)
     shutil.copytree(tp1, tmp_path / "tp1_at_2")
-    reference = train(tiny_config("crossbert", corpus, tp1, training__train_iters=3, **NO_DROPOUT))["losses"]
+    reference = train(tiny_config("crossbert", indexed_corpus, tp1, training__train_iters=3, **NO_DROPOUT))["losses"]
     assert len(reference) == 1
-    results = run_ranks(_tp2_worker, 2, corpus, str(tmp_path / "tp1_at_2"), str(tmp_path / "tp2"))
+    results = run_ranks(_tp2_worker, 2, indexed_corpus, str(tmp_path / "tp1_at_2"), str(tmp_path / "tp2"))
     assert results[0] == results[1] and len(results[0]) == 1
     assert abs(results[0][0] - reference[0]) < 1e-5, (results[0][0], reference[0])
 
 
-def _dp2_worker(rank: int, world_size: int, corpus: str, root: str) -> tuple[list[float], list[float]]:
+def _dp2_worker(rank: int, world_size: int, indexed_corpus: str, root: str) -> tuple[list[float], list[float]]:
     from megatron_crossbert.training import train
 
     def cfg(name):
-        return tiny_config("bert", corpus, Path(root) / name, parallel__use_distributed_optimizer=True,
+        return tiny_config("bert", indexed_corpus, Path(root) / name, parallel__use_distributed_optimizer=True,
                            parallel__overlap_grad_reduce=True, training__train_iters=4)
 
     straight = train(cfg("a"))["losses"]
@@ -66,11 +61,11 @@ def _dp2_worker(rank: int, world_size: int, corpus: str, root: str) -> tuple[lis
 
 
 @pytest.mark.multirank
-def test_distributed_optimizer_resume_is_exact_at_dp2(corpus, tmp_path):
+def test_distributed_optimizer_resume_is_exact_at_dp2(indexed_corpus, tmp_path):
     """ZeRO-1 (fully_reshardable) optimizer state, overlapped grad reduce, dropout on: resume is exact."""
     from multirank import run_ranks
 
-    results = run_ranks(_dp2_worker, 2, corpus, str(tmp_path))
+    results = run_ranks(_dp2_worker, 2, indexed_corpus, str(tmp_path))
     straight, resumed = results[0]
     assert results[0] == results[1]
     assert straight == resumed
@@ -81,7 +76,7 @@ def _cli(args: list[str], **popen) -> subprocess.Popen:
     env = {key: value for key, value in os.environ.items()
            if key not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK")}
     env.update(PYTHONUNBUFFERED="1", **popen.pop("env", {}))
-    return subprocess.Popen([sys.executable, str(REPO / "pretrain_crossbert.py"), *args], cwd=REPO, env=env,
+    return subprocess.Popen([sys.executable, "-m", "megatron_crossbert.cli.pretrain", *args], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True, **popen)
 
@@ -102,12 +97,13 @@ def _wait_for(predicate, timeout: float, proc: subprocess.Popen, seen: list[str]
 
 
 @pytest.mark.parametrize("async_save", [False, True], ids=["sync", "async"])
-def test_sigterm_saves_and_exits_zero(corpus, tmp_path, async_save):
+def test_sigterm_saves_and_exits_zero(indexed_corpus, tmp_path, async_save):
     from megatron_crossbert.checkpoint_format import latest_iteration, read_run_config
 
     save = tmp_path / "ckpt"
-    args = _set_args(tiny_overrides("crossbert", corpus, save, training__train_iters=5000, training__log_interval=1,
-                                    training__lr_warmup_iters=10, checkpoint__async_save=async_save))
+    args = _set_args(tiny_overrides("crossbert", indexed_corpus, save, training__train_iters=5000,
+                                    training__log_interval=1, training__lr_warmup_iters=10,
+                                    checkpoint__async_save=async_save))
     proc = _cli(args)
     lines: list[str] = []
 
@@ -128,14 +124,14 @@ def test_sigterm_saves_and_exits_zero(corpus, tmp_path, async_save):
 
 
 @pytest.mark.parametrize("async_save", [False, True], ids=["sync", "async"])
-def test_sigkill_during_save_keeps_previous_checkpoint(corpus, tmp_path, async_save):
+def test_sigkill_during_save_keeps_previous_checkpoint(indexed_corpus, tmp_path, async_save):
     """With async_save the kill lands after the writers finished, before the commit."""
     from megatron_crossbert.checkpoint_format import latest_iteration, resolve_checkpoint_dir
     from megatron_crossbert.training import train
 
     save = tmp_path / "ckpt"
     mode = dict(checkpoint__save_interval=2, checkpoint__async_save=async_save)
-    overrides = tiny_overrides("crossbert", corpus, save, training__train_iters=4, **mode)
+    overrides = tiny_overrides("crossbert", indexed_corpus, save, training__train_iters=4, **mode)
     proc = _cli(_set_args(overrides), env={"CROSSBERT_TEST_SLEEP_IN_SAVE": "4:120"})
     partial = save / "iter_0000004"
     _wait_for(lambda: (partial / "metadata.json").is_file() and latest_iteration(save) == 2, 240, proc)
@@ -143,39 +139,40 @@ def test_sigkill_during_save_keeps_previous_checkpoint(corpus, tmp_path, async_s
     proc.communicate(timeout=60)
     assert latest_iteration(save) == 2 and resolve_checkpoint_dir(save).name == "iter_0000002"
     assert not (partial / "run_config.json").exists()
-    resumed = train(tiny_config("crossbert", corpus, save, training__train_iters=4, **mode))
+    resumed = train(tiny_config("crossbert", indexed_corpus, save, training__train_iters=4, **mode))
     assert resumed["start_iteration"] == 2 and resumed["iteration"] == 4
     assert latest_iteration(save) == 4 and (partial / "run_config.json").is_file()
 
 
-def test_incompatible_checkpoint_is_rejected_and_old_ones_pruned(corpus, tmp_path):
+def test_incompatible_checkpoint_is_rejected_and_old_ones_pruned(indexed_corpus, tmp_path):
     from megatron_crossbert.checkpoint_format import CheckpointError
     from megatron_crossbert.training import train
 
     save = tmp_path / "ckpt"
-    train(tiny_config("bert", corpus, save, training__train_iters=4, checkpoint__save_interval=1))
+    train(tiny_config("bert", indexed_corpus, save, training__train_iters=4, checkpoint__save_interval=1))
     assert sorted(p.name for p in save.glob("iter_*")) == ["iter_0000003", "iter_0000004"]  # keep_last=2
     with pytest.raises(CheckpointError, match=r"model\.hidden_size: checkpoint 32 vs run 64"):
-        train(tiny_config("bert", corpus, save, training__train_iters=8, model__hidden_size=64))
+        train(tiny_config("bert", indexed_corpus, save, training__train_iters=8, model__hidden_size=64))
     with pytest.raises(CheckpointError, match=r"model\.arch: checkpoint 'bert' vs run 'crossbert'"):
-        train(tiny_config("crossbert", corpus, save, training__train_iters=8))
+        train(tiny_config("crossbert", indexed_corpus, save, training__train_iters=8))
     with pytest.raises(CheckpointError, match=r"data\.seq_length: checkpoint 32 vs run 16"):
-        train(tiny_config("bert", corpus, save, training__train_iters=8, data__seq_length=16))
+        train(tiny_config("bert", indexed_corpus, save, training__train_iters=8, data__seq_length=16))
 
 
-def test_init_from_loads_weights_only(corpus, tmp_path):
+def test_init_from_loads_weights_only(indexed_corpus, tmp_path):
     from megatron_crossbert.checkpoint_format import CheckpointError
     from megatron_crossbert.training import train
 
     source = tmp_path / "source"
-    train(tiny_config("crossbert", corpus, source, training__train_iters=3, training__lr=0.01, **NO_DROPOUT))
+    train(tiny_config("crossbert", indexed_corpus, source, training__train_iters=3, training__lr=0.01, **NO_DROPOUT))
     one_step = dict(training__train_iters=1, training__lr_warmup_iters=0, **NO_DROPOUT)
-    fresh = train(tiny_config("crossbert", corpus, None, **one_step))
-    warm = train(tiny_config("crossbert", corpus, tmp_path / "warm", checkpoint__init_from=str(source), **one_step))
+    fresh = train(tiny_config("crossbert", indexed_corpus, None, **one_step))
+    warm = train(tiny_config("crossbert", indexed_corpus, tmp_path / "warm", checkpoint__init_from=str(source),
+                             **one_step))
     assert warm["start_iteration"] == 0 and warm["resumed_from"] is None
     assert warm["losses"][0] < fresh["losses"][0]
     with pytest.raises(CheckpointError, match="hidden_size"):
-        train(tiny_config("crossbert", corpus, None, checkpoint__init_from=str(source), model__hidden_size=64))
+        train(tiny_config("crossbert", indexed_corpus, None, checkpoint__init_from=str(source), model__hidden_size=64))
 
 
 def test_distributed_optimizer_checkpoint_refuses_other_tp_pp(tmp_path):

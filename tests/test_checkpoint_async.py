@@ -12,21 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from test_train_support import tiny_config, write_corpus
+from test_train_support import tiny_config
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> str:
-    return write_corpus(tmp_path_factory.mktemp("corpus"))
-
-
-def _cfg(corpus: str, save_dir: Path | None, async_save: bool, save_interval: int = 1, **extra):
-    return tiny_config("bert", corpus, save_dir, parallel__use_distributed_optimizer=True,
+def _cfg(indexed_corpus: str, save_dir: Path | None, async_save: bool, save_interval: int = 1, **extra):
+    return tiny_config("bert", indexed_corpus, save_dir, parallel__use_distributed_optimizer=True,
                        training__train_iters=4, checkpoint__save_interval=save_interval,
                        checkpoint__async_save=async_save, **extra)
 
 
-def _commit_waits_for_finalize(corpus: str, root: Path) -> dict:
+def _commit_waits_for_finalize(indexed_corpus: str, root: Path) -> dict:
     """Save the same state async and sync; the async one is committed only by finalize."""
     from megatron.core.dist_checkpointing import load_plain_tensors
     from megatron.core.dist_checkpointing.dict_utils import diff
@@ -36,7 +31,7 @@ def _commit_waits_for_finalize(corpus: str, root: Path) -> dict:
     from megatron_crossbert.training.checkpointing import save_checkpoint
     from megatron_crossbert.training.setup import build_session
 
-    session = build_session(_cfg(corpus, None, True, checkpoint__load_dir=str(root / "straight")))
+    session = build_session(_cfg(indexed_corpus, None, True, checkpoint__load_dir=str(root / "straight")))
     args = (session.model, session.optimizer, session.scheduler, session.progress)
     path = save_checkpoint(root / "async_copy", *args, session.run_cfg)
     before = {"pending": async_save.pending(), "latest": latest_iteration(root / "async_copy"),
@@ -50,24 +45,24 @@ def _commit_waits_for_finalize(corpus: str, root: Path) -> dict:
     return {"before": before, "after": after, "differences": [only_async, only_sync, unequal]}
 
 
-def _worker(rank: int, world_size: int, corpus: str, root: str) -> dict:
+def _worker(rank: int, world_size: int, indexed_corpus: str, root: str) -> dict:
     from megatron_crossbert.training import train
 
     root = Path(root)
-    straight = train(_cfg(corpus, root / "straight", False, save_interval=0))["losses"]
-    first = train(_cfg(corpus, root / "async", True), exit_at_iteration=2)["losses"]
-    resumed = train(_cfg(corpus, root / "async", True))
+    straight = train(_cfg(indexed_corpus, root / "straight", False, save_interval=0))["losses"]
+    first = train(_cfg(indexed_corpus, root / "async", True), exit_at_iteration=2)["losses"]
+    resumed = train(_cfg(indexed_corpus, root / "async", True))
     return {"straight": straight, "async": first + resumed["losses"], "start": resumed["start_iteration"],
-            **_commit_waits_for_finalize(corpus, root)}
+            **_commit_waits_for_finalize(indexed_corpus, root)}
 
 
 @pytest.mark.multirank
-def test_async_save_commits_after_all_ranks_and_resumes_exactly(corpus, tmp_path):
+def test_async_save_commits_after_all_ranks_and_resumes_exactly(indexed_corpus, tmp_path):
     from multirank import run_ranks
 
     from megatron_crossbert.checkpoint_format import latest_iteration
 
-    results = run_ranks(_worker, 2, corpus, str(tmp_path))
+    results = run_ranks(_worker, 2, indexed_corpus, str(tmp_path))
     first = results[0]
     assert first["straight"] == first["async"] and first["start"] == 2, first
     assert latest_iteration(tmp_path / "async") == 4

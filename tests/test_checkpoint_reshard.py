@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from test_train_support import tiny_config, write_corpus
+from test_train_support import tiny_config
 
 NO_DROPOUT = dict(model__hidden_dropout=0.0, model__attention_dropout=0.0)
 TP2 = dict(parallel__tensor_model_parallel_size=2)
@@ -22,13 +22,8 @@ SCENARIOS = {"tp2_to_dp2": (TP2, DP2), "pp2_to_pp1": (PP2, DP2), "dp2_to_tp2": (
 OPTIMIZER_KEYS = ("optimizer.state.exp_avg.", "optimizer.state.exp_avg_sq.")
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> str:
-    return write_corpus(tmp_path_factory.mktemp("corpus"))
-
-
-def _cfg(corpus: str, save_dir: Path, layout: dict, **extra):
-    return tiny_config("crossbert", corpus, save_dir, parallel__use_distributed_optimizer=True,
+def _cfg(indexed_corpus: str, save_dir: Path, layout: dict, **extra):
+    return tiny_config("crossbert", indexed_corpus, save_dir, parallel__use_distributed_optimizer=True,
                        training__train_iters=3, training__lr=0.01, **layout, **NO_DROPOUT, **extra)
 
 
@@ -55,7 +50,8 @@ def _compare(saved_dir: Path, reloaded_dir: Path) -> dict:
             "unequal": [str(item[0]) for item in unequal]}
 
 
-def _resume_and_check(corpus: str, root: Path, source: Path, layout: dict, expected: Path | None = None) -> dict:
+def _resume_and_check(indexed_corpus: str, root: Path, source: Path, layout: dict,
+                      expected: Path | None = None) -> dict:
     """Resume ``source`` at ``layout``, re-save at once (new layout), then train the next step.
 
     The re-saved tensors are compared with ``expected`` (default: the checkpoint resumed from).
@@ -65,7 +61,7 @@ def _resume_and_check(corpus: str, root: Path, source: Path, layout: dict, expec
     from megatron_crossbert.training.loop import run_loop
     from megatron_crossbert.training.setup import build_session
 
-    session = build_session(_cfg(corpus, root / "resumed", layout, checkpoint__load_dir=str(source)))
+    session = build_session(_cfg(indexed_corpus, root / "resumed", layout, checkpoint__load_dir=str(source)))
     steps_after_load = _adam_steps(session.optimizer)
     reloaded = save_checkpoint(root / "reloaded", session.model, session.optimizer, session.scheduler,
                                session.progress, session.run_cfg)
@@ -75,16 +71,16 @@ def _resume_and_check(corpus: str, root: Path, source: Path, layout: dict, expec
             "iteration": session.progress.iteration}
 
 
-def _scenario(corpus: str, root: Path, saved_layout: dict, resumed_layout: dict) -> dict:
+def _scenario(indexed_corpus: str, root: Path, saved_layout: dict, resumed_layout: dict) -> dict:
     from megatron_crossbert.training import train
 
-    train(_cfg(corpus, root / "saved", saved_layout), exit_at_iteration=2)
-    reference = train(_cfg(corpus, root / "reference", saved_layout, checkpoint__load_dir=str(root / "saved")))
-    result = _resume_and_check(corpus, root, root / "saved", resumed_layout)
+    train(_cfg(indexed_corpus, root / "saved", saved_layout), exit_at_iteration=2)
+    reference = train(_cfg(indexed_corpus, root / "reference", saved_layout, checkpoint__load_dir=str(root / "saved")))
+    result = _resume_and_check(indexed_corpus, root, root / "saved", resumed_layout)
     return {**result, "reference": reference["losses"]}
 
 
-def _legacy(corpus: str, root: Path, new_format_root: Path) -> dict:
+def _legacy(indexed_corpus: str, root: Path, new_format_root: Path) -> dict:
     """Re-save a DP=2 checkpoint in the old dp_reshardable layout; it must load at DP=2 only."""
     from megatron_crossbert.checkpoint_format import CheckpointError
     from megatron_crossbert.training import train
@@ -92,33 +88,34 @@ def _legacy(corpus: str, root: Path, new_format_root: Path) -> dict:
     from megatron_crossbert.training.optimizer_state import LEGACY_DP_RESHARDABLE, saved_sharding_type
     from megatron_crossbert.training.setup import build_session
 
-    session = build_session(_cfg(corpus, None, DP2, checkpoint__load_dir=str(new_format_root)))
+    session = build_session(_cfg(indexed_corpus, None, DP2, checkpoint__load_dir=str(new_format_root)))
     old = save_checkpoint(root / "old", session.model, session.optimizer, session.scheduler,
                           session.progress, session.run_cfg, sharding_type=LEGACY_DP_RESHARDABLE)
-    result = _resume_and_check(corpus, root / "again", old.parent, DP2, expected=new_format_root / "iter_0000002")
+    result = _resume_and_check(indexed_corpus, root / "again", old.parent, DP2,
+                               expected=new_format_root / "iter_0000002")
     try:
-        train(_cfg(corpus, None, TP2, checkpoint__load_dir=str(old.parent)))
+        train(_cfg(indexed_corpus, None, TP2, checkpoint__load_dir=str(old.parent)))
         refusal = None
     except CheckpointError as err:
         refusal = str(err)
     return {**result, "format": saved_sharding_type(old, session.run_cfg), "refusal": refusal}
 
 
-def _worker(rank: int, world_size: int, corpus: str, root: str) -> dict:
+def _worker(rank: int, world_size: int, indexed_corpus: str, root: str) -> dict:
     root = Path(root)
-    results = {name: _scenario(corpus, root / name, saved, resumed)
+    results = {name: _scenario(indexed_corpus, root / name, saved, resumed)
                for name, (saved, resumed) in SCENARIOS.items()}
-    results["legacy"] = _legacy(corpus, root / "legacy", root / "dp2_to_tp2" / "saved")
+    results["legacy"] = _legacy(indexed_corpus, root / "legacy", root / "dp2_to_tp2" / "saved")
     return results
 
 
 @pytest.mark.multirank
-def test_distributed_optimizer_reshards_across_tp_pp_dp(corpus, tmp_path):
+def test_distributed_optimizer_reshards_across_tp_pp_dp(indexed_corpus, tmp_path):
     from multirank import run_ranks
 
     from megatron_crossbert.training.optimizer_state import LEGACY_DP_RESHARDABLE
 
-    results = run_ranks(_worker, 2, corpus, str(tmp_path))
+    results = run_ranks(_worker, 2, indexed_corpus, str(tmp_path))
     for name in SCENARIOS:
         result = results[0][name]
         compare = result["compare"]

@@ -1,8 +1,15 @@
-"""Every console script from DESIGN.md exists, and every ``tools/*.py`` shim answers ``--help``."""
+"""The house's layout: the two entry layers (every console script exists; the one kept alias,
+``python tools/preprocess_data.py``, works from a checkout), dependencies that run one way
+(experiments -> library, never between experiments), and a non-editable ``pip install`` (no source
+checkout behind it) that still gives a working ``crossbert-demo``.
+"""
 
 from __future__ import annotations
 
+import ast
 import importlib
+import shutil
+import site
 import subprocess
 import sys
 import tomllib
@@ -17,15 +24,74 @@ SCRIPTS = ("crossbert-train-tokenizer", "crossbert-preprocess", "crossbert-pretr
 
 def test_console_scripts_point_at_callable_mains():
     declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
-    assert set(SCRIPTS) <= set(declared)
+    assert set(SCRIPTS) == set(declared)
     for name in SCRIPTS:
         module, _, attr = declared[name].partition(":")
         assert callable(getattr(importlib.import_module(module), attr)), name
 
 
-@pytest.mark.parametrize("shim", sorted(p.name for p in (REPO / "tools").glob("*.py")))
-def test_tool_shim_help(shim):
-    done = subprocess.run([sys.executable, str(REPO / "tools" / shim), "--help"], capture_output=True,
-                          text=True, timeout=300, cwd=REPO)
+def test_repository_entry_points_are_console_scripts_scripts_and_one_alias():
+    """No shim layers: tools/ holds only Megatron-LM's preprocess command, and there is no root launcher."""
+    assert sorted(p.name for p in (REPO / "tools").iterdir()) == ["preprocess_data.py"]
+    assert not (REPO / "benchmarks").exists() and not (REPO / "pretrain_crossbert.py").exists()
+    done = subprocess.run([sys.executable, str(REPO / "tools" / "preprocess_data.py"), "--help"],
+                          capture_output=True, text=True, timeout=300, cwd=REPO)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.startswith("usage: crossbert-"), done.stdout[:200]
+    assert done.stdout.startswith("usage: crossbert-preprocess") and "--tokenizer-type" in done.stdout
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """Absolute module names a file imports (relative imports stay inside its own package)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_dependencies_run_one_way():
+    """The library imports no experiment; an experiment imports the library and itself, never another."""
+    experiments = sorted(p.name for p in (REPO / "experiments").iterdir() if (p / "__init__.py").is_file())
+    assert experiments == ["crossbert_demo", "device_check", "sample_efficiency"]
+    tops = {*experiments, "experiments"}
+    library = {f"{path.relative_to(REPO)}: {name}" for path in (REPO / "megatron_crossbert").rglob("*.py")
+               for name in _imported_modules(path) if name.split(".")[0] in tops}
+    assert library == set()
+    for experiment in experiments:
+        others = tops - {experiment}
+        crossing = {f"{path.relative_to(REPO)}: {name}" for path in (REPO / "experiments" / experiment).rglob("*.py")
+                    for name in _imported_modules(path) if name.split(".")[0] in others}
+        assert crossing == set(), experiment
+
+
+@pytest.mark.e2e
+def test_plain_pip_install_gives_a_working_crossbert_demo(tmp_path):
+    """Build and install a copy of the project, non-editable and without its dependencies, into a scratch
+    venv that sees this venv's site-packages (torch, megatron-core, ...) but not its editable install."""
+    source = tmp_path / "src"
+    for name in ("megatron_crossbert", "experiments"):
+        shutil.copytree(REPO / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, source / name)
+    venv = tmp_path / "venv"
+    subprocess.run([sys._base_executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    purelib = Path(subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; "
+                                   "print(sysconfig.get_paths()['purelib'])"],
+                                  capture_output=True, text=True, check=True).stdout.strip())
+    (purelib / "reuse_test_venv.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    install = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install",
+                              "--no-deps", "--no-build-isolation", "--no-index", "-q", str(source)],
+                             capture_output=True, text=True, timeout=600)
+    assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
+    assert (purelib / "crossbert_demo" / "cli.py").is_file() and not (purelib / "experiments").exists()
+    done = subprocess.run([str(venv / "bin" / "crossbert-demo"), "--help"], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith("usage: crossbert-demo") and "--seq-length" in done.stdout
+    where = subprocess.run([str(venv / "bin" / "python"), "-c", "import crossbert_demo, megatron_crossbert; "
+                            "print(crossbert_demo.__file__, megatron_crossbert.__file__)"],
+                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert where.stdout.split() == [str(purelib / "crossbert_demo" / "__init__.py"),
+                                    str(purelib / "megatron_crossbert" / "__init__.py")], where.stderr

@@ -15,14 +15,8 @@ import torch
 from megatron_crossbert.config import ModelConfig
 from megatron_crossbert.convert import ConversionError
 from megatron_crossbert.convert.artifacts import TokenizerInfo
-from megatron_crossbert.convert.formats import (
-    ExportContext,
-    default_format,
-    format_for_hf_config,
-    format_names,
-    get_format,
-    model_traits,
-)
+from megatron_crossbert.convert.formats import default_format, format_for_hf_config, format_names, get_format
+from megatron_crossbert.convert.hf_format import ExportContext, model_traits
 from megatron_crossbert.convert.hf_config import vocab_layout
 from megatron_crossbert.convert.layout import gather_tensor_parallel, merge_qkv, split_qkv
 

@@ -14,14 +14,11 @@ from test_convert_support import make_checkpoint, make_tokenizer, tiny_run_confi
 from megatron_crossbert.cli.convert_hf import main as cli_main
 from megatron_crossbert.convert import ConversionError, export_to_hf, import_from_hf
 
-REPO = Path(__file__).resolve().parents[1]
-
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
+def setup(tmp_path_factory, word_tokenizer):
     """(work dir, checkpoint root, tokenizer dir, exported HF dir)."""
-    work = tmp_path_factory.mktemp("convert_errors")
-    tok = make_tokenizer(work / "tok")
+    work, tok = tmp_path_factory.mktemp("convert_errors"), word_tokenizer
     make_checkpoint(work / "ckpt", tiny_run_config("crossbert", tokenizer=str(tok)))
     assert cli_main(["export", str(work / "ckpt"), str(work / "hf")]) == 0
     return work, work / "ckpt", tok, work / "hf"
@@ -103,15 +100,15 @@ def test_import_refuses_pickle_and_inexact_configs(setup, tmp_path):
         import_from_hf(relu, tmp_path / "b")
 
 
-def test_cli_reports_errors_and_shim_help(setup, tmp_path, capsys):
+def test_cli_reports_errors_and_module_help(setup, tmp_path, capsys):
     work, _, _, hf = setup
     assert cli_main(["export", str(work / "nope"), str(tmp_path / "x")]) == 2
     assert "does not exist" in capsys.readouterr().err
     assert cli_main(["import", str(hf), str(tmp_path / "root")]) == 0
     assert (tmp_path / "root" / "latest").read_text().strip() == "iter_0000000"
-    shim = subprocess.run([sys.executable, str(REPO / "tools" / "convert_to_hf.py"), "--help"],
+    done = subprocess.run([sys.executable, "-m", "megatron_crossbert.cli.convert_hf", "--help"],
                           capture_output=True, text=True, timeout=120)
-    assert shim.returncode == 0 and "export" in shim.stdout and "import" in shim.stdout
+    assert done.returncode == 0 and "export" in done.stdout and "import" in done.stdout
 
 
 def test_parallel_state_handling(setup, tmp_path, monkeypatch):

@@ -16,7 +16,6 @@ from test_convert_support import (
     encoder_keys,
     load_native,
     make_checkpoint,
-    make_tokenizer,
     read_safetensors,
     tiny_run_config,
 )
@@ -73,8 +72,8 @@ def _check_exports(tmp_path, encoder: str, state: dict) -> None:
 
 
 @pytest.mark.multirank
-def test_tp2_and_tp1_checkpoints_export_identically(tmp_path):
-    tok = make_tokenizer(tmp_path / "tok")
+def test_tp2_and_tp1_checkpoints_export_identically(tmp_path, word_tokenizer):
+    tok = word_tokenizer
     states = {encoder: make_checkpoint(tmp_path / f"tp1_{encoder}",
                                        tiny_run_config("crossbert", tokenizer=str(tok), encoder=encoder))
               for encoder in ENCODERS}

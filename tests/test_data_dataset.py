@@ -11,9 +11,7 @@ from megatron_crossbert.config import DataConfig, MaskingConfig, ModelConfig, Ru
 from megatron_crossbert.data.build import build_datasets, parse_blend
 from megatron_crossbert.data.indexed import CorruptDatasetError, document_lengths
 from megatron_crossbert.data.preprocess import PreprocessOptions, preprocess
-from megatron_crossbert.data.synthetic import synthetic_documents, write_jsonl
 from megatron_crossbert.data.tokenizer import load_tokenizer
-from megatron_crossbert.data.tokenizer_training import train_tokenizer
 from megatron_crossbert.masking import complementary_views
 
 L = 64
@@ -26,15 +24,12 @@ def _cfg(data_path, arch="crossbert", split="1,0,0", vocab=512, **data_kw) -> Ru
 
 
 @pytest.fixture(scope="module")
-def pipeline(tmp_path_factory):
-    """generated corpus -> trained tokenizer -> preprocessed prefix."""
+def pipeline(tmp_path_factory, text_corpus, bpe_tokenizer):
+    """The session corpus and tokenizer -> this module's preprocessed prefix ``root / "c"``."""
     root = tmp_path_factory.mktemp("ds")
-    texts = synthetic_documents(80, seed=3, max_sentences=12)
-    corpus = write_jsonl(root / "c.jsonl", texts)
-    train_tokenizer([str(corpus)], root / "tok", model_type="bpe", vocab_size=400)
-    preprocess(PreprocessOptions(inputs=[str(corpus)], output_prefix=str(root / "c"), tokenizer=str(root / "tok"),
-                                 progress=False))
-    return root, texts, load_tokenizer(root / "tok")
+    preprocess(PreprocessOptions(inputs=[str(text_corpus.path)], output_prefix=str(root / "c"),
+                                 tokenizer=str(bpe_tokenizer), progress=False))
+    return root, text_corpus.texts, load_tokenizer(bpe_tokenizer)
 
 
 def _megatron_written(path: Path, num_docs: int = 60, vocab: int = 300, seed: int = 0) -> list[np.ndarray]:

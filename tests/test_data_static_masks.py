@@ -9,35 +9,32 @@ from megatron_crossbert.config import DataConfig, MaskingConfig, ModelConfig, Ru
 from megatron_crossbert.data.build import build_datasets
 from megatron_crossbert.data.preprocess import PreprocessOptions, mask_pairs_prefix, preprocess
 from megatron_crossbert.data.static_masks import open_static_pairs
-from megatron_crossbert.data.synthetic import synthetic_documents, write_jsonl
-from megatron_crossbert.data.tokenizer_training import train_tokenizer
 from megatron_crossbert.masking import complementary_views
 
 L, SEED = 48, 11
 
 
-def _cfg(root, ratio=0.5, complementary=True, static=True, seed=SEED) -> RunConfig:
+def _cfg(root, tok, ratio=0.5, complementary=True, static=True, seed=SEED) -> RunConfig:
     data = DataConfig(data_path=[] if static else [str(root / "c")], seq_length=L, split="1,0,0",
-                      tokenizer=str(root / "tok"),
+                      tokenizer=str(tok),
                       static_masks=mask_pairs_prefix(str(root / "c"), "text") if static else None)
     return RunConfig(model=ModelConfig(vocab_size=512, max_position_embeddings=64), data=data,
                      masking=MaskingConfig(seed=seed, mask_ratio=ratio, complementary=complementary))
 
 
 @pytest.fixture(scope="module", params=[True, False], ids=["complementary", "single-view"])
-def static_root(tmp_path_factory, request):
+def static_root(tmp_path_factory, request, text_corpus, bpe_tokenizer):
     root = tmp_path_factory.mktemp("static")
-    corpus = write_jsonl(root / "c.jsonl.gz", synthetic_documents(40, seed=4, max_sentences=8))
-    train_tokenizer([str(corpus)], root / "tok", model_type="bpe", vocab_size=300)
     ratio = 0.5 if request.param else 0.75
     report = preprocess(PreprocessOptions(
-        inputs=[str(corpus)], output_prefix=str(root / "c"), tokenizer=str(root / "tok"), progress=False,
-        emit_mask_pairs=True, seq_length=L, mask_ratio=ratio, seed=SEED, complementary=request.param))
-    return root, ratio, request.param, report
+        inputs=[str(text_corpus.path)], output_prefix=str(root / "c"), tokenizer=str(bpe_tokenizer), progress=False,
+        emit_mask_pairs=True, seq_length=L,
+        masking=MaskingConfig(mask_ratio=ratio, seed=SEED, complementary=request.param)))
+    return root, bpe_tokenizer, ratio, request.param, report
 
 
 def test_files_hold_the_on_the_fly_views(static_root):
-    root, ratio, complementary, report = static_root
+    root, _, ratio, complementary, report = static_root
     pairs = open_static_pairs(mask_pairs_prefix(str(root / "c"), "text"))
     rows = report["mask_pairs"]["text"]["num_samples"]
     assert len(pairs) == rows > 10
@@ -50,10 +47,10 @@ def test_files_hold_the_on_the_fly_views(static_root):
 
 
 def test_static_dataset_equals_on_the_fly_dataset(static_root):
-    root, ratio, complementary, report = static_root
+    root, tok, ratio, complementary, report = static_root
     rows = report["mask_pairs"]["text"]["num_samples"]
-    static, _, _ = build_datasets(_cfg(root, ratio, complementary), (rows, 0, 0))
-    dynamic, _, _ = build_datasets(_cfg(root, ratio, complementary, static=False), (rows, 0, 0))
+    static, _, _ = build_datasets(_cfg(root, tok, ratio, complementary), (rows, 0, 0))
+    dynamic, _, _ = build_datasets(_cfg(root, tok, ratio, complementary, static=False), (rows, 0, 0))
     for i in range(rows):
         a, b = static[i], dynamic[i]
         assert set(a) == set(b) == {"tokens", "visible", "targets", "index"}
@@ -62,6 +59,6 @@ def test_static_dataset_equals_on_the_fly_dataset(static_root):
 
 
 def test_static_masks_refuse_a_different_setup(static_root):
-    root, ratio, complementary, _ = static_root
+    root, tok, ratio, complementary, _ = static_root
     with pytest.raises(ValueError, match="different setup"):
-        build_datasets(_cfg(root, ratio, complementary, seed=SEED + 1), (5, 0, 0))
+        build_datasets(_cfg(root, tok, ratio, complementary, seed=SEED + 1), (5, 0, 0))

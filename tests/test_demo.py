@@ -1,12 +1,14 @@
 """crossbert-demo at tiny size: every stage runs and leaves usable artefacts (end-to-end smoke)."""
 
+import dataclasses
 import json
 import math
+from pathlib import Path
 
 import pytest
 
-from megatron_crossbert.cli import demo as demo_cli
-from megatron_crossbert.demo import DemoOptions, build_probe_rows, run_demo
+from crossbert_demo import cli as demo_cli
+from crossbert_demo.pipeline import DemoOptions, build_probe_rows, demo_run_config, run_demo
 
 
 def test_probe_rows_balance_sources_or_fall_back_to_word_order():
@@ -27,11 +29,30 @@ def test_help_and_refusal_to_overwrite(tmp_path, capsys):
     assert (tmp_path / "keep.txt").read_text() == "precious"
 
 
+def test_run_flags_set_the_config_sections(tmp_path, capsys):
+    args = demo_cli.build_parser().parse_args(["--arch", "mlm", "--encoder", "modern", "--micro-batch-size", "8",
+                                               "--seed", "7", "--seq-length", "64", "--train-iters", "50"])
+    opts = demo_cli.options_from_args(args)
+    assert (opts.model.arch, opts.model.encoder, opts.data.seq_length) == ("mlm", "modern", 64)
+    assert opts.training.micro_batch_size == opts.training.global_batch_size == 8
+    assert opts.training.seed == opts.masking.seed == 7
+    run = demo_run_config(opts, "data/corpus_text_document", Path("tok"), tmp_path / "ckpt")
+    assert run.model.decoder_num_layers == 0 and run.model.max_position_embeddings == 64
+    assert (run.training.lr_warmup_iters, run.training.log_interval) == (5, 5)
+    assert run.training.min_lr == pytest.approx(run.training.lr / 10)
+    assert demo_cli.main(["--arch", "mlm", "--out-dir", str(tmp_path / "new")]) == 2  # mlm needs the modern encoder
+    assert "arch='mlm' is built with encoder modern" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
+
+
 @pytest.mark.e2e
 def test_tiny_demo_end_to_end(tmp_path):
-    opts = DemoOptions(out_dir=str(tmp_path / "demo"), corpus_bytes=250_000, vocab_size=2000, seq_length=64,
-                       hidden_size=64, num_layers=2, num_heads=4, train_iters=6, micro_batch_size=8,
-                       probe_train=120, probe_test=60)
+    defaults = DemoOptions()
+    opts = DemoOptions(out_dir=str(tmp_path / "demo"), corpus_bytes=250_000, probe_train=120, probe_test=60,
+                       model=dataclasses.replace(defaults.model, vocab_size=2000, hidden_size=64, num_layers=2),
+                       data=dataclasses.replace(defaults.data, seq_length=64),
+                       training=dataclasses.replace(defaults.training, train_iters=6, micro_batch_size=8,
+                                                    global_batch_size=8))
     result = run_demo(opts)
     assert json.loads((tmp_path / "demo" / "summary.json").read_text())["paths"] == result["paths"]
     assert result["pretrain"]["steps"] == 6

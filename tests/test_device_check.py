@@ -23,8 +23,8 @@ import pytest
 
 from megatron_crossbert.arch import REGISTRY
 from megatron_crossbert.benchmarking.cases import SETTINGS
-from megatron_crossbert.benchmarking.device import carry, plan
-from megatron_crossbert.benchmarking.device.cli import main
+from experiments.device_check import carry, plan
+from experiments.device_check.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 WORDS = ("the a model token encoder reads visible text while decoder rebuilds masked words from context "
@@ -83,8 +83,8 @@ def test_device_calls_fit_the_device_limits():
 
 
 def test_driver_and_script_answer_help():
-    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "device_check.py"), "run", "--help"],
-                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    done = subprocess.run([sys.executable, "-m", "experiments.device_check", "run", "--help"], cwd=REPO,
+                          capture_output=True, text=True)
     assert done.returncode == 0 and "--stages" in done.stdout and "--toy" in done.stdout
     done = subprocess.run(["bash", str(REPO / "scripts" / "device_check.sh")], capture_output=True, text=True)
     assert done.returncode == 2 and "Usage" in done.stdout
@@ -128,8 +128,8 @@ def test_prepare_copies_data_prints_calls_and_refuses_past_the_limit(tmp_path, c
 
 
 def test_equal_flops_budget_fills_the_training_time(tmp_path):
-    from megatron_crossbert.benchmarking.device.claims import arm_runs, claims_plan, flops_budget
-    from megatron_crossbert.benchmarking.sample_efficiency.plan import flops_per_sample
+    from experiments.device_check.claims import arm_runs, claims_plan, flops_budget
+    from megatron_crossbert.benchmarking.study.plan import flops_per_sample
 
     config = plan.DeviceCheckConfig(glue_dir="/nonexistent", toy=True)
     with pytest.raises(FileNotFoundError, match="no GLUE dev.tsv"):
@@ -157,7 +157,7 @@ def _toy_config(tmp_path: Path, shared: Path, stages: list[str]) -> plan.DeviceC
 
 
 def test_a_stage_past_its_budget_is_killed_and_the_next_still_runs(tmp_path, monkeypatch):
-    from megatron_crossbert.benchmarking.device import runner
+    from experiments.device_check import runner
 
     short = plan.StageSpec("smoke", 1, 1, "killed at once")
     monkeypatch.setattr(runner, "stage", lambda name: short if name == "smoke" else plan.stage(name))
@@ -173,7 +173,7 @@ def test_a_stage_past_its_budget_is_killed_and_the_next_still_runs(tmp_path, mon
 
 @pytest.mark.e2e
 def test_toy_dry_run_of_every_stage_and_its_results_section(tmp_path):
-    from megatron_crossbert.benchmarking.device.report import SECTION_START, gpu_section, write_gpu_section
+    from experiments.device_check.report import SECTION_START, gpu_section, write_gpu_section
 
     shared, out = write_shared_data(tmp_path / "shared", tasks=TOY_TASKS), tmp_path / "out"
     env = {**os.environ, "PYTHON": sys.executable, "OUT": str(out), "OMP_NUM_THREADS": "1"}

@@ -2,7 +2,7 @@
 
 import json
 
-from megatron_crossbert.docstring_corpus import package_roots, prose_paragraphs, write_corpus
+from crossbert_demo.corpus import package_roots, prose_paragraphs, write_corpus
 
 
 def test_prose_filter_keeps_sentences_and_drops_code_and_tables():

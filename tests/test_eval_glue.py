@@ -10,8 +10,8 @@ import pytest
 
 from megatron_crossbert.evaluation.glue import (
     GLUE_TASK_NAMES, available_glue_tasks, canonical_glue_name, load_glue_task, read_glue_split, GLUE_FORMATS)
-from megatron_crossbert.evaluation.synthetic import write_glue_fixture, write_jsonl_task
 from megatron_crossbert.evaluation.tasks import load_jsonl_task
+from synthetic_eval import write_glue_fixture, write_jsonl_task
 
 N = 24
 

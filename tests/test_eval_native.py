@@ -15,25 +15,24 @@ support = pytest.importorskip("test_convert_support")  # the convert tests' tiny
 from megatron_crossbert import platform  # noqa: E402
 from megatron_crossbert.config import ParallelConfig  # noqa: E402
 from megatron_crossbert.evaluation.encoders import HFEncoder, resolve_model  # noqa: E402
-from megatron_crossbert.evaluation.synthetic import write_jsonl_task  # noqa: E402
+from synthetic_eval import write_jsonl_task  # noqa: E402
 
 WORDS = ([f"w{i}" for i in range(0, 8)], [f"w{i}" for i in range(8, 16)], [f"w{i}" for i in range(16, 60)])
 
 
 @pytest.fixture(scope="module")
-def native(tmp_path_factory):
-    work = tmp_path_factory.mktemp("native_eval")
-    tokenizer = support.make_tokenizer(work / "tokenizer")
+def native(tmp_path_factory, word_tokenizer):
+    work, tokenizer = tmp_path_factory.mktemp("native_eval"), word_tokenizer
     run_cfg = support.tiny_run_config("crossbert", tokenizer=str(tokenizer))
     support.make_checkpoint(work / "ckpt", run_cfg)
     task = write_jsonl_task(work / "tasks" / "planted", n_train=100, n_test=60, words=WORDS)
-    return work, task
+    return work, task, tokenizer
 
 
 def test_probe_cli_on_native_checkpoint(native):
     from megatron_crossbert.cli.probe import main
 
-    work, task = native
+    work, task, _ = native
     out, cache = work / "out", work / "cache"
     assert main(["--model", str(work / "ckpt"), "--jsonl", str(task), "--max-len", "24",
                  "--cache-dir", str(cache), "--out", str(out)]) == 0
@@ -51,8 +50,8 @@ def test_live_encode_suite_matches_exported_features(native):
     from megatron_crossbert.evaluation import probe_in_training
     from megatron_crossbert.evaluation.suite import load_suite_tasks, make_encode_embed_fn, run_probe_suite
 
-    work, task = native
-    tokenizer = AutoTokenizer.from_pretrained(work / "tokenizer")
+    work, task, tokenizer_dir = native
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     texts = [json.loads(line)["text"] for line in (task / "test.jsonl").read_text().splitlines()[:12]]
     exported = HFEncoder(resolve_model(work / "ckpt", cache_dir=work / "cache"), max_len=24)
     platform.initialize(ParallelConfig(), 0)

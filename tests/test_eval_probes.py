@@ -87,7 +87,7 @@ def test_run_probe_suite_flat_dict():
 
 def test_probe_task_specs(tmp_path):
     from megatron_crossbert.evaluation.suite import parse_task_specs
-    from megatron_crossbert.evaluation.synthetic import write_glue_fixture
+    from synthetic_eval import write_glue_fixture
 
     glue = write_glue_fixture(tmp_path / "glue", n=4)
     parsed = parse_task_specs([f"glue:{glue}:SST-2,STS-B", f"jsonl:{tmp_path}/t1", str(tmp_path / "t2")])

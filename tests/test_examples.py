@@ -56,7 +56,7 @@ def _run_tiny(work: Path, extra: str = "", **env) -> str:
 def test_tiny_example_runs_with_dp_tp_and_pp(tmp_path):
     from megatron_crossbert.checkpoint_format import latest_iteration, read_run_config
 
-    from megatron_crossbert.evaluation.synthetic import write_jsonl_task
+    from synthetic_eval import write_jsonl_task
 
     work = tmp_path / "tiny"
     probe = write_jsonl_task(tmp_path / "probe" / "toy", n_train=40, n_test=20)

@@ -8,8 +8,7 @@ import json
 import pytest
 
 from megatron_crossbert.evaluation.mteb_tasks import LocalTaskSpec, read_sts_file
-from megatron_crossbert.evaluation.synthetic import (
-    build_tiny_hf_encoder, write_glue_fixture, write_jsonl_task, write_sts_jsonl)
+from synthetic_eval import write_glue_fixture, write_jsonl_task, write_sts_jsonl
 
 
 def test_local_spec_parsing(tmp_path):
@@ -26,10 +25,10 @@ def test_sts_file_formats(tmp_path):
     assert len(tsv["sentence2"]) == 5 and isinstance(tsv["score"][1], float)
 
 
-def test_crossbert_mteb_offline_local_tasks(tmp_path):
+def test_crossbert_mteb_offline_local_tasks(tmp_path, tiny_hf_encoder):
     from megatron_crossbert.cli.mteb import main
 
-    model = build_tiny_hf_encoder(tmp_path / "tiny")
+    model = tiny_hf_encoder
     write_jsonl_task(tmp_path / "cls", n_train=40, n_test=30)
     sts = write_sts_jsonl(tmp_path / "sts.jsonl", n=30)
     out = tmp_path / "out"

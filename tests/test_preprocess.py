@@ -15,20 +15,15 @@ import pytest
 from megatron_crossbert.cli import preprocess as cli
 from megatron_crossbert.data import preprocess as pp
 from megatron_crossbert.data.jsonl import BadInputError
-from megatron_crossbert.data.synthetic import synthetic_documents, write_jsonl
 from megatron_crossbert.data.tokenizer import load_tokenizer
-from megatron_crossbert.data.tokenizer_training import train_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
-    root = tmp_path_factory.mktemp("pp")
-    texts = synthetic_documents(120, seed=2)
-    corpus = write_jsonl(root / "good.jsonl", texts)
-    train_tokenizer([str(corpus)], root / "tok", model_type="bpe", vocab_size=500)
-    return root, corpus, texts
+def setup(tmp_path_factory, text_corpus, bpe_tokenizer):
+    """(this module's output dir, the session corpus, its texts, the session tokenizer)."""
+    return tmp_path_factory.mktemp("pp"), text_corpus.path, text_corpus.texts, bpe_tokenizer
 
 
 def _bad_fixture(root: Path) -> tuple[list[Path], dict[str, int]]:
@@ -45,17 +40,18 @@ def _bad_fixture(root: Path) -> tuple[list[Path], dict[str, int]]:
     return [plain, trunc], expected
 
 
-def _opts(root: Path, inputs, prefix: str, **kw) -> pp.PreprocessOptions:
+def _opts(setup, inputs, prefix: str, **kw) -> pp.PreprocessOptions:
+    root, _, _, tok = setup
     return pp.PreprocessOptions(inputs=[str(p) for p in inputs], output_prefix=str(root / prefix),
-                                tokenizer=str(root / "tok"), progress=False, **kw)
+                                tokenizer=str(tok), progress=False, **kw)
 
 
 def test_nothing_lost_on_every_bad_input_kind(setup):
     from megatron.core.datasets.indexed_dataset import IndexedDataset
 
-    root, _, _ = setup
+    root, _, _, _ = setup
     inputs, expected = _bad_fixture(root)
-    report = pp.preprocess(_opts(root, inputs, "bad"))
+    report = pp.preprocess(_opts(setup, inputs, "bad"))
     assert report["skipped_by_kind"] == expected
     assert report["documents_read"] == report["documents_written"] + report["documents_skipped"]
     assert report["documents_written"] >= 2 and report["documents_skipped"] == len(expected)
@@ -67,19 +63,19 @@ def test_nothing_lost_on_every_bad_input_kind(setup):
 
 
 def test_strict_fails_with_file_and_line(setup):
-    root, _, _ = setup
+    root, _, _, _ = setup
     inputs, _ = _bad_fixture(root)
     with pytest.raises(BadInputError, match=r"bad\.jsonl:2: invalid_json"):
-        pp.preprocess(_opts(root, inputs, "strict", strict=True))
+        pp.preprocess(_opts(setup, inputs, "strict", strict=True))
     assert not list(root.glob("strict*")), "a failed run leaves no outputs or temporaries"
 
 
 def test_output_matches_tokenizer_and_loads_in_megatron(setup):
     from megatron.core.datasets.indexed_dataset import IndexedDataset
 
-    root, corpus, texts = setup
-    report = pp.preprocess(_opts(root, [corpus], "plain", append_eod=True))
-    tok = load_tokenizer(root / "tok")
+    root, corpus, texts, tok = setup
+    report = pp.preprocess(_opts(setup, [corpus], "plain", append_eod=True))
+    tok = load_tokenizer(tok)
     ds = IndexedDataset(str(root / "plain_text_document"))
     assert ds.index.dtype == np.uint16 and report["dtype"] == "uint16"
     assert len(ds) == len(texts) and report["tokens"]["text"] == int(ds.sequence_lengths.sum())
@@ -90,8 +86,8 @@ def test_output_matches_tokenizer_and_loads_in_megatron(setup):
 def test_split_sentences_offline(setup):
     from megatron.core.datasets.indexed_dataset import IndexedDataset
 
-    root, corpus, texts = setup
-    report = pp.preprocess(_opts(root, [corpus], "sent", split_sentences=True))
+    root, corpus, texts, _ = setup
+    report = pp.preprocess(_opts(setup, [corpus], "sent", split_sentences=True))
     ds = IndexedDataset(str(root / "sent_text_document"))
     assert len(ds.document_indices) - 1 == len(texts)
     assert len(ds) == report["sequences"]["text"] > 2 * len(texts)
@@ -99,12 +95,12 @@ def test_split_sentences_offline(setup):
 
 
 def test_workers_byte_identical_and_script_entry_point(setup):
-    root, corpus, _ = setup
+    root, corpus, _, tok = setup
     extra = ["--split-sentences", "--append-eod", "--no-progress"]
     assert cli.main(["--input", str(corpus), "--output-prefix", str(root / "w1"), "--tokenizer",
-                     str(root / "tok"), "--workers", "1", *extra]) == 0
+                     str(tok), "--workers", "1", *extra]) == 0
     run = subprocess.run([sys.executable, str(ROOT / "tools" / "preprocess_data.py"), "--input", str(corpus),
-                          "--output-prefix", str(root / "w2"), "--tokenizer", str(root / "tok"), "--workers", "2",
+                          "--output-prefix", str(root / "w2"), "--tokenizer", str(tok), "--workers", "2",
                           *extra], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     for ext in (".bin", ".idx"):
@@ -112,8 +108,8 @@ def test_workers_byte_identical_and_script_entry_point(setup):
 
 
 def test_refuses_overwrite_without_force(setup, capsys):
-    root, corpus, _ = setup
-    args = ["--input", str(corpus), "--output-prefix", str(root / "f"), "--tokenizer", str(root / "tok"), "--no-progress"]
+    root, corpus, _, tok = setup
+    args = ["--input", str(corpus), "--output-prefix", str(root / "f"), "--tokenizer", str(tok), "--no-progress"]
     assert cli.main(args) == 0
     before = (root / "f_text_document.idx").stat().st_mtime_ns
     assert cli.main(args) == 1 and "--force" in capsys.readouterr().err
@@ -122,8 +118,8 @@ def test_refuses_overwrite_without_force(setup, capsys):
 
 
 def test_interrupt_leaves_no_half_outputs(setup, monkeypatch):
-    root, corpus, _ = setup
-    pp.preprocess(_opts(root, [corpus], "atomic"))
+    root, corpus, _, _ = setup
+    pp.preprocess(_opts(setup, [corpus], "atomic"))
     old = {ext: (root / f"atomic_text_document{ext}").read_bytes() for ext in (".bin", ".idx")}
     calls = {"n": 0}
     real = pp.process_chunk
@@ -136,11 +132,11 @@ def test_interrupt_leaves_no_half_outputs(setup, monkeypatch):
 
     monkeypatch.setattr(pp, "process_chunk", flaky)
     with pytest.raises(KeyboardInterrupt):
-        pp.preprocess(_opts(root, [corpus], "atomic", force=True, chunk_lines=16))
+        pp.preprocess(_opts(setup, [corpus], "atomic", force=True, chunk_lines=16))
     assert {ext: (root / f"atomic_text_document{ext}").read_bytes() for ext in (".bin", ".idx")} == old
     with pytest.raises(KeyboardInterrupt):
         calls["n"] = 0
-        pp.preprocess(_opts(root, [corpus], "fresh", chunk_lines=16))
+        pp.preprocess(_opts(setup, [corpus], "fresh", chunk_lines=16))
     leftovers = [p.name for p in root.iterdir() if ".tmp-" in p.name or p.name.startswith("fresh")]
     assert leftovers == []
 
@@ -156,10 +152,10 @@ def test_help_lists_options(capsys):
 
 
 def test_missing_input_and_bad_options(setup):
-    root, corpus, _ = setup
+    root, corpus, _, tok = setup
     with pytest.raises(FileNotFoundError):
-        pp.preprocess(_opts(root, [root / "nope*.jsonl"], "x"))
+        pp.preprocess(_opts(setup, [root / "nope*.jsonl"], "x"))
     with pytest.raises(ValueError, match="seq-length"):
-        pp.preprocess(_opts(root, [corpus], "x", emit_mask_pairs=True))
+        pp.preprocess(_opts(setup, [corpus], "x", emit_mask_pairs=True))
     assert not any(p.name.startswith("x_") for p in root.iterdir())
-    assert os.path.exists(root / "tok")
+    assert os.path.exists(tok)

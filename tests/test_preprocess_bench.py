@@ -11,8 +11,6 @@ from megatron_crossbert.benchmarking.preprocess import (
     PreprocessBenchOptions, combine_inputs, measure, preprocess_markdown, run_preprocess_bench,
 )
 from megatron_crossbert.cli import bench
-from megatron_crossbert.data.synthetic import synthetic_documents, write_jsonl
-from megatron_crossbert.data.tokenizer_training import train_tokenizer
 
 
 def test_measure_counts_children_cpu_and_own_peak_rss():
@@ -24,15 +22,14 @@ def test_measure_counts_children_cpu_and_own_peak_rss():
     assert 150 < result.peak_rss_mb < 400  # the command's own peak, not the (large) pytest process's
 
 
-def test_bench_table_without_megatron(tmp_path):
-    corpus = write_jsonl(tmp_path / "c.jsonl", synthetic_documents(60, seed=8))
-    train_tokenizer([str(corpus)], tmp_path / "tok", model_type="wordpiece", vocab_size=300)
+def test_bench_table_without_megatron(tmp_path, text_corpus, bpe_tokenizer):
+    corpus = text_corpus.path
     import gzip
 
     (tmp_path / "c.jsonl.gz").write_bytes(gzip.compress(corpus.read_bytes()))
     combined, nbytes = combine_inputs([str(corpus), str(tmp_path / "c.jsonl.gz")], tmp_path / "x" / "all.jsonl")
     assert combined.read_bytes() == corpus.read_bytes() * 2 and nbytes == 2 * corpus.stat().st_size
-    report = run_preprocess_bench(PreprocessBenchOptions(inputs=[str(corpus)], tokenizer=str(tmp_path / "tok"),
+    report = run_preprocess_bench(PreprocessBenchOptions(inputs=[str(corpus)], tokenizer=str(bpe_tokenizer),
                                                          work_dir=str(tmp_path / "w"), workers=1))
     names = [c["name"] for c in report["cases"]]
     assert names == ["crossbert-preprocess --backend auto", "crossbert-preprocess --backend tokenizers",

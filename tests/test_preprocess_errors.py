@@ -12,27 +12,25 @@ import pytest
 
 from megatron_crossbert.data import preprocess as pp
 from megatron_crossbert.data.jsonl import BadInputError
-from megatron_crossbert.data.synthetic import synthetic_documents, write_jsonl
-from megatron_crossbert.data.tokenizer_training import train_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
+def setup(tmp_path_factory, text_corpus, bpe_tokenizer):
+    """(this module's dir with the bad inputs, the session corpus, the session tokenizer)."""
     root = tmp_path_factory.mktemp("err")
-    corpus = write_jsonl(root / "good.jsonl", synthetic_documents(40, seed=1))
-    train_tokenizer([str(corpus)], root / "tok", model_type="bpe", vocab_size=300)
     (root / "binary.jsonl").write_bytes(bytes(range(256)) * 40)
     (root / "empty.jsonl").write_bytes(b"")
     (root / "plain.jsonl.gz").write_text(json.dumps({"text": "not compressed at all"}) + "\n")
     (root / "adir").mkdir()
-    return root, corpus
+    return root, text_corpus.path, bpe_tokenizer
 
 
-def _opts(root: Path, inputs, prefix: str) -> pp.PreprocessOptions:
+def _opts(setup, inputs, prefix: str) -> pp.PreprocessOptions:
+    root, _, tok = setup
     return pp.PreprocessOptions(inputs=[str(p) for p in inputs], output_prefix=str(root / prefix),
-                                tokenizer=str(root / "tok"), progress=False)
+                                tokenizer=str(tok), progress=False)
 
 
 @pytest.mark.parametrize("name, expected", [
@@ -42,40 +40,40 @@ def _opts(root: Path, inputs, prefix: str) -> pp.PreprocessOptions:
     ("plain.jsonl.gz", r"plain\.jsonl\.gz: no documents written; 1 read, all skipped: not_gzip=1"),
 ])
 def test_nothing_written_is_an_error_naming_what_was_skipped(setup, name, expected):
-    root, _ = setup
+    root, _, _ = setup
     with pytest.raises(BadInputError, match=expected):
-        pp.preprocess(_opts(root, [root / name], "none"))
+        pp.preprocess(_opts(setup, [root / name], "none"))
     assert not list(root.glob("none*")), "no outputs and no temporaries"
 
 
 def test_not_gzip_and_empty_files_are_counted_beside_good_ones(setup):
-    root, corpus = setup
-    report = pp.preprocess(_opts(root, [corpus, root / "plain.jsonl.gz", root / "empty.jsonl"], "mixed"))
+    root, corpus, _ = setup
+    report = pp.preprocess(_opts(setup, [corpus, root / "plain.jsonl.gz", root / "empty.jsonl"], "mixed"))
     assert report["skipped_by_kind"] == {"empty_file": 1, "not_gzip": 1}
     assert report["first_skip_location"]["not_gzip"] == f"{root / 'plain.jsonl.gz'}:1"
-    assert report["documents_written"] == 40
+    assert report["documents_written"] == 120  # the session corpus
 
 
 def test_truncated_gzip_is_still_truncated_gzip(setup):
-    root, _ = setup
+    root, _, _ = setup
     data = gzip.compress(("\n".join(json.dumps({"text": f"doc {i}"}) for i in range(300)) + "\n").encode())
     (root / "trunc.jsonl.gz").write_bytes(data[: len(data) // 2])
-    report = pp.preprocess(_opts(root, [root / "trunc.jsonl.gz"], "trunc"))
+    report = pp.preprocess(_opts(setup, [root / "trunc.jsonl.gz"], "trunc"))
     assert report["skipped_by_kind"] == {"truncated_gzip": 1} and report["documents_written"] > 0
 
 
 def test_directory_input_has_its_own_message(setup):
-    root, _ = setup
+    root, _, _ = setup
     with pytest.raises(BadInputError, match=r"adir: is a directory, not a JSONL file; pass the files in it"):
-        pp.preprocess(_opts(root, [root / "adir"], "dir"))
+        pp.preprocess(_opts(setup, [root / "adir"], "dir"))
 
 
 @pytest.mark.parametrize("name, needle", [("binary.jsonl", "invalid_utf8="), ("empty.jsonl", "empty_file=1"),
                                           ("plain.jsonl.gz", "not_gzip=1"), ("adir", "is a directory")])
 def test_cli_one_error_line_nonzero_exit_no_traceback(setup, name, needle):
-    root, _ = setup
+    root, _, tok = setup
     run = subprocess.run([sys.executable, str(ROOT / "tools" / "preprocess_data.py"), "--input", str(root / name),
-                          "--output-prefix", str(root / "cli"), "--tokenizer", str(root / "tok"), "--no-progress"],
+                          "--output-prefix", str(root / "cli"), "--tokenizer", str(tok), "--no-progress"],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode != 0
     assert "Traceback" not in run.stderr

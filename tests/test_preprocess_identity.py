@@ -13,8 +13,8 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 
 from megatron_crossbert.data import encoding
 from megatron_crossbert.data import preprocess as pp
-from megatron_crossbert.data.synthetic import synthetic_documents
 from megatron_crossbert.data.tokenizer import SPECIAL_TOKENS, load_tokenizer
+from synthetic_text import synthetic_documents
 
 ROOT = Path(__file__).resolve().parents[1]
 UNICODE = ["Ünïcödé façade — “quotes” … naïve", "日本語のテキスト、中文文本，한국어", "emoji 😀🎉👩‍👩‍👧 ∑∫√∞",

@@ -12,39 +12,35 @@ from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
 from megatron_crossbert.cli import preprocess as cli
 from megatron_crossbert.data.idx_format import read_header
-from megatron_crossbert.data.synthetic import synthetic_documents, write_jsonl
 from megatron_crossbert.data.tokenizer import SPECIAL_TOKENS, load_tokenizer
 from megatron_crossbert.data.tokenizer_sources import open_tokenizer
-from megatron_crossbert.data.tokenizer_training import train_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
-    root = tmp_path_factory.mktemp("mlm")
-    texts = synthetic_documents(60, seed=4)
-    corpus = write_jsonl(root / "c.jsonl", texts)
-    train_tokenizer([str(corpus)], root / "tok", model_type="bpe", vocab_size=300)
+def setup(tmp_path_factory, text_corpus, bpe_tokenizer):
+    """(this module's dir with a BERT vocab.txt, the session corpus, its texts, the session tokenizer)."""
+    root, texts = tmp_path_factory.mktemp("mlm"), text_corpus.texts
     wp = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     wp.normalizer = normalizers.BertNormalizer(lowercase=False)
     wp.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     wp.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=400, special_tokens=list(SPECIAL_TOKENS.values())))
     vocab = root / "vocab.txt"
     vocab.write_text("".join(t + "\n" for t, _ in sorted(wp.get_vocab().items(), key=lambda kv: kv[1])))
-    return root, corpus, texts
+    return root, text_corpus.path, texts, bpe_tokenizer
 
 
 def test_megatron_hf_command_line_runs_unchanged(setup):
-    root, corpus, texts = setup
+    root, corpus, texts, tok_dir = setup
     cmd = [sys.executable, str(ROOT / "tools" / "preprocess_data.py"), "--input", str(corpus), "--output-prefix",
            str(root / "hf"), "--json-keys", "text", "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model",
-           str(root / "tok"), "--append-eod", "--workers", "2", "--partitions", "2", "--log-interval", "10"]
+           str(tok_dir), "--append-eod", "--workers", "2", "--partitions", "2", "--log-interval", "10"]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     from megatron.core.datasets.indexed_dataset import IndexedDataset
 
-    tok = load_tokenizer(root / "tok")
+    tok = load_tokenizer(tok_dir)
     ds = IndexedDataset(str(root / "hf_text_document"))
     assert len(ds) == len(texts) and ds[3].tolist() == tok.encode(texts[3]) + [tok.eod_id]
     assert "--partitions 2 accepted and ignored" in run.stderr
@@ -52,7 +48,7 @@ def test_megatron_hf_command_line_runs_unchanged(setup):
 
 @pytest.mark.parametrize("kind, lower", [("BertWordPieceLowerCase", True), ("BertWordPieceCase", False)])
 def test_bert_wordpiece_vocab_file(setup, kind, lower):
-    root, corpus, texts = setup
+    root, corpus, texts, _ = setup
     prefix = root / kind
     assert cli.main(["--input", str(corpus), "--output-prefix", str(prefix), "--tokenizer-type", kind,
                      "--vocab-file", str(root / "vocab.txt"), "--no-progress"]) == 0
@@ -71,7 +67,7 @@ def test_bert_wordpiece_vocab_file(setup, kind, lower):
     ([], "error: no tokenizer: pass --tokenizer DIR"),
 ])
 def test_unsupported_tokenizer_flags_rejected_clearly(setup, capsys, argv, message):
-    root, corpus, _ = setup
+    root, corpus, _, _ = setup
     assert cli.main(["--input", str(corpus), "--output-prefix", str(root / "rej"), *argv]) == 2
     assert capsys.readouterr().err.startswith(message)
     assert not list(root.glob("rej*"))

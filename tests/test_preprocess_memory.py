@@ -19,8 +19,8 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from megatron_crossbert.benchmarking.preprocess import measure
-from megatron_crossbert.data.synthetic import synthetic_documents
 from megatron_crossbert.data.tokenizer import SPECIAL_TOKENS
+from synthetic_text import synthetic_documents
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZE_MB = float(os.environ.get("CROSSBERT_PREPROCESS_MEM_MB", "6"))

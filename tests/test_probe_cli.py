@@ -8,12 +8,7 @@ import json
 import pytest
 
 from megatron_crossbert.cli.probe import build_parser, main
-from megatron_crossbert.evaluation.synthetic import build_tiny_hf_encoder, write_glue_fixture, write_jsonl_task
-
-
-@pytest.fixture(scope="module")
-def tiny_encoder(tmp_path_factory):
-    return build_tiny_hf_encoder(tmp_path_factory.mktemp("tiny_bert"))
+from synthetic_eval import write_glue_fixture, write_jsonl_task
 
 
 def test_help_lists_options(capsys):
@@ -22,12 +17,12 @@ def test_help_lists_options(capsys):
     assert "--layers" in capsys.readouterr().out
 
 
-def test_probe_cli_glue_jsonl_and_layer_plot(tiny_encoder, tmp_path):
+def test_probe_cli_glue_jsonl_and_layer_plot(tiny_hf_encoder, tmp_path):
     glue = write_glue_fixture(tmp_path / "glue", n=24)
     write_jsonl_task(tmp_path / "tasks" / "planted", n_train=130, n_test=60)
     write_jsonl_task(tmp_path / "tasks" / "shuffled", n_train=130, n_test=160, shuffle_labels=True)
     out = tmp_path / "out"
-    argv = ["--model", str(tiny_encoder), "--glue-dir", str(glue), "--glue-tasks", "CoLA,STS-B",
+    argv = ["--model", str(tiny_hf_encoder), "--glue-dir", str(glue), "--glue-tasks", "CoLA,STS-B",
             "--jsonl", str(tmp_path / "tasks"), "--layers", "all", "--max-len", "16", "--max-train", "120", "--batch-size", "64",
             "--cache-dir", str(tmp_path / "cache"), "--out", str(out)]
     assert main(argv) == 0

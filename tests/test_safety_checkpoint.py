@@ -181,14 +181,13 @@ def test_a_save_never_replaces_a_checkpoint_it_did_not_write(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def real(tmp_path_factory) -> tuple[str, Path]:
+def real(tmp_path_factory, indexed_corpus) -> tuple[str, Path]:
     """(corpus prefix, checkpoint root with iter_0000001 and iter_0000002) from a 2-step run."""
     from megatron_crossbert.training import train
 
     base = tmp_path_factory.mktemp("real")
-    corpus = write_corpus(base / "corpus")
-    train(tiny_config("crossbert", corpus, base / "ckpt", training__train_iters=2, checkpoint__save_interval=1))
-    return corpus, base / "ckpt"
+    train(tiny_config("crossbert", indexed_corpus, base / "ckpt", training__train_iters=2, checkpoint__save_interval=1))
+    return indexed_corpus, base / "ckpt"
 
 
 def test_resume_from_and_overwrite_are_explicit_ways_out(real, tmp_path):

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from test_train_support import tiny_config, tiny_overrides, write_corpus
+from test_train_support import tiny_config, tiny_overrides
 
 REPO = Path(__file__).resolve().parents[1]
 PRETRAIN = "megatron_crossbert.cli.pretrain"
@@ -91,13 +91,12 @@ def _build_cases(tmp: Path, corpus: str, ckpt: Path) -> dict[str, tuple[dict, st
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory) -> tuple[str, Path]:
+def trained(tmp_path_factory, indexed_corpus) -> tuple[str, Path]:
     from megatron_crossbert.training import train
 
     root = tmp_path_factory.mktemp("cli_safety")
-    corpus = write_corpus(root / "corpus")
-    train(tiny_config("crossbert", corpus, root / "ckpt", training__train_iters=2))
-    return corpus, root / "ckpt"
+    train(tiny_config("crossbert", indexed_corpus, root / "ckpt", training__train_iters=2))
+    return indexed_corpus, root / "ckpt"
 
 
 def run_cases(cases: list[dict], tmp: Path) -> list[dict]:
@@ -166,5 +165,6 @@ def test_help_states_the_resume_policies():
     text = " ".join(build_parser().format_help().split())
     assert "refuse (default), keep the checkpoint's schedule, or apply this run's config" in text
     assert "--resume-from ITER_DIR" in text and "never deleted" in text and "--allow-tokenizer-change" in text
-    for name in ("bench", "convert_hf", "demo", "mteb", "pretrain", "probe", "train_tokenizer"):
-        assert "--debug" in importlib.import_module(f"megatron_crossbert.cli.{name}").build_parser().format_help()
+    for module in [f"megatron_crossbert.cli.{name}" for name in ("bench", "convert_hf", "mteb", "pretrain", "probe",
+                                                                  "train_tokenizer")] + ["crossbert_demo.cli"]:
+        assert "--debug" in importlib.import_module(module).build_parser().format_help()

@@ -10,18 +10,15 @@ from pathlib import Path
 import pytest
 
 from megatron_crossbert.cli import train_tokenizer as cli
-from megatron_crossbert.data.synthetic import synthetic_documents, write_jsonl
 from megatron_crossbert.data.tokenizer import SPECIAL_TOKENS, load_tokenizer
 from megatron_crossbert.data.tokenizer_training import train_tokenizer
 
-ROOT = Path(__file__).resolve().parents[1]
 EXTRA = ["  leading and   inner spaces ", "line one\nline two\n\nthree", "Ünïcödé ﬁ ½ café", "x", "numbers 1,234."]
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> tuple[Path, list[str]]:
-    texts = synthetic_documents(300, seed=1)
-    return write_jsonl(tmp_path_factory.mktemp("corpus") / "c.jsonl.gz", texts), texts
+@pytest.fixture
+def corpus(text_corpus) -> tuple[Path, list[str]]:
+    return text_corpus.path, text_corpus.texts
 
 
 @pytest.mark.parametrize("model_type", ["wordpiece", "bpe", "unigram"])
@@ -103,7 +100,7 @@ def test_cli_help_main_and_script(corpus, tmp_path, capsys):
     assert cli.main(args) == 0
     assert cli.main(args) == 2  # refuses to overwrite without --force
     assert cli.main(args + ["--force"]) == 0
-    run = subprocess.run([sys.executable, str(ROOT / "tools" / "train_tokenizer.py"), "--input", str(path),
+    run = subprocess.run([sys.executable, "-m", "megatron_crossbert.cli.train_tokenizer", "--input", str(path),
                           "--output-dir", str(tmp_path / "s"), "--model", "bpe", "--vocab-size", "300"],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]

@@ -8,19 +8,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-from test_train_support import tiny_config, write_corpus
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> str:
-    return write_corpus(tmp_path_factory.mktemp("corpus"))
+from test_train_support import tiny_config
 
 
 def _flatten(tree, prefix: str = "") -> dict[str, torch.Tensor]:
@@ -39,13 +31,13 @@ def _checkpoint_tensors(ckpt_dir: str) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.parametrize("arch,encoder", [("crossbert", "classic"), ("bert", "classic"), ("mlm", "modern")])
-def test_resume_is_bit_identical(arch, encoder, corpus, tmp_path):
+def test_resume_is_bit_identical(arch, encoder, indexed_corpus, tmp_path):
     """20 steps straight == 10 steps, stop (with checkpoint), resume, 10 steps; dropout is on."""
     from megatron_crossbert.training import train
 
-    straight = train(tiny_config(arch, corpus, tmp_path / "a", model__encoder=encoder))
-    first = train(tiny_config(arch, corpus, tmp_path / "b", model__encoder=encoder), exit_at_iteration=10)
-    second = train(tiny_config(arch, corpus, tmp_path / "b", model__encoder=encoder))
+    straight = train(tiny_config(arch, indexed_corpus, tmp_path / "a", model__encoder=encoder))
+    first = train(tiny_config(arch, indexed_corpus, tmp_path / "b", model__encoder=encoder), exit_at_iteration=10)
+    second = train(tiny_config(arch, indexed_corpus, tmp_path / "b", model__encoder=encoder))
     assert first["iteration"] == 10 and second["start_iteration"] == 10
     assert second["resumed_from"].endswith("iter_0000010")
     assert straight["losses"] == first["losses"] + second["losses"]
@@ -57,7 +49,7 @@ def test_resume_is_bit_identical(arch, encoder, corpus, tmp_path):
         assert torch.equal(final_a[key], final_b[key]), key
 
 
-def test_nonfinite_steps_are_skipped_then_stop(corpus, tmp_path, monkeypatch):
+def test_nonfinite_steps_are_skipped_then_stop(indexed_corpus, tmp_path, monkeypatch):
     """A NaN loss (and hence NaN grads) skips the step without touching weights; a run of them stops."""
     from megatron_crossbert.training import NonFiniteLossError, steps, train
 
@@ -71,21 +63,21 @@ def test_nonfinite_steps_are_skipped_then_stop(corpus, tmp_path, monkeypatch):
         return real_loss(loss_mask, per_token_loss)
 
     monkeypatch.setattr(steps, "loss_func", poisoned)
-    summary = train(tiny_config("crossbert", corpus, training__train_iters=5))
+    summary = train(tiny_config("crossbert", indexed_corpus, training__train_iters=5))
     assert summary["skipped_steps"] == 1 and summary["iteration"] == 5
     assert summary["grad_norms"][2] is None and summary["grad_norms"][3] is not None
 
     monkeypatch.setattr(steps, "grads_nonfinite", lambda model: True)
     with pytest.raises(NonFiniteLossError, match="3 consecutive steps had a non-finite"):
-        train(tiny_config("crossbert", corpus, training__train_iters=6, training__max_nonfinite_steps=3))
+        train(tiny_config("crossbert", indexed_corpus, training__train_iters=6, training__max_nonfinite_steps=3))
 
 
-def test_tensorboard_and_console_metrics(corpus, tmp_path, capsys):
+def test_tensorboard_and_console_metrics(indexed_corpus, tmp_path, capsys):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from megatron_crossbert.training import train
 
-    cfg = tiny_config("bert", corpus, training__train_iters=4, training__log_interval=2,
+    cfg = tiny_config("bert", indexed_corpus, training__train_iters=4, training__log_interval=2,
                       training__eval_interval=2, training__peak_tflops=1.0,
                       training__tensorboard_dir=str(tmp_path / "tb"))
     summary = train(cfg)
@@ -125,9 +117,9 @@ def test_cli_help_and_config_resolution(tmp_path):
     cfg = resolve_config(args)
     assert cfg.model.arch == "bert" and cfg.training.train_iters == 50 and cfg.training.lr == 3e-4
     assert cfg.checkpoint.save_dir == str(tmp_path) and cfg.data.data_path == ["0.3", "a", "0.7", "b"]
-    done = subprocess.run([sys.executable, str(REPO / "pretrain_crossbert.py"), "--help"],
+    done = subprocess.run([sys.executable, "-m", "megatron_crossbert.cli.pretrain", "--help"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "--config" in done.stdout and "--set" in done.stdout
-    bad = subprocess.run([sys.executable, str(REPO / "pretrain_crossbert.py"), "--set", "model.hidden_size=30",
+    bad = subprocess.run([sys.executable, "-m", "megatron_crossbert.cli.pretrain", "--set", "model.hidden_size=30",
                           "--print-config"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "num_attention_heads" in bad.stderr

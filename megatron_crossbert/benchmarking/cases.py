@@ -11,7 +11,7 @@ the classic family, the modern encoder + MLM head for the modern one. ``SIZES`` 
   L/6h = 0.11 and V/(12·12·768) = 0.28. ``cpu`` (h=256, 8 layers, L=192, V=8192) gives 0.125 and
   0.33, close to both.
 * ``base`` / ``large``: the real BERT-base / BERT-large encoders at L=512 (GPU).
-* ``claims``: the small model of the GPU claims run (``benchmarking.device.claims``): trained
+* ``claims``: the small model of the GPU claims run (``experiments/device_check/claims.py``): trained
   for minutes per arm on one H200, and timed here first to size the equal-FLOPs budget.
 * ``tiny``: smoke tests only.
 """

@@ -4,8 +4,8 @@ What users of an export pay for: sentences/s of stock ``AutoModel`` forward pass
 for every registered format that represents the model exactly and every attention backend its class
 supports (``sdpa``/``eager``, plus ``flash_attention_2`` on a GPU when ``flash_attn`` is installed).
 All rows come from real exports of randomly initialised native CrossBERT checkpoints of one shape, one
-checkpoint per encoder family the requested formats need (``HfFormat.native_encoder``: the classic one
-for ``xlmr-xl``/``megatron-bert``, the modern one for ``modernbert``). Speed-ups are relative to the
+checkpoint per encoder family the requested formats serve (``arch.EncoderLayout.hf_formats``: the
+classic one for ``xlmr-xl``/``megatron-bert``, the modern one for ``modernbert``). Speed-ups are relative to the
 eager MegatronBert row (the reference, today's eager-only export); each row's max abs diff is to the
 reference row of its own checkpoint (``REFERENCE`` when that checkpoint exports to it, else its
 format's eager row), since rows of one checkpoint compute the same function.
@@ -28,9 +28,11 @@ from pathlib import Path
 
 import torch
 
+from megatron_crossbert.benchmarking.choices import EXPORT_DEVICES, GPU_DTYPES
 from megatron_crossbert.benchmarking.throughput import resolve_clock
 
 REFERENCE = ("megatron-bert", "eager")
+
 """The row every other row is compared with (today's eager-only export)."""
 
 
@@ -71,8 +73,10 @@ class ExportSpeedOptions:
             raise ValueError("seq_lengths must be >= 2 and batch_size >= 2 (half the batch is padded)")
         if self.repeats < 1 or self.warmup < 0:
             raise ValueError("repeats must be >= 1 and warmup >= 0")
-        if self.device not in ("auto", "cpu", "cuda"):
-            raise ValueError(f"device must be auto|cpu|cuda, got {self.device!r}")
+        if self.device not in EXPORT_DEVICES:
+            raise ValueError(f"device must be one of {', '.join(EXPORT_DEVICES)}, got {self.device!r}")
+        if self.gpu_dtype not in GPU_DTYPES:
+            raise ValueError(f"gpu_dtype must be one of {', '.join(GPU_DTYPES)}, got {self.gpu_dtype!r}")
 
 
 def _device(options: ExportSpeedOptions) -> torch.device:
@@ -124,24 +128,24 @@ def _backends(device: torch.device) -> list[str]:
 def _exports(work: Path, tokenizer: Path, options: ExportSpeedOptions) -> tuple[list[dict], list[dict]]:
     """One checkpoint per encoder family the requested formats need, exported to each of its formats;
     returns (exports, skipped formats with their reasons)."""
+    from megatron_crossbert.arch import ENCODERS
     from megatron_crossbert.convert import export_to_hf
-    from megatron_crossbert.convert.formats import all_formats, get_format
+    from megatron_crossbert.convert.formats import get_format
     from megatron_crossbert.convert.native import read_checkpoint_config
 
-    formats = [get_format(name) for name in options.formats] if options.formats else all_formats()
-    checkpoints: dict[str, Path] = {}
+    wanted = {get_format(name).name for name in options.formats}  # an unknown name fails before any work
     exports, skipped = [], []
-    for fmt in formats:
-        encoder = fmt.native_encoder
-        if encoder not in checkpoints:
-            checkpoints[encoder] = _checkpoint(work, options, tokenizer, encoder)
-        reasons = fmt.unsupported(read_checkpoint_config(checkpoints[encoder]).model)
-        if reasons:
-            skipped.append({"format": fmt.name, "reason": "; ".join(reasons)})
-            continue
-        out = export_to_hf(checkpoints[encoder], work / f"hf_{fmt.name}", format_name=fmt.name, force=True)
-        exports.append({"format": fmt.name, "hf_class": fmt.base_class, "dir": out, "encoder": encoder,
-                        "backends": list(fmt.attention_backends)})
+    for encoder, layout in ENCODERS.items():
+        names = [name for name in layout.hf_formats if not wanted or name in wanted]
+        checkpoint = _checkpoint(work, options, tokenizer, encoder) if names else None
+        for fmt in map(get_format, names):
+            reasons = fmt.unsupported(read_checkpoint_config(checkpoint).model)
+            if reasons:
+                skipped.append({"format": fmt.name, "reason": "; ".join(reasons)})
+                continue
+            out = export_to_hf(checkpoint, work / f"hf_{fmt.name}", format_name=fmt.name, force=True)
+            exports.append({"format": fmt.name, "hf_class": fmt.base_class, "dir": out, "encoder": encoder,
+                            "backends": list(fmt.attention_backends)})
     return exports, skipped
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from megatron_crossbert.benchmarking.choices import GPU_CHECK_PRECISIONS
 from megatron_crossbert.benchmarking.report import fmt, markdown_table, throughput_markdown, write_json
 from megatron_crossbert.benchmarking.throughput import ThroughputOptions, run_throughput
 
@@ -52,8 +53,9 @@ class GpuCheckOptions:
     def __post_init__(self) -> None:
         if self.peak_tflops <= 0 or self.steps < 1 or self.warmup < 0 or self.gemm_size < 1:
             raise ValueError("GpuCheckOptions: peak_tflops, steps and gemm_size must be positive, warmup >= 0")
-        if self.precision not in ("fp32", "bf16"):
-            raise ValueError(f"GpuCheckOptions.precision must be fp32 or bf16, got {self.precision!r}")
+        if self.precision not in GPU_CHECK_PRECISIONS:
+            raise ValueError(f"GpuCheckOptions.precision must be one of {', '.join(GPU_CHECK_PRECISIONS)}, "
+                             f"got {self.precision!r}")
         if not self.sizes:
             raise ValueError("GpuCheckOptions.sizes must name at least one shape")
 
@@ -91,7 +93,7 @@ def transformer_engine_status() -> tuple[bool, str]:
 
 def add_predicted_ratios(report: dict, gemm_tflops: float) -> None:
     """Per model: the FLOP-predicted speed-up over BERT, measured/predicted, and MFU vs the GEMM now."""
-    bert = next(r for r in report["results"] if r["arch"] == "bert")
+    bert = next(r for r in report["results"] if r["name"] == "bert")  # the throughput case BERT (cases.SETTINGS)
     for result in report["results"]:
         own, ref = result.get("model_flops_per_sample"), bert.get("model_flops_per_sample")
         predicted = ref / own if own and ref else None

@@ -28,6 +28,7 @@ import torch
 from megatron_crossbert.arch import get_arch
 from megatron_crossbert.benchmarking.batches import make_batches
 from megatron_crossbert.benchmarking.cases import BenchCase, default_cases, size_overrides
+from megatron_crossbert.benchmarking.choices import CLOCKS
 from megatron_crossbert.benchmarking.memory import measure_step_memory, persistent_bytes
 from megatron_crossbert.benchmarking.step import StepRunner, build_runner
 
@@ -49,7 +50,7 @@ class ThroughputOptions:
     """Restrict to these case names (the MLM baselines are always kept as references)."""
     seed: int = 1234
     clock: str = "auto"
-    """'wall', 'cpu' (process CPU time) or 'auto' (cpu on a CPU device, wall on GPU)."""
+    """One of ``choices.CLOCKS``."""
     profile: bool = False
     """Add a per-component time breakdown of one extra step per model (see benchmarking.profile)."""
 
@@ -60,8 +61,8 @@ def _sync(device: torch.device) -> None:
 
 
 def resolve_clock(clock: str, device: torch.device) -> str:
-    if clock not in ("auto", "wall", "cpu"):
-        raise ValueError(f"clock must be auto|wall|cpu, got {clock!r}")
+    if clock not in CLOCKS:
+        raise ValueError(f"clock must be one of {', '.join(CLOCKS)}, got {clock!r}")
     return ("cpu" if device.type == "cpu" else "wall") if clock == "auto" else clock
 
 

@@ -1,6 +1,7 @@
 """Console entry points: thin argparse front ends over importable functions."""
 
 import argparse
+import typing
 import warnings
 
 
@@ -15,9 +16,11 @@ def quiet_library_warnings() -> None:
 
 def add_encoder_arguments(parser: argparse.ArgumentParser, *, max_len: int) -> None:
     """Options shared by the tools that embed text with an encoder (crossbert-probe, crossbert-mteb)."""
+    from megatron_crossbert.evaluation.encoders import Pooling
+
     parser.add_argument("--model", required=True,
                         help="native checkpoint (root or iter_* dir), HF encoder directory, or hub name (online)")
-    parser.add_argument("--pooling", choices=("mean", "cls"), default="mean")
+    parser.add_argument("--pooling", choices=typing.get_args(Pooling), default="mean")
     parser.add_argument("--max-len", type=int, default=max_len, help="max tokens per text")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--tokenizer-dir",

@@ -1,7 +1,8 @@
-"""crossbert-bench: throughput, sample-efficiency, GPU-check, HF export-speed, checkpoint and preprocessing benchmarks (thin argparse layer).
+"""crossbert-bench: throughput, GPU-check, HF export-speed, checkpoint and preprocessing benchmarks (argparse).
 
 Each subcommand parses options into the importable function that does the work
-(``megatron_crossbert.benchmarking``), prints a markdown table on stdout and writes JSON.
+(``megatron_crossbert.benchmarking``), prints a markdown table on stdout and writes JSON. The
+sample-efficiency study is an experiment of the repository (``python -m experiments.sample_efficiency``).
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ import argparse
 import os
 import sys
 
+from megatron_crossbert.benchmarking.choices import CLOCKS, EXPORT_DEVICES, GPU_CHECK_PRECISIONS, GPU_DTYPES
 from megatron_crossbert.cli.errors import add_debug_flag, cli_main
+from megatron_crossbert.config import ModelConfig, TrainingConfig, field_choices
 
 
 def _add_throughput(sub) -> None:
@@ -22,40 +25,20 @@ def _add_throughput(sub) -> None:
                    help="shared encoder shape (cpu = BERT-base shape ratios scaled down; base/large for GPU)")
     p.add_argument("--steps", type=int, default=6, help="timed round-robin rounds (each model one step per round)")
     p.add_argument("--warmup", type=int, default=2, help="untimed rounds first")
-    p.add_argument("--precision", default=None, choices=["fp32", "bf16", "fp8"],
+    p.add_argument("--precision", default=None, choices=field_choices(TrainingConfig, "precision"),
                    help="default: fp32 on CPU, bf16 on GPU")
-    p.add_argument("--transformer-impl", default="auto", choices=["auto", "local", "transformer_engine"])
+    p.add_argument("--transformer-impl", default="auto", choices=field_choices(ModelConfig, "transformer_impl"))
     p.add_argument("--seq-length", type=int, default=None, help="override the size's sequence length L")
     p.add_argument("--micro-batch-size", type=int, default=None, help="override the size's micro-batch")
     p.add_argument("--num-layers", type=int, default=None, help="override the size's encoder depth")
     p.add_argument("--only", nargs="*", default=[], help="CrossBERT case names to keep (the MLM baselines always run)")
     p.add_argument("--peak-tflops", type=float, default=None, help="device peak TFLOP/s for MFU")
-    p.add_argument("--clock", default="auto", choices=["auto", "wall", "cpu"],
+    p.add_argument("--clock", default="auto", choices=CLOCKS,
                    help="step timer: process CPU time is robust to other jobs on a shared CPU (auto: cpu on CPU, wall on GPU)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
     p.add_argument("--profile", action="store_true",
                    help="also break one step per model into embedding/encoder/decoder/LM head/optimizer time")
     p.add_argument("--out", default="benchmarks/out/throughput.json", help="JSON report path")
-
-
-def _add_sample_efficiency(sub) -> None:
-    p = sub.add_parser("sample-efficiency",
-                       help="small-scale replication: probe score vs samples and vs FLOPs (resumable)")
-    p.add_argument("--work-dir", default="benchmarks/out/sample_efficiency",
-                   help="tokenizer, data, checkpoints, probe results (every stage skips what is done)")
-    p.add_argument("--plan", default="cpu", choices=["smoke", "tiny", "cpu"], help="experiment size preset (smoke: tests only)")
-    p.add_argument("--corpus", default="/work/shared/data/corpus", help="JSONL(.gz) file or directory")
-    p.add_argument("--glue-dir", default="/work/shared/data/glue")
-    p.add_argument("--probe-dir", default="/work/shared/data/probe")
-    p.add_argument("--results-md", default="docs/results.md", help="markdown results page to (re)write")
-    p.add_argument("--figures-dir", default="docs/figures")
-    p.add_argument("--throughput-json", default="benchmarks/out/throughput.json",
-                   help="throughput report to include in the results page when it exists")
-    p.add_argument("--stages", nargs="*", default=None,
-                   help="subset of: data train probe report (default: all, in order)")
-    p.add_argument("--follow", action="store_true",
-                   help="probe/report only: keep probing checkpoints as a concurrent 'train' invocation writes them")
-    p.add_argument("--threads", type=int, default=None)
 
 
 def _add_gpu_check(sub) -> None:
@@ -65,7 +48,7 @@ def _add_gpu_check(sub) -> None:
     p.add_argument("--sizes", nargs="*", default=["base", "large"])
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--precision", default="bf16", choices=["bf16", "fp32"], help="main runs' precision")
+    p.add_argument("--precision", default="bf16", choices=GPU_CHECK_PRECISIONS, help="main runs' precision")
     p.add_argument("--gemm-size", type=int, default=8192, help="side of the GEMM re-measured as the peak")
     p.add_argument("--allow-cpu", action="store_true", help="without CUDA, run on the CPU (dry run) instead of skipping")
     p.add_argument("--out", default="benchmarks/out/gpu_check.json")
@@ -81,9 +64,9 @@ def _add_export_speed(sub) -> None:
     p.add_argument("--warmup", type=int, default=1, help="untimed rounds per sequence length")
     p.add_argument("--repeats", type=int, default=3, help="timed round-robin rounds per sequence length")
     p.add_argument("--formats", nargs="*", default=[], help="export formats to include (default: all)")
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    p.add_argument("--gpu-dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
-    p.add_argument("--clock", default="auto", choices=["auto", "wall", "cpu"],
+    p.add_argument("--device", default="auto", choices=EXPORT_DEVICES)
+    p.add_argument("--gpu-dtype", default="bfloat16", choices=GPU_DTYPES)
+    p.add_argument("--clock", default="auto", choices=CLOCKS,
                    help="auto: process CPU time on CPU (robust to other jobs), wall on GPU")
     p.add_argument("--work-dir", default=None, help="keep the checkpoint and exports here (default: temp dir)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
@@ -102,6 +85,9 @@ def _add_checkpoint(sub) -> None:
 
 
 def _add_preprocess(sub) -> None:
+    from megatron_crossbert.benchmarking.preprocess import CASES
+    from megatron_crossbert.data.encoding import BACKENDS
+
     p = sub.add_parser("preprocess", help="preprocessing CPU-s/wall/MB/s/RSS: ours per backend, the raw tokenizers "
                                           "ceiling and (with --megatron-lm) Megatron-LM's two tools, side by side")
     p.add_argument("--input", nargs="+", default=["/work/shared/data/corpus/*.jsonl.gz"],
@@ -109,9 +95,8 @@ def _add_preprocess(sub) -> None:
     p.add_argument("--tokenizer", required=True, help="HF tokenizer directory with a tokenizer.json")
     p.add_argument("--megatron-lm", default=None, help="Megatron-LM checkout: also time its tools/preprocess_data*.py")
     p.add_argument("--workers", type=int, default=2, help="threads/processes for every case that takes them")
-    p.add_argument("--backends", nargs="+", default=["auto", "tokenizers"], choices=["auto", "gigatoken", "tokenizers"])
-    p.add_argument("--cases", nargs="*", default=["ceiling", "megatron-fast", "megatron-classic"],
-                   choices=["ceiling", "megatron-fast", "megatron-classic"], help="reference cases to run beside ours")
+    p.add_argument("--backends", nargs="+", default=["auto", "tokenizers"], choices=BACKENDS)
+    p.add_argument("--cases", nargs="*", default=list(CASES), choices=CASES, help="reference cases to run beside ours")
     p.add_argument("--work-dir", default="benchmarks/out/preprocess", help="combined input and every case's outputs")
     p.add_argument("--out", default="benchmarks/out/preprocess.json", help="JSON report path")
 
@@ -120,7 +105,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="crossbert-bench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     _add_throughput(sub)
-    _add_sample_efficiency(sub)
     _add_gpu_check(sub)
     _add_export_speed(sub)
     _add_checkpoint(sub)
@@ -156,17 +140,6 @@ def run_throughput_command(args) -> int:
         print("\nWhere one step's time goes (ms, share of step; hooks add a little overhead):\n")
         print(profile_markdown(report["profile"]))
     print(f"\nJSON written to {args.out}")
-    return 0
-
-
-def run_sample_efficiency_command(args) -> int:
-    from megatron_crossbert.benchmarking.sample_efficiency.pipeline import ExperimentPaths, run_experiment
-
-    os.environ.setdefault("TQDM_DISABLE", "1")  # probe progress bars would flood the experiment log
-    paths = ExperimentPaths(work_dir=args.work_dir, corpus=args.corpus, glue_dir=args.glue_dir,
-                            probe_dir=args.probe_dir, results_md=args.results_md, figures_dir=args.figures_dir,
-                            throughput_json=args.throughput_json)
-    run_experiment(paths, plan_name=args.plan, stages=args.stages, follow=args.follow)
     return 0
 
 
@@ -242,9 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command != "preprocess":  # preprocessing cases are subprocesses; the harness needs no torch
         _set_threads(getattr(args, "threads", None))
-    handlers = {"throughput": run_throughput_command, "sample-efficiency": run_sample_efficiency_command,
-                "gpu-check": run_gpu_check_command, "export-speed": run_export_speed_command,
-                "checkpoint": run_checkpoint_command, "preprocess": run_preprocess_command}
+    handlers = {"throughput": run_throughput_command, "gpu-check": run_gpu_check_command,
+                "export-speed": run_export_speed_command, "checkpoint": run_checkpoint_command,
+                "preprocess": run_preprocess_command}
     return handlers[args.command](args)
 
 

@@ -16,10 +16,18 @@ import logging
 import signal
 import sys
 
+from megatron_crossbert.cli.config_flags import ConfigFlag, add_config_flags
 from megatron_crossbert.cli.errors import cli_main
+from megatron_crossbert.config import MaskingConfig, RunConfig
+
+MASK_FLAGS = (ConfigFlag("--mask-ratio", ("masking.mask_ratio",), "masking ratio r"),
+              ConfigFlag("--seed", ("masking.seed",), "packing and mask seed (= the run's masking.seed)"))
+"""Static mask pairs: the run's masking section (``--no-complementary`` sets complementary=false)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from megatron_crossbert.data.encoding import BACKENDS
+
     p = argparse.ArgumentParser(prog="crossbert-preprocess", description=__doc__,
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--input", nargs="+", required=True, help="JSONL/JSONL.gz files or globs (quoted)")
@@ -28,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json-keys", nargs="+", default=["text"], help="JSON keys to tokenize, one output per key")
     p.add_argument("--workers", type=int, default=1,
                    help="encoder threads; processes with --split-sentences (output identical for any value)")
-    p.add_argument("--backend", default="auto", choices=["auto", "gigatoken", "tokenizers"],
+    p.add_argument("--backend", default="auto", choices=BACKENDS,
                    help="encoding backend; auto = gigatoken when it loads the tokenizer and matches tokenizers' "
                         "ids on a sample, else tokenizers (the choice is logged)")
     p.add_argument("--split-sentences", action="store_true",
@@ -51,9 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--emit-mask-pairs", action="store_true",
                    help="also write packed samples and both views' visible/target positions "
                         "({output_prefix}_{key}_maskpairs_*; use as data.static_masks)")
-    g.add_argument("--seq-length", type=int, default=None, help="packed sample length L")
-    g.add_argument("--mask-ratio", type=float, default=0.5, help="masking ratio r")
-    g.add_argument("--seed", type=int, default=1234, help="packing and mask seed (= masking.seed of the run)")
+    g.add_argument("--seq-length", type=int, default=None, help="packed sample length L (= the run's data.seq_length)")
+    add_config_flags(g, MASK_FLAGS, defaults=RunConfig())
     g.add_argument("--no-complementary", action="store_true", help="one view per sample instead of two")
     return p
 
@@ -78,8 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         backend=args.backend, json_keys=args.json_keys,
         workers=args.workers, split_sentences=args.split_sentences, append_eod=args.append_eod,
         strict=args.strict, force=args.force, log_interval=args.log_interval, progress=not args.no_progress,
-        emit_mask_pairs=args.emit_mask_pairs, seq_length=args.seq_length, mask_ratio=args.mask_ratio,
-        seed=args.seed, complementary=not args.no_complementary)
+        emit_mask_pairs=args.emit_mask_pairs, seq_length=args.seq_length,
+        masking=MaskingConfig(mask_ratio=args.mask_ratio, seed=args.seed, complementary=not args.no_complementary))
     try:
         report = preprocess(opts)
     except (BadInputError, FileExistsError, FileNotFoundError, ValueError) as exc:

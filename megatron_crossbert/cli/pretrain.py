@@ -17,23 +17,40 @@ import argparse
 import json
 import sys
 
-from megatron_crossbert.arch import ENCODERS, REGISTRY
+from megatron_crossbert.cli.config_flags import ConfigFlag, add_config_flags, as_overrides, flag_values
 from megatron_crossbert.cli.errors import add_debug_flag, cli_main
 from megatron_crossbert.config import RunConfig, load_run_config
 
-# flag -> (config key, how to turn the parsed value into an override string)
-_SHORTHANDS = {
-    "model": "model.arch", "encoder": "model.encoder", "train_iters": "training.train_iters",
-    "save": "checkpoint.save_dir",
-    "load": "checkpoint.load_dir", "init_from": "checkpoint.init_from", "tokenizer": "data.tokenizer",
-    "data_path": "data.data_path", "micro_batch_size": "training.micro_batch_size",
-    "global_batch_size": "training.global_batch_size", "lr": "training.lr", "precision": "training.precision",
-    "tensor_parallel": "parallel.tensor_model_parallel_size",
-    "pipeline_parallel": "parallel.pipeline_model_parallel_size",
-    "resume_from": "checkpoint.resume_from", "overwrite": "checkpoint.overwrite",
-    "allow_tokenizer_change": "checkpoint.allow_tokenizer_change",
-    "lr_schedule_on_resume": "checkpoint.lr_schedule_on_resume",
-}
+SHORTHANDS: tuple[ConfigFlag, ...] = (
+    ConfigFlag("--model", ("model.arch",), "architecture"),
+    ConfigFlag("--encoder", ("model.encoder",), "encoder family"),
+    ConfigFlag("--train-iters", ("training.train_iters",), "optimizer steps"),
+    ConfigFlag("--micro-batch-size", ("training.micro_batch_size",), "sequences per micro-batch per DP rank"),
+    ConfigFlag("--global-batch-size", ("training.global_batch_size",), "sequences per optimizer step"),
+    ConfigFlag("--lr", ("training.lr",), "peak learning rate"),
+    ConfigFlag("--precision", ("training.precision",)),
+    ConfigFlag("--tensor-parallel", ("parallel.tensor_model_parallel_size",)),
+    ConfigFlag("--pipeline-parallel", ("parallel.pipeline_model_parallel_size",)),
+    ConfigFlag("--save", ("checkpoint.save_dir",), "checkpoint root to write"),
+    ConfigFlag("--load", ("checkpoint.load_dir",), "checkpoint root to resume from"),
+    ConfigFlag("--init-from", ("checkpoint.init_from",), "model-only checkpoint to initialise weights from"),
+    ConfigFlag("--resume-from", ("checkpoint.resume_from",),
+               "resume from this iter_* checkpoint (a name in --load/--save, or a path) instead of the one "
+               "'latest' names", metavar="ITER_DIR"),
+    ConfigFlag("--overwrite", ("checkpoint.overwrite",),
+               "start over in a --save dir holding complete checkpoints: they are moved into "
+               "<save>/replaced_<time>/ first, never deleted"),
+    ConfigFlag("--allow-tokenizer-change", ("checkpoint.allow_tokenizer_change",),
+               "warn instead of refusing when the tokenizer fingerprint differs from the checkpoint's or the "
+               "dataset's"),
+    ConfigFlag("--lr-schedule-on-resume", ("checkpoint.lr_schedule_on_resume",),
+               "when --train-iters, warmup, decay style, lr or min_lr differ from the resumed checkpoint: refuse "
+               "(default), keep the checkpoint's schedule, or apply this run's config from the resumed step on "
+               "(logged either way)"),
+    ConfigFlag("--data-path", ("data.data_path",), "indexed-dataset prefix(es), optionally weighted"),
+    ConfigFlag("--tokenizer", ("data.tokenizer",), "tokenizer directory"),
+)
+"""The shorthand flags: each sets RunConfig keys (type and choices from the config's fields)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,33 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", help="YAML run config (sections: model, masking, data, parallel, training, checkpoint)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override one config value (YAML-parsed), repeatable, e.g. --set training.lr=3e-4")
-    parser.add_argument("--model", choices=sorted(REGISTRY), help="architecture (model.arch)")
-    parser.add_argument("--encoder", choices=sorted(ENCODERS), help="encoder family (model.encoder)")
-    parser.add_argument("--train-iters", type=int, help="optimizer steps (training.train_iters)")
-    parser.add_argument("--micro-batch-size", type=int, help="sequences per micro-batch per DP rank")
-    parser.add_argument("--global-batch-size", type=int, help="sequences per optimizer step")
-    parser.add_argument("--lr", type=float, help="peak learning rate")
-    parser.add_argument("--precision", choices=["fp32", "bf16", "fp8"], help="training.precision")
-    parser.add_argument("--tensor-parallel", type=int, help="parallel.tensor_model_parallel_size")
-    parser.add_argument("--pipeline-parallel", type=int, help="parallel.pipeline_model_parallel_size")
-    parser.add_argument("--save", help="checkpoint root to write (checkpoint.save_dir)")
-    parser.add_argument("--load", help="checkpoint root to resume from (checkpoint.load_dir)")
-    parser.add_argument("--init-from", help="model-only checkpoint to initialise weights from")
-    parser.add_argument("--resume-from", metavar="ITER_DIR",
-                        help="resume from this iter_* checkpoint (a name in --load/--save, or a path) "
-                             "instead of the one 'latest' names")
-    parser.add_argument("--overwrite", action="store_true", default=None,
-                        help="start over in a --save dir holding complete checkpoints: they are moved "
-                             "into <save>/replaced_<time>/ first, never deleted")
-    parser.add_argument("--allow-tokenizer-change", action="store_true", default=None,
-                        help="warn instead of refusing when the tokenizer fingerprint differs from the "
-                             "checkpoint's or the dataset's")
-    parser.add_argument("--lr-schedule-on-resume", choices=["refuse", "checkpoint", "config"],
-                        help="when --train-iters, warmup, decay style, lr or min_lr differ from the resumed "
-                             "checkpoint: refuse (default), keep the checkpoint's schedule, or apply this "
-                             "run's config from the resumed step on (logged either way)")
-    parser.add_argument("--data-path", nargs="+", help="indexed-dataset prefix(es), optionally weighted")
-    parser.add_argument("--tokenizer", help="tokenizer directory (data.tokenizer)")
+    add_config_flags(parser, SHORTHANDS)
     parser.add_argument("--exit-at-iteration", type=int,
                         help="stop with a checkpoint after this many total steps (schedule unchanged)")
     parser.add_argument("--print-config", action="store_true", help="print the resolved config as JSON and exit")
@@ -76,18 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _override(key: str, value) -> str:
-    return f"{key}={json.dumps(value)}"
-
-
 def resolve_config(args: argparse.Namespace) -> RunConfig:
     """YAML, then --set overrides, then shorthand flags (the most specific wins)."""
-    overrides = list(args.overrides)  # config.py turns YAML-1.1 strings like 3e-4 into numbers
-    for flag, key in _SHORTHANDS.items():
-        value = getattr(args, flag)
-        if value is not None:
-            overrides.append(_override(key, value))
-    return load_run_config(args.config, overrides)
+    return load_run_config(args.config, list(args.overrides) + as_overrides(flag_values(args, SHORTHANDS)))
 
 
 @cli_main

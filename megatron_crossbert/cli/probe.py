@@ -13,9 +13,11 @@ import argparse
 import logging
 import os
 import sys
+import typing
 
 from megatron_crossbert.cli import add_encoder_arguments, cache_dir_arg
 from megatron_crossbert.cli.errors import add_debug_flag, cli_main
+from megatron_crossbert.evaluation.encoders import Layers
 from megatron_crossbert.evaluation.probes import ProbeConfig
 
 
@@ -28,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jsonl", action="append", default=[],
                    help="JSONL task dir (train.jsonl/test.jsonl) or a dir of them; repeatable")
     p.add_argument("--hf-glue", default="", help="comma list of nyu-mll/glue configs via `datasets` (online)")
-    p.add_argument("--layers", choices=("last", "all"), default="last",
+    p.add_argument("--layers", choices=typing.get_args(Layers), default="last",
                    help="'all' probes every hidden layer and writes a per-layer table and PNG plot")
     p.add_argument("--max-train", type=int, help="subsample each train split to N rows (seeded)")
     p.add_argument("--max-test", type=int, help="subsample each test split to N rows (seeded)")

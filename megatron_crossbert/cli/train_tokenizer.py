@@ -14,6 +14,8 @@ from megatron_crossbert.cli.errors import add_debug_flag, cli_main
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from megatron_crossbert.data.tokenizer_training import MODEL_TYPES
+
     parser = argparse.ArgumentParser(
         prog="crossbert-train-tokenizer", description=__doc__,
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -21,7 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output-dir", required=True, help="tokenizer directory to write")
     parser.add_argument("--json-keys", nargs="+", default=["text"],
                         help="JSON key holding the text (the first key is used for training)")
-    parser.add_argument("--model", choices=("unigram", "bpe", "wordpiece"), default="unigram",
+    parser.add_argument("--model", choices=MODEL_TYPES, default="unigram",
                         help="sentencepiece unigram/BPE (bit-reproducible), or HF tokenizers WordPiece (its "
                              "trainer breaks frequency ties arbitrarily: reruns can differ in a few tokens)")
     parser.add_argument("--vocab-size", type=int, default=32768,

@@ -4,7 +4,8 @@
   config.json, tokenizer, sentence-transformers modules and a model card; the format defaults to the
   fastest exact one (``xlmr-xl`` = ``XLMRobertaXLModel`` for the classic encoder).
 - ``import_from_hf(hf_dir, out_root)``: a model-only checkpoint for ``CheckpointConfig.init_from``.
-- ``formats``: the format registry (``get_format(name).to_hf`` / ``.from_hf`` = the pure mapping).
+- ``formats``: the table of formats (``get_format(name).to_hf`` / ``.from_hf`` = the pure mapping);
+  ``hf_format``: what one format is.
 The heavy modules (megatron, transformers) load on first use, so importing this package is cheap.
 """
 

@@ -17,7 +17,7 @@ import torch
 from megatron_crossbert.config import ModelConfig
 from megatron_crossbert.convert import adapter, hf_config
 from megatron_crossbert.convert.errors import ConversionError
-from megatron_crossbert.convert.formats import ExportContext, HfFormat, model_traits
+from megatron_crossbert.convert.hf_format import ExportContext, HfFormat, encoder_reasons, model_traits
 from megatron_crossbert.convert.keymap import expand
 from megatron_crossbert.convert.layout import merge_qkv, split_qkv
 
@@ -31,8 +31,8 @@ NEUTRAL_FIELDS = frozenset({
     "arch", "decoder_num_layers", "decoder_hidden_size", "decoder_num_attention_heads",
     "decoder_ffn_hidden_size", "hidden_dropout", "attention_dropout", "init_method_std", "transformer_impl",
     "rotary_base", "decoder_position_embedding"})
-# Fields with values the classic targets can represent (a new encoder family adds its field here).
-REQUIRED_VALUES: dict[str, tuple] = {"encoder": ("classic",)}
+# Fields checked against the registry: which encoder families a format serves is ``arch.EncoderLayout.hf_formats``.
+REGISTRY_FIELDS = frozenset({"encoder"})
 
 # Megatron tensors of the classic encoder (local-spec names; TE names are normalised before).
 NATIVE_GLOBAL = ("embedding.word_embeddings.weight", "embedding.position_embeddings.weight",
@@ -65,15 +65,11 @@ BERT_FAMILY_QKV_KEYS: dict[str, tuple[str, str, str]] = {
 
 
 def classic_unsupported(model_cfg: ModelConfig) -> list[str]:
-    """Why the classic HF targets cannot represent ``model_cfg`` (unknown fields are refused, not ignored)."""
+    """Why the classic HF targets cannot represent ``model_cfg``'s fields (unknown fields are refused, not ignored)."""
     names = {f.name for f in dataclasses.fields(model_cfg)}
-    unknown = sorted(names - EXPORTED_FIELDS - NEUTRAL_FIELDS - set(REQUIRED_VALUES))
-    reasons = [f"ModelConfig fields {unknown} have no known classic-encoder equivalent "
-               "(extend convert/classic.py)"] if unknown else []
-    for field, allowed in REQUIRED_VALUES.items():
-        if getattr(model_cfg, field, allowed[0]) not in allowed:
-            reasons.append(f"model.{field}={getattr(model_cfg, field)!r} (supported: {list(allowed)})")
-    return reasons
+    unknown = sorted(names - EXPORTED_FIELDS - NEUTRAL_FIELDS - REGISTRY_FIELDS)
+    return [f"ModelConfig fields {unknown} have no known classic-encoder equivalent "
+            "(extend convert/classic.py)"] if unknown else []
 
 
 def _shapes(cfg: ModelConfig, rows: int) -> dict[str, tuple[int, ...]]:
@@ -110,7 +106,7 @@ class ClassicFormat(HfFormat):
         return 0
 
     def unsupported(self, model_cfg: ModelConfig) -> list[str]:
-        return classic_unsupported(model_cfg)
+        return encoder_reasons(self, model_cfg) + classic_unsupported(model_cfg)
 
     def common_config(self, model_cfg: ModelConfig, ctx: ExportContext, with_mlm_head: bool) -> dict[str, Any]:
         """The config.json fields both classic targets share."""

@@ -16,7 +16,8 @@ from pathlib import Path
 from megatron_crossbert.config import RunConfig
 from megatron_crossbert.convert import artifacts
 from megatron_crossbert.convert.errors import ConversionError
-from megatron_crossbert.convert.formats import ExportContext, HfFormat, default_format, get_format, model_traits
+from megatron_crossbert.convert.formats import default_format, get_format
+from megatron_crossbert.convert.hf_format import ExportContext, HfFormat, model_traits
 from megatron_crossbert.convert.model_card import model_card
 from megatron_crossbert.convert.native import load_native_state, read_checkpoint_config
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from megatron_crossbert.config import ModelConfig
 from megatron_crossbert.convert.classic import BERT_FAMILY_LAYER_KEYS, HF_LAYER, ClassicFormat
-from megatron_crossbert.convert.formats import register_format
 
 
 class MegatronBertFormat(ClassicFormat):
@@ -53,5 +52,3 @@ class MegatronBertFormat(ClassicFormat):
                 "Attention is eager only (transformers' MegatronBert has no SDPA/FlashAttention); export "
                 "with the default `--format xlmr-xl` for the same model on an SDPA/flash-capable class."]
 
-
-FORMAT = register_format(MegatronBertFormat())

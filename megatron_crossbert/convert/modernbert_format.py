@@ -1,7 +1,7 @@
 """Format ``modernbert``: the modern encoder as HF ``ModernBertModel`` / ``ModernBertForMaskedLM``.
 
 Plugs the tensor and config maps of ``convert/modernbert.py`` into the convert package's format
-registry (``convert/formats.py``: add this module to ``FORMAT_MODULES``). ModernBert supports eager,
+table (``convert/formats.FORMATS``; ``arch.ENCODERS['modern'].hf_formats`` names it). ModernBert supports eager,
 SDPA and FlashAttention-2; its positions are ``0..s-1`` like ``encode``'s, and padded keys are masked,
 so right- and left-padded batches are both exact.
 """
@@ -12,10 +12,9 @@ import dataclasses
 
 import torch
 
-from megatron_crossbert.arch import get_encoder
 from megatron_crossbert.config import ModelConfig
 from megatron_crossbert.convert.errors import ConversionError
-from megatron_crossbert.convert.formats import ExportContext, HfFormat, register_format
+from megatron_crossbert.convert.hf_format import ExportContext, HfFormat, encoder_reasons
 from megatron_crossbert.convert.modernbert import from_modernbert, modernbert_config, to_modernbert
 
 _RECONSTRUCTION = ("decoder.", "decoder_position_embedding.", "mask_embedding", "lm_head.", "output_layer.")
@@ -37,12 +36,9 @@ class ModernBertFormat(HfFormat):
     mlm_class = "ModernBertForMaskedLM"
     attention_backends = ("sdpa", "eager", "flash_attention_2")
     left_padding = True
-    native_encoder = "modern"
 
     def unsupported(self, model_cfg: ModelConfig) -> list[str]:
-        if self.name in get_encoder(model_cfg.encoder).hf_formats:
-            return []
-        return [f"model.encoder={model_cfg.encoder!r} is not ModernBERT's layout (needs 'modern')"]
+        return encoder_reasons(self, model_cfg)
 
     def mlm_head_exact(self, model_cfg: ModelConfig) -> bool:
         return True  # dense (no bias), exact GELU, LayerNorm, tied decoder with bias: ModernBert's head
@@ -90,5 +86,3 @@ class ModernBertFormat(HfFormat):
                 "GeGLU MLP, no linear biases, LayerNorms with biases (norm_bias=true).",
                 "Positions are 0..s-1 per row and padded keys are masked: right and left padding are exact."]
 
-
-register_format(ModernBertFormat())

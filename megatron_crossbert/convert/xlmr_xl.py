@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from megatron_crossbert.config import ModelConfig
 from megatron_crossbert.convert.classic import BERT_FAMILY_LAYER_KEYS, HF_LAYER, ClassicFormat
-from megatron_crossbert.convert.formats import ExportContext, register_format
+from megatron_crossbert.convert.hf_format import ExportContext
 
 
 class XlmrXlFormat(ClassicFormat):
@@ -70,5 +70,3 @@ class XlmrXlFormat(ClassicFormat):
                 "`attn_implementation` may be `sdpa` (default), `eager`, `flash_attention_2` or "
                 "`flex_attention`; all compute the same encoder."]
 
-
-FORMAT = register_format(XlmrXlFormat())

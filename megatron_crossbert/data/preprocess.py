@@ -37,6 +37,7 @@ import numpy as np
 from tqdm import tqdm
 
 from megatron_crossbert.checkpoint_format import atomic_write_text
+from megatron_crossbert.config import MaskingConfig
 from megatron_crossbert.data.encoding import choose_encoder
 from megatron_crossbert.data.fingerprint import record_path, write_dataset_record
 from megatron_crossbert.data.idx_format import AtomicIndexedWriter
@@ -70,9 +71,9 @@ class PreprocessOptions:
     progress: bool = True
     emit_mask_pairs: bool = False
     seq_length: int | None = None
-    mask_ratio: float = 0.5
-    seed: int = 1234
-    complementary: bool = True
+    """Packed sample length L of the static mask pairs (the run's ``data.seq_length``)."""
+    masking: MaskingConfig = field(default_factory=MaskingConfig)
+    """The static mask pairs' masking (ratio, complementary views, packing and mask seed): the run's section."""
     tokenizer_kind: str = "auto"
     """How to read ``tokenizer``: auto (directory/tokenizer.json), bert-lower/bert-cased (a BERT vocab.txt)."""
     backend: str = "auto"
@@ -210,8 +211,7 @@ def _emit_mask_pairs(opts: PreprocessOptions, writers: dict[str, AtomicIndexedWr
     for key, writer in writers.items():
         docs = IndexedDataset(writer.tmp_prefix)
         made, meta = write_static_masks(
-            docs, mask_pairs_prefix(opts.output_prefix, key), seq_length=opts.seq_length,
-            mask_ratio=opts.mask_ratio, seed=opts.seed, complementary=opts.complementary,
+            docs, mask_pairs_prefix(opts.output_prefix, key), seq_length=opts.seq_length, masking=opts.masking,
             vocab_size=tokenizer.vocab_size, cls_id=tokenizer.cls_id, sep_id=tokenizer.sep_id)
         extra += made
         metas[key] = meta

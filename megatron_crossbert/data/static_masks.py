@@ -32,20 +32,22 @@ from megatron.core.datasets.utils import Split
 from megatron_crossbert.data.indexed import (
     AtomicIndexedWriter, document_lengths, document_reader, open_indexed,
 )
+from megatron_crossbert.config import MaskingConfig
 from megatron_crossbert.data.packing import assemble_sample, build_packing_index
-from megatron_crossbert.masking import complementary_views, visible_length
+from megatron_crossbert.masking import complementary_views
 
 PARTS = ("samples", "visible", "targets")
 
 
-def write_static_masks(doc_dataset: IndexedDataset, out_prefix: str, *, seq_length: int, mask_ratio: float,
-                       seed: int, complementary: bool, vocab_size: int, cls_id: int,
-                       sep_id: int) -> tuple[list[AtomicIndexedWriter], dict]:
-    """Pack all documents (one epoch) and write samples + views under temporary names.
+def write_static_masks(doc_dataset: IndexedDataset, out_prefix: str, *, seq_length: int, masking: MaskingConfig,
+                       vocab_size: int, cls_id: int, sep_id: int) -> tuple[list[AtomicIndexedWriter], dict]:
+    """Pack all documents (one epoch) and write samples + views under temporary names; ``masking``
+    (mask ratio, complementary views, seed) is the run's masking section.
 
     Returns the finalized writers (the caller commits them together with the document files) and
     the metadata dict (the caller writes it as ``{out_prefix}_meta.json`` on commit).
     """
+    mask_ratio, complementary, seed = masking.mask_ratio, masking.complementary, masking.seed
     lengths = document_lengths(doc_dataset)
     packing = build_packing_index(np.arange(lengths.size), lengths, seq_length, seed, None)
     read = document_reader(doc_dataset)
@@ -66,7 +68,7 @@ def write_static_masks(doc_dataset: IndexedDataset, out_prefix: str, *, seq_leng
             writer.abort()
         raise
     meta = {"seq_length": seq_length, "mask_ratio": mask_ratio, "complementary": complementary, "seed": seed,
-            "num_views": 2 if complementary else 1, "visible_length": visible_length(seq_length, mask_ratio),
+            "num_views": masking.num_views, "visible_length": masking.visible_length(seq_length),
             "num_samples": packing.num_samples}
     return writers, meta
 

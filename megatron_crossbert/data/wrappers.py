@@ -23,10 +23,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import get_args
 
 import numpy as np
 
-STRIP_MODES = ("auto", "always", "never")
+from megatron_crossbert.config import StripMode
+
+STRIP_MODES = get_args(StripMode)
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ def build_model(run_cfg: RunConfig, pre_process: bool = True, post_process: bool
                   max_sequence_length=model_cfg.max_position_embeddings, use_te=use_te,
                   pre_process=pre_process, post_process=post_process)
     model = get_arch(model_cfg.arch).build_model(run_cfg, **common)
-    if run_cfg.training.precision != "fp32":
+    if run_cfg.training.half_precision:
         model = model.bfloat16()          # what megatron's Float16Module would do; norms included
     if torch.cuda.is_available():
         model = model.cuda(torch.cuda.current_device())

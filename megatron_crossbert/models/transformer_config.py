@@ -33,7 +33,7 @@ def _precision(run_cfg: RunConfig) -> dict:
     """bf16 params/activations for bf16 and fp8; fp8 adds TE's hybrid E4M3/E5M2 GEMMs."""
     precision = run_cfg.training.precision
     dtype = _DTYPES[precision]
-    out = dict(params_dtype=dtype, pipeline_dtype=dtype, bf16=precision != "fp32")
+    out = dict(params_dtype=dtype, pipeline_dtype=dtype, bf16=run_cfg.training.half_precision)
     if precision == "fp8":
         out.update(fp8="hybrid", fp8_recipe=run_cfg.training.fp8_recipe)
     return out

@@ -1,7 +1,7 @@
 """Pretraining on megatron-core: loop, optimizer/scheduler, checkpointing, logging, fault handling.
 
 Public entry point: ``train(run_cfg) -> summary dict`` (see ``loop.py``). The CLI
-(``crossbert-pretrain`` / ``pretrain_crossbert.py``) is a thin wrapper over it.
+(``crossbert-pretrain`` / ``torchrun -m megatron_crossbert.cli.pretrain``) is a thin wrapper over it.
 """
 
 from megatron_crossbert.training.loop import NonFiniteLossError, train

@@ -17,16 +17,11 @@ from megatron.core.utils import get_model_config
 from megatron_crossbert.config import RunConfig
 
 
-def uses_half_precision(run_cfg: RunConfig) -> bool:
-    """bf16 and fp8 both keep bf16 parameters with fp32 main weights in the optimizer."""
-    return run_cfg.training.precision in ("bf16", "fp8")
-
-
 def wrap_ddp(model: torch.nn.Module, run_cfg: RunConfig) -> DistributedDataParallel:
     """megatron-core DDP: contiguous grad buffers, bucketed (optionally overlapped) DP reduce."""
     parallel = run_cfg.parallel
     ddp_config = DistributedDataParallelConfig(
-        grad_reduce_in_fp32=uses_half_precision(run_cfg),
+        grad_reduce_in_fp32=run_cfg.training.half_precision,
         overlap_grad_reduce=parallel.overlap_grad_reduce,
         use_distributed_optimizer=parallel.use_distributed_optimizer,
         check_for_nan_in_grad=False,  # non-finite steps are skipped by the loop, not raised here
@@ -45,13 +40,13 @@ def install_schedule_hooks(ddp_model: DistributedDataParallel, run_cfg: RunConfi
     config.no_sync_func = ddp_model.no_sync
     config.grad_sync_func = ddp_model.start_grad_sync if run_cfg.parallel.overlap_grad_reduce else None
     if run_cfg.parallel.pipeline_model_parallel_size > 1 and config.pipeline_dtype is None:
-        config.pipeline_dtype = torch.bfloat16 if uses_half_precision(run_cfg) else torch.float32
+        config.pipeline_dtype = torch.bfloat16 if run_cfg.training.half_precision else torch.float32
 
 
 def optimizer_config(run_cfg: RunConfig) -> OptimizerConfig:
     """AdamW (decoupled weight decay) with global-norm clipping and fp32 main params."""
     train = run_cfg.training
-    half = uses_half_precision(run_cfg)
+    half = run_cfg.training.half_precision
     return OptimizerConfig(
         optimizer="adam", decoupled_weight_decay=True, lr=train.lr, min_lr=train.min_lr,
         weight_decay=train.weight_decay, adam_beta1=train.adam_beta1, adam_beta2=train.adam_beta2,

@@ -1,1 +1,0 @@
-"""Sample-efficiency experiment; the code lives in ``megatron_crossbert.benchmarking.sample_efficiency``."""

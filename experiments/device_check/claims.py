@@ -1,0 +1,262 @@
+"""Stage 3: the claims run. Equal-FLOPs bf16 pretraining on the shared corpus, then frozen probes.
+
+Arms (one small encoder shape for all, ``cases.SIZES['claims']``: h=512, 8 layers, L=128): the MLM
+baseline (megatron-core BertModel), CrossBERT r=0.5 single view, CrossBERT r=0.5 complementary,
+and the untrained reference (one optimizer step). Everything runs through the library's study
+stages (``benchmarking.study``, which the sample-efficiency experiment uses too): the data stage
+(corpus subset, tokenizer, indexed dataset), the training stage (one ``crossbert-pretrain`` process
+per arm) and the probe stage (HF export, frozen features, linear probes on GLUE, here the full dev
+sets on the GPU).
+
+Equal compute: the arms' speeds are measured first by the interleaved throughput benchmark at the
+claims shape; every arm then gets the same model-FLOPs budget F, chosen so that all arms together
+train for ``train_seconds``: F = T / sum_i 1 / (flops_i * samples_per_s_i). Steps per arm are
+F / (flops per sample * batch). The toy dry run measures the speeds the same way but uses a fixed
+budget of a few BERT steps, so its length does not depend on the CPU's load. Probing runs in
+parallel processes (sklearn is CPU-bound), which split the checkpoints through the probe stage's
+lock files. A second seed runs only when the first left time for it inside the stage budget; the
+result says how many seeds ran.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from megatron_crossbert.arch import get_arch
+from megatron_crossbert.benchmarking.study.plan import (MAIN_SETTINGS, ModelShape, Plan, RunSpec, flops_per_sample,
+                                                        reference_runs)
+
+from .plan import GLUE_TASKS, DeviceCheckConfig, config_from_dict, module_env, stage
+from .stage_io import log_tails, save_partial
+
+ARM_NAMES = tuple(name for name, *_ in MAIN_SETTINGS) + ("init-reference",)
+"""MLM baseline, CrossBERT single, CrossBERT complementary, untrained reference."""
+
+
+def glue_tasks(config: DeviceCheckConfig) -> list[str]:
+    """All five tasks on the device (each must exist); the toy run uses those its fixture has."""
+    present = [task for task in GLUE_TASKS if (Path(config.glue_dir) / task / "dev.tsv").is_file()]
+    missing = sorted(set(GLUE_TASKS) - set(present))
+    if missing and not config.toy:
+        raise FileNotFoundError(f"{config.glue_dir}: missing GLUE dev sets {missing} (run device_check prepare)")
+    if not present:
+        raise FileNotFoundError(f"{config.glue_dir}: no GLUE dev.tsv of {list(GLUE_TASKS)}")
+    return present
+
+
+PRESETS = {
+    "claims": dict(size="claims", tokenizer_docs=20_000, corpus_bytes=40_000_000, warmup=50, precision="bf16",
+                   probe_device="cuda", preprocess_workers=16),
+    "claims-toy": dict(size="tiny", tokenizer_docs=2000, corpus_bytes=150_000, warmup=1, precision="fp32",
+                       probe_device="cpu", preprocess_workers=1),
+}
+"""What differs between the H200 claims run and its CPU dry run (``--toy``)."""
+
+
+def claims_plan(config: DeviceCheckConfig, seed: int) -> Plan:
+    """The study Plan of the claims run; shape, L and batch from ``cases.SIZES``.
+
+    One checkpoint per run, at its end (``arm_runs`` sets the steps); the device probes the full
+    GLUE dev sets, the toy run subsamples them like the train sets.
+    """
+    from megatron_crossbert.benchmarking.cases import SIZES
+
+    name = "claims-toy" if config.toy else "claims"
+    preset = dict(PRESETS[name])
+    shape = SIZES[preset.pop("size")]
+    return Plan(name=name, vocab_size=shape["vocab_size"], seq_length=shape["seq_length"],
+                global_batch=shape["micro_batch_size"], micro_batch=shape["micro_batch_size"], sample_steps=1,
+                save_interval=1, lr=config.claims.lr,
+                main_shape=ModelShape(shape["hidden_size"], shape["num_layers"], shape["num_attention_heads"]),
+                sweep_shapes=[], sweep_steps=1, probe_max_train=config.claims.probe_max_train,
+                probe_max_test=config.claims.probe_max_train if config.toy else None,
+                probe_max_len=shape["seq_length"], glue_tasks=glue_tasks(config), jsonl_tasks=[], seed=seed,
+                **preset)
+
+
+def calibrate(config: DeviceCheckConfig, work: Path) -> dict[str, float]:
+    """Samples/s of each trained arm at the claims shape, by the interleaved throughput benchmark.
+
+    Rows are matched to arms by what the model is (architecture; mask ratio and views where it draws
+    views: MLM rows carry none and one view). ``--only`` keeps the classic CrossBERT rows, so the one
+    other row is the modern family's MLM baseline, which no arm is.
+    """
+    from megatron_crossbert.benchmarking.study.commands import module_argv, run_logged
+
+    out = work / "calibration.json"
+    argv = module_argv("megatron_crossbert.cli.bench", "throughput", "--size", "tiny" if config.toy else "claims",
+                       "--precision", "fp32" if config.toy else "bf16", "--steps", "1" if config.toy else "6",
+                       "--warmup", "0" if config.toy else "3", "--clock", "wall", "--only",
+                       "crossbert r=0.5 single", "crossbert r=0.5 compl", "--out", str(out))
+    run_logged(argv, work, "calibration")
+    results = json.loads(out.read_text())["results"]
+    measured = {(r["arch"], r["mask_ratio"], r["views"]): r["samples_per_s"] for r in results}
+    rates = {}
+    for name, arch, ratio, compl in MAIN_SETTINGS:
+        key = (arch, ratio, 2 if compl else 1) if get_arch(arch).uses_views else (arch, None, 1)
+        if key in measured:
+            rates[name] = measured[key]
+    return rates
+
+
+def flops_budget(plan: Plan, rates: dict[str, float], train_seconds: float) -> float:
+    """Model FLOPs per arm such that all arms together train for ``train_seconds`` at ``rates``."""
+    seconds_per_flop = 0.0
+    for name, arch, ratio, compl in MAIN_SETTINGS:
+        seconds_per_flop += 1.0 / (flops_per_sample(plan, arch, ratio, compl, plan.main_shape) * rates[name])
+    return train_seconds / seconds_per_flop
+
+
+def toy_flops_budget(plan: Plan, bert_steps: int = 3) -> float:
+    """The dry run's budget: BERT's FLOPs for a few steps (a timing-based one would vary with the CPU's load)."""
+    return flops_per_sample(plan, "bert", 0.5, False, plan.main_shape) * plan.global_batch * bert_steps
+
+
+def arm_runs(plan: Plan, budget_flops: float) -> list[RunSpec]:
+    """One run per arm for ``plan.seed``: the trained arms to ``budget_flops``, then the reference."""
+    runs = []
+    for name, arch, ratio, compl in MAIN_SETTINGS:
+        per_step = flops_per_sample(plan, arch, ratio, compl, plan.main_shape) * plan.global_batch
+        steps = max(1, round(budget_flops / per_step))
+        runs.append(RunSpec(f"{name}-s{plan.seed}", arch, ratio, compl, plan.main_shape, steps, steps, "main"))
+    return runs + [dataclasses.replace(run, name=f"{run.name}-s{plan.seed}") for run in reference_runs(plan)]
+
+
+def arm_of(run: RunSpec) -> str:
+    return run.name.rsplit("-s", 1)[0]
+
+
+def train_arms(plan: Plan, runs: list[RunSpec], work: Path) -> dict[str, str]:
+    """Train each run (``crossbert-pretrain``); a failing arm is recorded and the next still trains."""
+    from megatron_crossbert.benchmarking.study.data_stage import data_prefix, tokenizer_dir
+    from megatron_crossbert.benchmarking.study.train_stage import run_train_stage
+
+    errors = {}
+    for run in runs:
+        start = time.time()
+        try:
+            run_train_stage(plan, [run], work, data_prefix(work), str(tokenizer_dir(work)))
+        except Exception as err:  # StageError names the command; its log's tail travels with the error
+            tails = log_tails(work / "logs", start, f"train-{run.name}.log")
+            errors[run.name] = f"{type(err).__name__}: {err}\n" + "\n".join(tails.values())
+            print(f"[claims] training {run.name} failed: {errors[run.name]}", flush=True)
+    return errors
+
+
+def probe_in_parallel(config: DeviceCheckConfig, work: Path, seed: int) -> list[int]:
+    """Start ``probe_workers`` processes over this seed's checkpoints; returns their exit codes."""
+    workers = min(2, config.claims.probe_workers) if config.toy else config.claims.probe_workers
+    config_path = work / "claims_config.json"
+    config_path.write_text(json.dumps(dataclasses.asdict(config)))
+    threads = str(max(1, (os.cpu_count() or 1) // workers))
+    env = module_env(OMP_NUM_THREADS=threads, TQDM_DISABLE="1", TOKENIZERS_PARALLELISM="false")
+    argv = [sys.executable, "-m", f"{__package__}.claims", str(config_path), str(seed)]
+    procs = []
+    for index in range(workers):
+        log = (work / "logs" / f"probe-s{seed}-{index}.log").open("a")
+        procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env))
+    return [proc.wait() for proc in procs]
+
+
+def probe_worker(config: DeviceCheckConfig, seed: int) -> int:
+    """One probing process: probe pending checkpoints of this seed's runs (lock files split them)."""
+    from megatron_crossbert.benchmarking.study.probe_stage import run_probe_stage
+
+    plan = claims_plan(config, seed)
+    runs = [RunSpec(**{**raw, "shape": ModelShape(**raw["shape"])})
+            for raw in json.loads((Path(config.work_dir) / f"arms-s{seed}.json").read_text())]
+    return run_probe_stage(plan, runs, Path(config.work_dir), config.glue_dir, probe_dir="")
+
+
+def arm_scores(work: Path, run: RunSpec) -> dict | None:
+    """Task scores and GLUE average of the run's final checkpoint, or None if it was not probed."""
+    from megatron_crossbert.benchmarking.study.probe_stage import load_probe_results
+
+    report = load_probe_results(work, run).get(run.train_steps)
+    if report is None:
+        return None
+    tasks = {name: entry["score"] for name, entry in report["tasks"].items()}
+    return {"tasks": tasks, "glue_average": report["summary"]["glue_average"]}
+
+
+def _arm_records(plan: Plan, runs: list[RunSpec], work: Path, rates: dict[str, float],
+                 errors: dict[str, str]) -> list[dict]:
+    """Per run: steps, samples, model FLOPs, predicted and measured training seconds, error, scores."""
+    from megatron_crossbert.benchmarking.study.commands import read_command_log
+
+    seconds = {Path(e["log"]).stem.removeprefix("train-"): e["seconds"] for e in read_command_log(work)}
+    records = []
+    for run in runs:
+        samples = run.train_steps * plan.global_batch
+        per_sample = flops_per_sample(plan, run.arch, run.mask_ratio, run.complementary, run.shape)
+        records.append({"run": run.name, "arm": arm_of(run), "seed": plan.seed, "steps": run.train_steps,
+                        "samples": samples, "model_flops": per_sample * samples,
+                        "predicted_train_s": samples / rates[arm_of(run)] if arm_of(run) in rates else None,
+                        "process_s": seconds.get(run.name), "error": errors.get(run.name),
+                        "scores": arm_scores(work, run)})
+    return records
+
+
+def run_seed(config: DeviceCheckConfig, work: Path, seed: int, budget_flops: float, rates: dict[str, float],
+             progress) -> dict:
+    """Train and probe every arm of one seed; ``progress(partial)`` is called once training is done."""
+    plan = claims_plan(config, seed)
+    runs = arm_runs(plan, budget_flops)
+    (work / f"arms-s{seed}.json").write_text(json.dumps([dataclasses.asdict(run) for run in runs]))
+    start = time.time()
+    errors = train_arms(plan, runs, work)
+    result = {"seed": seed, "train_s": round(time.time() - start, 1), "probe_s": None,
+              "arms": _arm_records(plan, runs, work, rates, errors)}
+    progress(result)
+    codes = probe_in_parallel(config, work, seed)
+    result.update(probe_s=round(time.time() - start - result["train_s"], 1), probe_exit_codes=codes,
+                  arms=_arm_records(plan, runs, work, rates, errors))
+    if any(codes):
+        result["probe_logs"] = log_tails(work / "logs", start, f"probe-s{seed}-*.log")
+    return result
+
+
+def _plan_facts(plan: Plan, budget: float, rates: dict[str, float]) -> dict:
+    return {"shape": dataclasses.asdict(plan.main_shape), "seq_length": plan.seq_length,
+            "global_batch": plan.global_batch, "lr": plan.lr, "warmup": plan.warmup, "precision": plan.precision,
+            "vocab_size": plan.vocab_size, "glue_tasks": plan.glue_tasks, "probe_max_train": plan.probe_max_train,
+            "probe_max_test": plan.probe_max_test, "budget_flops_per_arm": budget, "calibration_samples_per_s": rates}
+
+
+def run_claims(config: DeviceCheckConfig) -> dict:
+    """Stage 3: data, calibration, then each seed while the stage budget allows; ``ok`` if all arms scored."""
+    from megatron_crossbert.benchmarking.study.data_stage import run_data_stage
+
+    start, root = time.time(), Path(config.work_dir)
+    work = root / "claims"
+    work.mkdir(parents=True, exist_ok=True)
+    config = dataclasses.replace(config, work_dir=str(work))
+    plan = claims_plan(config, config.claims.seeds[0])
+    data = run_data_stage(plan, work, config.corpus)
+    rates = calibrate(config, work)
+    budget = toy_flops_budget(plan) if config.toy else flops_budget(plan, rates, config.claims.train_seconds)
+    result = {"plan": _plan_facts(plan, budget, rates), "data": data["subset"], "seeds": [], "skipped_seeds": []}
+    save_partial(root, "claims", result)
+    for seed in config.claims.seeds:
+        elapsed = time.time() - start
+        needed = max((s["train_s"] + s["probe_s"] for s in result["seeds"]), default=0.0)
+        if result["seeds"] and elapsed + needed > stage("claims").budget(config.toy):
+            result["skipped_seeds"].append(seed)
+            continue
+        result["seeds"].append(run_seed(config, work, seed, budget, rates, lambda partial: save_partial(
+            root, "claims", {**result, "seeds": [*result["seeds"], partial]})))
+        save_partial(root, "claims", result)
+    result["ok"] = all(arm["scores"] is not None and not arm["error"]
+                       for seed in result["seeds"] for arm in seed["arms"])
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(0 if probe_worker(config_from_dict(json.loads(Path(sys.argv[1]).read_text())), int(sys.argv[2])) >= 0
+             else 1)

@@ -1,0 +1,134 @@
+"""Device limits, stage budgets and the two device calls: the one home of every number the plan uses.
+
+The lent H200 gives 15 minutes of device time in all, start-up (1-2 minutes per fresh machine)
+included, and at most 10 minutes per call; what travels with the checkout is capped at 64 MiB.
+So the stages are split over two calls: smoke + gpu_check first (under 5 minutes), the claims run
+second (under 6). Each stage runs in its own process and is killed at its budget, so one stage
+that hangs or crashes cannot take the next one's time or results.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+"""The checkout this experiment runs from: its ``tests/test_gpu.py`` runs in the smoke stage, and it
+is on the ``PYTHONPATH`` of every process the driver starts (``python -m experiments.device_check...``)."""
+CARRY_LIMIT_BYTES = 64 * 2**20
+"""What may travel with one device call (checkout plus carried paths)."""
+OUT_FILE_LIMIT = 8
+"""Files that come back from $OUT."""
+INSTALL_MARGIN_S = 30
+"""Wheel install, interpreter start and result writing, per call."""
+DEFAULT_CARRY_DIR = ".device_carry"
+"""Git-ignored folder named in ``carry`` (wheels/ and data/ inside)."""
+DEFAULT_WORK_DIR = "/tmp/crossbert_device_check"
+"""Scratch space on the device (checkpoints, tokenizer, caches); never comes back."""
+GLUE_TASKS = ("CoLA", "SST-2", "MRPC", "STS-B", "RTE")
+"""The claims run's frozen-probe tasks (full dev sets on the GPU)."""
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """One stage of the device check."""
+
+    name: str
+    """Stage id used by ``--stages`` and in the result files."""
+    budget_s: float
+    """Wall-clock limit on the device; the stage's process is killed past it."""
+    toy_budget_s: float
+    """Limit for the CPU dry run: only a guard against hangs (2 shared cores can be 10x slow under load)."""
+    summary: str
+    """What it checks, for the printed plan and the report."""
+
+    def budget(self, toy: bool) -> float:
+        return self.toy_budget_s if toy else self.budget_s
+
+
+STAGES: tuple[StageSpec, ...] = (
+    StageSpec("smoke", 90, 300, "tests/test_gpu.py, CUDA/NCCL smoke, bf16 train steps of every architecture"),
+    StageSpec("gpu_check", 160, 300, "crossbert-bench gpu-check: bf16 MFU at BERT-base/large L=512, "
+                                     "CrossBERT vs megatron BertModel, GEMM peak, FLOP-predicted ratios"),
+    StageSpec("claims", 330, 600, "equal-FLOPs bf16 pretraining of MLM baseline and CrossBERT arms, "
+                                  "frozen probes on GLUE dev"),
+)
+STAGE_NAMES = tuple(stage.name for stage in STAGES)
+
+CALLS: tuple[tuple[str, ...], ...] = (("smoke", "gpu_check"), ("claims",))
+"""Stages of each device call, in order (the first call under 5 minutes, the second under 6)."""
+
+
+def stage(name: str) -> StageSpec:
+    for spec in STAGES:
+        if spec.name == name:
+            return spec
+    raise ValueError(f"unknown stage {name!r}; choose from {', '.join(STAGE_NAMES)}")
+
+
+def call_timeout_s(stages: tuple[str, ...]) -> int:
+    """The ``timeout_s`` of one device call: its stages' budgets plus the install margin."""
+    return int(sum(stage(name).budget_s for name in stages) + INSTALL_MARGIN_S)
+
+
+@dataclass
+class ClaimsSettings:
+    """Knobs of the claims stage (stage 3)."""
+
+    train_seconds: float = 150.0
+    """Wall time all arms' training together should take; sets the shared FLOPs budget."""
+    seeds: list[int] = field(default_factory=lambda: [1234, 1235])
+    """Seeds in order; each after the first runs only if the previous one's time still fits the budget."""
+    probe_max_train: int = 2000
+    """Train rows per probe task (the dev sets are always used in full on the device)."""
+    probe_workers: int = 4
+    """Processes probing checkpoints in parallel (sklearn is CPU-bound; the device has 16 cores)."""
+    lr: float = 5e-4
+    """Peak learning rate of every arm (constant after warm-up, as in the sample-efficiency plan)."""
+
+    def __post_init__(self) -> None:
+        if self.train_seconds <= 0 or self.probe_max_train < 2 or self.probe_workers < 1 or self.lr <= 0:
+            raise ValueError("ClaimsSettings: train_seconds, lr > 0, probe_max_train >= 2, probe_workers >= 1")
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"ClaimsSettings.seeds must be distinct and non-empty, got {self.seeds}")
+
+
+@dataclass
+class DeviceCheckConfig:
+    """One invocation of the device check (``scripts/device_check.sh run``)."""
+
+    toy: bool = False
+    """Toy sizes on the CPU (the dry run) instead of the H200 sizes."""
+    stages: list[str] = field(default_factory=lambda: list(STAGE_NAMES))
+    """Stages to run, in the order of ``STAGES``."""
+    out_dir: str = field(default_factory=lambda: os.environ.get("OUT", "benchmarks/out/device_check"))
+    """Where the JSON, markdown and logs go ($OUT on the device; at most 8 files)."""
+    work_dir: str = DEFAULT_WORK_DIR
+    """Scratch folder (checkpoints, tokenizer, data); created by this run."""
+    corpus: str = f"{DEFAULT_CARRY_DIR}/data/corpus"
+    """Corpus folder (JSONL.gz) for the claims run."""
+    glue_dir: str = f"{DEFAULT_CARRY_DIR}/data/glue"
+    """GLUE TSV folder (glue_data layout) for the claims probes."""
+    command: str = ""
+    """The exact command line, recorded in the results."""
+    claims: ClaimsSettings = field(default_factory=ClaimsSettings)
+    """Stage 3 settings."""
+
+    def __post_init__(self) -> None:
+        for name in self.stages:
+            stage(name)
+        self.stages = [name for name in STAGE_NAMES if name in self.stages]
+        if not self.stages:
+            raise ValueError("DeviceCheckConfig.stages must name at least one stage")
+
+
+def module_env(**extra: str) -> dict[str, str]:
+    """This process's environment with ``REPO_ROOT`` first on ``PYTHONPATH``, for ``python -m experiments...``."""
+    path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, **extra}
+
+
+def config_from_dict(raw: dict) -> DeviceCheckConfig:
+    """Inverse of ``dataclasses.asdict`` (how the driver hands its config to each stage process)."""
+    return DeviceCheckConfig(**{**raw, "claims": ClaimsSettings(**raw.get("claims", {}))})

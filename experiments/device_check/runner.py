@@ -1,0 +1,118 @@
+"""The device-side driver: run the requested stages, each in its own process under its budget.
+
+A stage process that fails, crashes (a CUDA fault takes the whole process) or overruns its budget
+(its process group is killed) is recorded with its error and the log's tail, and the next stage
+still runs. After every stage the JSON and markdown under ``out_dir`` are rewritten, so a call
+killed at its limit still returns what finished. ``out_dir`` gets at most five files (the device
+returns eight): ``device_check.json``, ``device_check.md`` and one ``<stage>.log`` per stage.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from megatron_crossbert.benchmarking.report import write_json
+
+from .plan import DeviceCheckConfig, module_env, stage
+from .report import device_check_markdown
+from .stage_io import partial_path, tail_lines, write_stage_config
+
+TE_NOTE = ("FP8 through Transformer Engine is NOT measured on the device: its cu13 core wheel (276.5 MB) is over "
+           "the 64 MiB a call may carry and transformer-engine-torch is source-only, so TE cannot travel.")
+
+
+def _device_name() -> str:
+    import torch
+
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else f"cpu ({platform.processor() or 'x86'})"
+
+
+def run_meta(config: DeviceCheckConfig) -> dict:
+    import torch
+
+    return {"command": config.command or " ".join(sys.argv), "toy": config.toy, "stages": config.stages,
+            "device": _device_name(), "torch": torch.__version__, "python": platform.python_version(),
+            "cpu_count": os.cpu_count(), "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "transformer_engine": TE_NOTE}
+
+
+def _log_tail(path: Path, lines: int = 40) -> str:
+    return tail_lines(path.read_text(errors="replace"), lines) if path.is_file() else ""
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """End the stage's whole process group (it started it: training and probe children included)."""
+    for sig, wait in ((signal.SIGTERM, 15), (signal.SIGKILL, 15)):
+        try:
+            os.killpg(proc.pid, sig)
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+        except ProcessLookupError:
+            return
+
+
+def run_stage(name: str, config: DeviceCheckConfig, config_path: Path) -> dict:
+    """One stage in a fresh process group, killed at its budget; returns its record."""
+    budget = stage(name).budget(config.toy)
+    log, result = Path(config.out_dir) / f"{name}.log", Path(config.work_dir) / f"stage-{name}.json"
+    result.unlink(missing_ok=True)
+    partial_path(Path(config.work_dir), name).unlink(missing_ok=True)
+    argv = [sys.executable, "-m", f"{__package__}.stage_process", name, str(config_path), str(result)]
+    start = time.time()
+    with log.open("w") as handle:
+        proc = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True, env=module_env())
+        try:
+            proc.wait(timeout=budget)
+        except subprocess.TimeoutExpired:
+            _stop(proc)
+    seconds = round(time.time() - start, 1)
+    if result.is_file():
+        record = json.loads(result.read_text())
+    elif proc.returncode is not None and proc.returncode < 0 and seconds >= budget:
+        record = {"stage": name, "ok": False, "error": f"killed at its budget of {budget:.0f} s"}
+        partial = partial_path(Path(config.work_dir), name)
+        if partial.is_file():
+            record["result"] = json.loads(partial.read_text())
+    else:
+        record = {"stage": name, "ok": False, "error": f"exit code {proc.returncode} without a result (see {log.name})"}
+    record.update(budget_s=budget, wall_s=seconds)
+    if not record["ok"]:
+        record["log_tail"] = _log_tail(log)
+    return record
+
+
+def run_device_check(config: DeviceCheckConfig) -> dict:
+    """Run ``config.stages`` in order; writes and returns the payload (meta plus one record per stage)."""
+    out, work = Path(config.out_dir), Path(config.work_dir)
+    if (out / "device_check.json").exists():
+        raise FileExistsError(f"{out / 'device_check.json'}: results of an earlier run; choose another --out")
+    out.mkdir(parents=True, exist_ok=True)
+    work.mkdir(parents=True, exist_ok=True)
+    config_path = write_stage_config(config, work / "device_check_config.json")
+    payload = {"meta": run_meta(config), "stages": {}}
+    print(f"device check: {payload['meta']['device']}; stages {config.stages}\n{TE_NOTE}", flush=True)
+    for name in config.stages:
+        print(f"\n== stage {name} (budget {stage(name).budget(config.toy):.0f} s): {stage(name).summary}", flush=True)
+        record = run_stage(name, config, config_path)
+        payload["stages"][name] = record
+        print(f"== stage {name}: {'ok' if record['ok'] else 'FAILED'} in {record['wall_s']} s"
+              + (f": {record.get('error', '')}\n{record.get('log_tail', '')}" if not record["ok"] else ""), flush=True)
+        write_outputs(payload, out)
+    payload["meta"]["finished_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    write_outputs(payload, out)
+    print("\n" + device_check_markdown(payload), flush=True)
+    return payload
+
+
+def write_outputs(payload: dict, out: Path) -> None:
+    write_json(out / "device_check.json", payload)
+    (out / "device_check.md").write_text(device_check_markdown(payload) + "\n")

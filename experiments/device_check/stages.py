@@ -1,0 +1,124 @@
+"""Stages 1 and 2 of the device check: the smoke test and the GPU throughput check.
+
+Stage 1 (``smoke``) runs ``tests/test_gpu.py`` of this checkout, then in this process: the CUDA
+facts, a one-rank NCCL all-reduce through the project's own process-group setup, and a few real
+bf16 training steps of every architecture (the throughput benchmark's tiny cases, so the step is
+the one pretraining runs). Stage 2 (``gpu_check``) is the library's ``crossbert-bench gpu-check``
+(``benchmarking.gpu_check``). ``--toy`` runs both on the CPU (fp32, gloo, tiny shapes).
+``stage_process`` is how the driver starts each of them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+from .plan import REPO_ROOT, DeviceCheckConfig
+from .stage_io import tail_lines
+
+
+def run_gpu_tests(repo: Path) -> dict:
+    """``pytest tests/test_gpu.py``: its exit code and summary (all skip without CUDA)."""
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_gpu.py"]
+    done = subprocess.run(argv, cwd=repo, capture_output=True, text=True)
+    print(done.stdout + done.stderr, flush=True)
+    return {"command": " ".join(argv[1:]), "exit_code": done.returncode, "passed": done.returncode == 0,
+            "summary": tail_lines(done.stdout, 1), "tail": tail_lines(done.stdout + done.stderr)}
+
+
+def cuda_facts() -> dict:
+    import torch
+
+    facts = {"torch": torch.__version__, "cuda_available": torch.cuda.is_available(), "cuda": torch.version.cuda}
+    if torch.cuda.is_available():
+        facts.update(device=torch.cuda.get_device_name(), capability=list(torch.cuda.get_device_capability()),
+                     bf16_supported=torch.cuda.is_bf16_supported(), nccl=".".join(map(str, torch.cuda.nccl.version())))
+    return facts
+
+
+def collective_check() -> dict:
+    """All-reduce a tensor over the process group ``platform.initialize`` made (NCCL on GPU, gloo on CPU)."""
+    import torch
+    import torch.distributed as dist
+
+    from megatron_crossbert.platform import device
+
+    value = torch.full((4,), 2.0, device=device())
+    dist.all_reduce(value)
+    expected = 2.0 * dist.get_world_size()
+    return {"backend": dist.get_backend(), "world_size": dist.get_world_size(),
+            "ok": bool(torch.allclose(value.cpu(), torch.full((4,), expected)))}
+
+
+def smoke_cases(precision: str) -> list:
+    """The throughput benchmark's tiny cases; they must cover every registered (architecture, encoder) pair."""
+    from megatron_crossbert.arch import REGISTRY
+    from megatron_crossbert.benchmarking.cases import default_cases
+
+    cases = default_cases("tiny", precision, "auto")
+    missing = {(spec.name, enc) for spec in REGISTRY.values() for enc in spec.encoders}
+    missing -= {(case.arch, case.encoder) for case in cases}
+    if missing:
+        raise RuntimeError(f"the tiny throughput cases miss registered architectures {sorted(missing)}")
+    return cases
+
+
+def train_steps(case, steps: int) -> dict:
+    """``steps`` real optimizer steps of one case; every loss must be finite."""
+    from megatron_crossbert.benchmarking.batches import make_batches
+    from megatron_crossbert.benchmarking.step import build_runner
+    from megatron_crossbert.platform import device
+
+    runner = build_runner(case, device())
+    batches = make_batches(case, steps, device(), seed=0)
+    losses = [float(runner.step(batch)) for batch in batches]
+    return {"name": case.name, "arch": case.arch, "encoder": case.encoder, "precision": case.run_cfg.training.precision,
+            "losses": losses, "ok": all(math.isfinite(loss) for loss in losses)}
+
+
+def run_smoke(config: DeviceCheckConfig) -> dict:
+    """Stage 1; ``ok`` only if the GPU tests pass, the all-reduce is right and every arch trains."""
+    from megatron_crossbert.config import ParallelConfig
+    from megatron_crossbert.platform import initialize
+
+    result = {"gpu_tests": run_gpu_tests(REPO_ROOT), "cuda": cuda_facts(), "train_steps": []}
+    initialize(ParallelConfig(), 1234)
+    result["collective"] = collective_check()
+    precision = "fp32" if config.toy else "bf16"
+    for case in smoke_cases(precision):
+        try:
+            result["train_steps"].append(train_steps(case, 2 if config.toy else 4))
+        except Exception as err:  # record and keep going: the next architecture still runs
+            result["train_steps"].append({"name": case.name, "arch": case.arch, "encoder": case.encoder, "ok": False,
+                                          "error": f"{type(err).__name__}: {err}"})
+        print(f"train steps {result['train_steps'][-1]}", flush=True)
+    result["ok"] = (result["gpu_tests"]["passed"] and result["collective"]["ok"]
+                    and all(step["ok"] for step in result["train_steps"]))
+    return result
+
+
+TOY_GPU_CHECK = dict(sizes=["tiny"], steps=1, warmup=1, precision="fp32", gemm_size=256, allow_cpu=True)
+"""The CPU dry run's gpu-check options (the H200 run uses ``GpuCheckOptions``' defaults)."""
+
+
+def _flag_words(options: dict) -> list[str]:
+    """``{"gemm_size": 256, "allow_cpu": True}`` -> ``["--gemm-size", "256", "--allow-cpu"]``."""
+    words = []
+    for key, value in options.items():
+        flag = "--" + key.replace("_", "-")
+        words += [flag] if value is True else [flag, *map(str, value if isinstance(value, list) else [value])]
+    return words
+
+
+def run_gpu_check_stage(config: DeviceCheckConfig) -> dict:
+    """Stage 2: the library's gpu check in this process; its JSON becomes the stage's result."""
+    from megatron_crossbert.benchmarking.gpu_check import GpuCheckOptions, run_gpu_check
+
+    changes = {"out": str(Path(config.work_dir) / "gpu_check.json"), **(TOY_GPU_CHECK if config.toy else {})}
+    code = run_gpu_check(GpuCheckOptions(**changes))
+    payload = json.loads(Path(changes["out"]).read_text())
+    return {"command": "crossbert-bench gpu-check " + " ".join(_flag_words(changes)), "exit_code": code,
+            "ok": code == 0, **payload}

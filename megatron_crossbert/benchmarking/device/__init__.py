@@ -1,8 +1,0 @@
-"""The one-shot GPU validation (issue 13): prepared on the CPU machine, fired on a lent H200.
-
-``carry`` builds the folder that travels with the checkout (wheels the device lacks, the corpus and
-GLUE files) and prints the exact device calls; ``runner`` runs the stages there, each in its own
-process with its own time budget; ``stages`` and ``claims`` are the stages; ``report`` renders the
-results (and the GPU section of docs/results.md). ``plan`` is the one home of stage budgets and
-device limits. ``--toy`` runs the same code at toy size on the CPU (tests/test_device_check.py).
-"""

@@ -1,0 +1,135 @@
+"""Stage 3: frozen linear probes of every saved checkpoint (``evaluation.probing.run_probing``).
+
+Main runs are probed at every checkpoint (the curves); sweep runs at their final checkpoint. The
+checkpoint goes through the project's HF export (``run_probing`` resolves native checkpoints), so
+what is probed is exactly what a user would download. Every task is subsampled with a fixed seed
+(``max_train``/``max_test``), identical for all checkpoints. One JSON per checkpoint; existing
+files are skipped, so the stage resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from megatron_crossbert.benchmarking.study.plan import (Plan, RunSpec, compute_budget_flops, flops_per_sample,
+                                                        steps_for_flops)
+from megatron_crossbert.benchmarking.study.train_stage import checkpoints, run_dir
+from megatron_crossbert.checkpoint_format import latest_iteration
+
+
+def probe_path(work_dir: Path, run: RunSpec, iteration: int) -> Path:
+    return work_dir / "probes" / run.name / f"iter_{iteration:07d}.json"
+
+
+def load_tasks(plan: Plan, glue_dir: str, probe_dir: str) -> list:
+    from megatron_crossbert.evaluation.probing import collect_tasks
+
+    jsonl = [str(Path(probe_dir) / name) for name in plan.jsonl_tasks if (Path(probe_dir) / name).is_dir()]
+    return collect_tasks(glue_dir=glue_dir, glue_tasks=plan.glue_tasks, jsonl=jsonl)
+
+
+def probe_config(plan: Plan, work_dir: Path):
+    from megatron_crossbert.evaluation.probing import ProbeRunConfig
+
+    return ProbeRunConfig(max_train=plan.probe_max_train, max_test=plan.probe_max_test,
+                          max_len=plan.probe_max_len, cache_dir=str(work_dir / "eval_cache"), device=plan.probe_device)
+
+
+def key_iterations(plan: Plan, run: RunSpec) -> list[int]:
+    """The checkpoints the comparisons read: sample budget, nearest-to-compute budget, sweep step."""
+    if run.group != "main":
+        return [plan.sweep_steps if run.group == "sweep" else run.train_steps]
+    per_sample = flops_per_sample(plan, run.arch, run.mask_ratio, run.complementary, run.shape)
+    flops_step = steps_for_flops(plan, compute_budget_flops(plan), per_sample)
+    nearest = max(plan.save_interval, round(flops_step / plan.save_interval) * plan.save_interval)
+    return list(dict.fromkeys([plan.sample_steps, nearest, plan.sweep_steps]))
+
+
+def targets(work_dir: Path, run: RunSpec, plan: Plan) -> list[tuple[int, Path]]:
+    """Checkpoints to probe, key budget points first (they decide the tables), then the rest of
+    the curve; sweep runs only at the sweep step; never beyond ``latest``."""
+    latest = latest_iteration(run_dir(work_dir, run)) or 0
+    found = [(it, path) for it, path in checkpoints(work_dir, run) if it <= latest]
+    if run.group != "main":
+        found = [(it, path) for it, path in found if it in key_iterations(plan, run)]
+    keys = key_iterations(plan, run)
+    return sorted(found, key=lambda item: (item[0] not in keys, item[0]))
+
+
+def probe_checkpoint(path: Path, out: Path, tasks: list, config) -> dict:
+    from megatron_crossbert.evaluation.probing import run_probing
+
+    start = time.time()
+    report = run_probing(str(path), tasks, config)
+    report["probe_seconds"] = round(time.time() - start, 1)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(report, indent=1, default=str))
+    tmp.replace(out)
+    return report
+
+
+_TASKS_CACHE: dict[tuple, list] = {}
+
+
+def _cached_tasks(plan: Plan, glue_dir: str, probe_dir: str) -> list:
+    key = (plan.name, glue_dir, probe_dir)
+    if key not in _TASKS_CACHE:
+        _TASKS_CACHE[key] = load_tasks(plan, glue_dir, probe_dir)
+    return _TASKS_CACHE[key]
+
+
+def _claim(out: Path) -> bool:
+    """Take ``out``'s lock file (O_EXCL), so concurrent probing processes split the checkpoints.
+
+    A lock left by a dead process (its pid no longer exists) is taken over.
+    """
+    lock = out.with_suffix(".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        owner = lock.read_text().strip()
+        if owner.isdigit() and Path(f"/proc/{owner}").exists():
+            return False
+        lock.write_text(str(os.getpid()))
+        return True
+    with os.fdopen(fd, "w") as handle:
+        handle.write(str(os.getpid()))
+    return True
+
+
+def pending(plan: Plan, runs: list[RunSpec], work_dir: Path) -> list[tuple[RunSpec, int, Path]]:
+    """Unprobed checkpoints: every run's key budget points first, then the remaining curve points."""
+    items = [(run, it, path) for run in runs for it, path in targets(work_dir, run, plan)
+             if not probe_path(work_dir, run, it).is_file()]
+    return sorted(items, key=lambda item: item[1] not in key_iterations(plan, item[0]))
+
+
+def run_probe_stage(plan: Plan, runs: list[RunSpec], work_dir: Path, glue_dir: str, probe_dir: str,
+                    limit: int | None = None) -> int:
+    """Probe pending checkpoints (at most ``limit``); tasks load once per process. Returns the count."""
+    config, done = probe_config(plan, work_dir), 0
+    for run, iteration, path in pending(plan, runs, work_dir):
+        out = probe_path(work_dir, run, iteration)
+        if (limit is not None and done >= limit) or not _claim(out):
+            continue
+        print(f"[study] probing {run.name} step {iteration}", flush=True)
+        try:
+            probe_checkpoint(path, out, _cached_tasks(plan, glue_dir, probe_dir), config)
+        finally:
+            out.with_suffix(".lock").unlink(missing_ok=True)
+        done += 1
+    return done
+
+
+def load_probe_results(work_dir: Path, run: RunSpec) -> dict[int, dict]:
+    """{iteration: probe report} for every finished probe of ``run``."""
+    folder = work_dir / "probes" / run.name
+    results = {}
+    for path in sorted(folder.glob("iter_*.json")):
+        results[int(path.stem[len("iter_"):])] = json.loads(path.read_text())
+    return results

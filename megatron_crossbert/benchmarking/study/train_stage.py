@@ -1,0 +1,66 @@
+"""Stage 2: pretrain every run of the plan with ``crossbert-pretrain``, keeping all checkpoints.
+
+Each run's full RunConfig is written as YAML next to its checkpoints and passed with ``--config``,
+so the exact configuration is on disk and in the command log. A run whose ``latest`` checkpoint
+already reached its step count is skipped; an interrupted run resumes from its own checkpoints
+(``crossbert-pretrain`` resumes from ``--save``), so the stage can be re-entered at any point.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from megatron_crossbert.benchmarking.study.commands import module_argv, run_logged
+from megatron_crossbert.benchmarking.study.plan import Plan, RunSpec, run_config
+from megatron_crossbert.checkpoint_format import ITER_PREFIX, RUN_CONFIG_FILE, latest_iteration
+
+
+def run_dir(work_dir: Path, run: RunSpec) -> Path:
+    return work_dir / "runs" / run.name
+
+
+def resolved_config(plan: Plan, run: RunSpec, work_dir: Path, data_prefix: str, tokenizer: str,
+                    vocab_size: int) -> dict:
+    """The run's RunConfig as a dict: plan shape plus data, tokenizer and checkpoint settings."""
+    raw = run_config(plan, run.arch, run.mask_ratio, run.complementary, run.shape, run.train_steps).to_dict()
+    raw["model"]["vocab_size"] = vocab_size
+    raw["data"].update(data_path=[data_prefix], tokenizer=tokenizer)
+    raw["checkpoint"].update(save_dir=str(run_dir(work_dir, run)), save_interval=run.save_interval, keep_last=0)
+    return raw
+
+
+def is_complete(work_dir: Path, run: RunSpec) -> bool:
+    done = latest_iteration(run_dir(work_dir, run))
+    return done is not None and done >= run.train_steps
+
+
+def train_run(plan: Plan, run: RunSpec, work_dir: Path, data_prefix: str, tokenizer: str, vocab_size: int) -> None:
+    """Write the run's YAML and call crossbert-pretrain (resumes by itself if checkpoints exist)."""
+    out = run_dir(work_dir, run)
+    out.mkdir(parents=True, exist_ok=True)
+    config_path = work_dir / "runs" / f"{run.name}.yaml"
+    config_path.write_text(yaml.safe_dump(resolved_config(plan, run, work_dir, data_prefix, tokenizer, vocab_size)))
+    run_logged(module_argv("megatron_crossbert.cli.pretrain", "--config", str(config_path)), work_dir,
+               f"train-{run.name}")
+
+
+def run_train_stage(plan: Plan, runs: list[RunSpec], work_dir: Path, data_prefix: str, tokenizer: str) -> None:
+    from megatron_crossbert.data.tokenizer import load_tokenizer
+
+    vocab_size = load_tokenizer(tokenizer).vocab_size
+    for run in runs:
+        if not is_complete(work_dir, run):
+            print(f"[study] training {run.name} ({run.train_steps} steps)", flush=True)
+            train_run(plan, run, work_dir, data_prefix, tokenizer, vocab_size)
+
+
+def checkpoints(work_dir: Path, run: RunSpec) -> list[tuple[int, Path]]:
+    """(iteration, directory) of every complete checkpoint of ``run``, ascending."""
+    root = run_dir(work_dir, run)
+    found = []
+    for path in sorted(root.glob(f"{ITER_PREFIX}*")):
+        if (path / RUN_CONFIG_FILE).is_file() and path.name[len(ITER_PREFIX):].isdigit():
+            found.append((int(path.name[len(ITER_PREFIX):]), path))
+    return found
