@@ -12,13 +12,12 @@ are stored under the ``"model"`` key of the sharded state dict, so they reshard 
 from __future__ import annotations
 
 import logging
-import os
 import re
-import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
 from megatron_crossbert.config import RunConfig
+from megatron_crossbert.fsutil import atomic_write_text
 
 LATEST_FILE = "latest"
 RUN_CONFIG_FILE = "run_config.json"
@@ -31,21 +30,6 @@ class CheckpointError(RuntimeError):
 
 def iteration_dir_name(iteration: int) -> str:
     return f"{ITER_PREFIX}{iteration:07d}"
-
-
-def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write via a temporary file in the same directory and os.replace, so readers never see half a file."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 _POINTER = re.compile(r"iter_[0-9]+")

@@ -20,6 +20,7 @@ import json
 from pathlib import Path
 
 from megatron_crossbert.data.tokenizer import Tokenizer
+from megatron_crossbert.fsutil import atomic_write_text
 
 RECORD_SUFFIX = ".tokenizer.json"
 """Appended to a dataset path prefix (``out/corpus_text_document``) to name its record."""
@@ -45,8 +46,6 @@ def dataset_record(tokenizer: Tokenizer, source: str | Path) -> dict:
 
 def write_dataset_record(path_prefix: str | Path, tokenizer: Tokenizer, source: str | Path) -> Path:
     """Write ``<prefix>.tokenizer.json`` atomically (readers never see half a record)."""
-    from megatron_crossbert.checkpoint_format import atomic_write_text
-
     path = record_path(path_prefix)
     atomic_write_text(path, json.dumps(dataset_record(tokenizer, source), indent=2) + "\n")
     return path

@@ -36,7 +36,7 @@ from itertools import chain
 import numpy as np
 from tqdm import tqdm
 
-from megatron_crossbert.checkpoint_format import atomic_write_text
+from megatron_crossbert.fsutil import atomic_write_text
 from megatron_crossbert.data.encoding import choose_encoder
 from megatron_crossbert.data.fingerprint import record_path, write_dataset_record
 from megatron_crossbert.data.idx_format import AtomicIndexedWriter
