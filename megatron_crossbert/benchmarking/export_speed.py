@@ -99,7 +99,7 @@ def _checkpoint(work: Path, options: ExportSpeedOptions, tokenizer: Path, encode
     """A randomly initialised CrossBERT on ``encoder`` (TP=1) saved as a model-only checkpoint."""
     from transformers import AutoTokenizer
 
-    from megatron_crossbert.checkpoint_format import save_model_only
+    from megatron_crossbert.checkpoint.save import save_model_only
     from megatron_crossbert.config import DataConfig, ModelConfig, RunConfig
     from megatron_crossbert.convert.native import build_single_process_model, tp1_parallel_state
 
@@ -126,7 +126,7 @@ def _exports(work: Path, tokenizer: Path, options: ExportSpeedOptions) -> tuple[
     returns (exports, skipped formats with their reasons)."""
     from megatron_crossbert.convert import export_to_hf
     from megatron_crossbert.convert.formats import all_formats, get_format
-    from megatron_crossbert.convert.native import read_checkpoint_config
+    from megatron_crossbert.convert.native import open_export_source
 
     formats = [get_format(name) for name in options.formats] if options.formats else all_formats()
     checkpoints: dict[str, Path] = {}
@@ -135,11 +135,12 @@ def _exports(work: Path, tokenizer: Path, options: ExportSpeedOptions) -> tuple[
         encoder = fmt.native_encoder
         if encoder not in checkpoints:
             checkpoints[encoder] = _checkpoint(work, options, tokenizer, encoder)
-        reasons = fmt.unsupported(read_checkpoint_config(checkpoints[encoder]).model)
+        source = open_export_source(checkpoints[encoder])
+        reasons = fmt.unsupported(source.saved.model)
         if reasons:
             skipped.append({"format": fmt.name, "reason": "; ".join(reasons)})
             continue
-        out = export_to_hf(checkpoints[encoder], work / f"hf_{fmt.name}", format_name=fmt.name, force=True)
+        out = export_to_hf(source, work / f"hf_{fmt.name}", format_name=fmt.name, force=True)
         exports.append({"format": fmt.name, "hf_class": fmt.base_class, "dir": out, "encoder": encoder,
                         "backends": list(fmt.attention_backends)})
     return exports, skipped

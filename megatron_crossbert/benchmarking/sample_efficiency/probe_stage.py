@@ -16,7 +16,7 @@ from pathlib import Path
 
 from megatron_crossbert.benchmarking.sample_efficiency.plan import Plan, RunSpec
 from megatron_crossbert.benchmarking.sample_efficiency.train_stage import checkpoints, run_dir
-from megatron_crossbert.checkpoint_format import latest_iteration
+from megatron_crossbert.checkpoint.layout import latest_iteration
 
 
 def probe_path(work_dir: Path, run: RunSpec, iteration: int) -> Path:
