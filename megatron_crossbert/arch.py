@@ -6,8 +6,8 @@ benchmarks, evaluation and the demo never compare architecture names themselves.
 
 This module imports neither torch nor megatron, so ``config.py`` can validate against it. The fields that
 need torch are ``LazyRef``s ("module:attribute") resolved on first use. ``config.py`` imports this
-registry, so the registry never imports ``config.py``: ``RunConfig`` in the annotations below names
-its class without importing it.
+registry, so the registry imports ``config.py`` for type checkers only (``TYPE_CHECKING``): at run time
+the dependency runs one way, config -> arch.
 
 Architectures:
 - ``crossbert``: encoder over the visible tokens of each view + a cross-attention reconstruction decoder.
@@ -21,9 +21,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from megatron_crossbert import masking
+
+if TYPE_CHECKING:  # annotations only; config.py imports this module at run time
+    from megatron_crossbert.config import RunConfig
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ import yaml
 
 from megatron_crossbert import masking as masking_rules
 from megatron_crossbert.arch import ENCODERS, REGISTRY, get_arch, get_encoder
+from megatron_crossbert.fsutil import atomic_write_text
 
 ArchName = Literal[tuple(REGISTRY)]
 """The registered architectures (``arch.REGISTRY``, the one owner of the names)."""
@@ -401,7 +402,8 @@ class RunConfig:
         return cls(**parts)
 
     def save_json(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+        """Atomically: a checkpoint's run_config.json marks its save complete, so never half-written."""
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
 
     @classmethod
     def load_json(cls, path: str | Path) -> RunConfig:

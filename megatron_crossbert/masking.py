@@ -22,15 +22,19 @@ agree on shapes.
 ``crossbert_sample`` and ``mlm_sample`` turn one packed sequence into the sample dict of its
 architecture (docs/architecture.md); the datasets and the benchmarks' synthetic batches both call
 them, with the ``MaskingConfig`` itself, so no call site unpacks masking fields. (``config.py``
-imports this module, so ``MaskingConfig`` in the annotations names its class without importing it.)
+imports this module at run time; this one imports ``MaskingConfig`` for type checkers only.)
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:  # annotations only; config.py imports this module at run time
+    from megatron_crossbert.config import MaskingConfig
 
 
 @dataclass(frozen=True)

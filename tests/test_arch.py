@@ -106,7 +106,7 @@ def test_no_arch_or_encoder_branches_outside_the_registry():
 
 
 def test_checkpoints_of_another_encoder_family_are_refused():
-    from megatron_crossbert.training.checkpointing import config_mismatches
+    from megatron_crossbert.checkpoint.verify import config_mismatches
 
     classic = load_run_config(None, [])
     modern = load_run_config(None, ["model.encoder=modern", "model.decoder_position_embedding=false"])

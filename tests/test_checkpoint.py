@@ -98,7 +98,7 @@ def _wait_for(predicate, timeout: float, proc: subprocess.Popen, seen: list[str]
 
 @pytest.mark.parametrize("async_save", [False, True], ids=["sync", "async"])
 def test_sigterm_saves_and_exits_zero(indexed_corpus, tmp_path, async_save):
-    from megatron_crossbert.checkpoint_format import latest_iteration, read_run_config
+    from megatron_crossbert.checkpoint.layout import latest_iteration, read_run_config
 
     save = tmp_path / "ckpt"
     args = _set_args(tiny_overrides("crossbert", indexed_corpus, save, training__train_iters=5000,
@@ -126,7 +126,7 @@ def test_sigterm_saves_and_exits_zero(indexed_corpus, tmp_path, async_save):
 @pytest.mark.parametrize("async_save", [False, True], ids=["sync", "async"])
 def test_sigkill_during_save_keeps_previous_checkpoint(indexed_corpus, tmp_path, async_save):
     """With async_save the kill lands after the writers finished, before the commit."""
-    from megatron_crossbert.checkpoint_format import latest_iteration, resolve_checkpoint_dir
+    from megatron_crossbert.checkpoint.layout import latest_iteration, resolve_checkpoint_dir
     from megatron_crossbert.training import train
 
     save = tmp_path / "ckpt"
@@ -145,7 +145,7 @@ def test_sigkill_during_save_keeps_previous_checkpoint(indexed_corpus, tmp_path,
 
 
 def test_incompatible_checkpoint_is_rejected_and_old_ones_pruned(indexed_corpus, tmp_path):
-    from megatron_crossbert.checkpoint_format import CheckpointError
+    from megatron_crossbert.checkpoint.errors import CheckpointError
     from megatron_crossbert.training import train
 
     save = tmp_path / "ckpt"
@@ -160,7 +160,7 @@ def test_incompatible_checkpoint_is_rejected_and_old_ones_pruned(indexed_corpus,
 
 
 def test_init_from_loads_weights_only(indexed_corpus, tmp_path):
-    from megatron_crossbert.checkpoint_format import CheckpointError
+    from megatron_crossbert.checkpoint.errors import CheckpointError
     from megatron_crossbert.training import train
 
     source = tmp_path / "source"
@@ -177,14 +177,14 @@ def test_init_from_loads_weights_only(indexed_corpus, tmp_path):
 
 def test_distributed_optimizer_checkpoint_refuses_other_tp_pp(tmp_path):
     """Older dp_reshardable optimizer state (no format record) reshards across DP only: a TP/PP change is a clear error."""
-    from megatron_crossbert.checkpoint_format import CheckpointError
-    from megatron_crossbert.training.checkpointing import check_compatible
+    from megatron_crossbert.checkpoint.errors import CheckpointError
+    from megatron_crossbert.checkpoint.verify import verify_checkpoint
 
     saved = tiny_config("bert", "unused", parallel__use_distributed_optimizer=True)
     saved.save_json(tmp_path / "run_config.json")
-    check_compatible(tmp_path, tiny_config("bert", "unused", parallel__use_distributed_optimizer=True))
+    verify_checkpoint(tmp_path, tiny_config("bert", "unused", parallel__use_distributed_optimizer=True))
     with pytest.raises(CheckpointError, match="can only be resumed at that TP/PP"):
-        check_compatible(tmp_path, tiny_config("bert", "unused", parallel__use_distributed_optimizer=True,
-                                               parallel__tensor_model_parallel_size=2))
-    check_compatible(tmp_path, tiny_config("bert", "unused", parallel__use_distributed_optimizer=True,
-                                           parallel__tensor_model_parallel_size=2), weights_only=True)
+        verify_checkpoint(tmp_path, tiny_config("bert", "unused", parallel__use_distributed_optimizer=True,
+                                                parallel__tensor_model_parallel_size=2))
+    verify_checkpoint(tmp_path, tiny_config("bert", "unused", parallel__use_distributed_optimizer=True,
+                                            parallel__tensor_model_parallel_size=2), weights_only=True)

@@ -1,6 +1,6 @@
 """Async checkpoint saves (``checkpoint.async_save``) on 2 gloo ranks, in one spawn.
 
-Checks: the save is committed ('latest', run_config.json) only by ``async_save.finalize``, after
+Checks: the save is committed ('latest', run_config.json) only by ``RunSaves.finalize``, after
 every rank's writer finished; a run saving asynchronously at every step and then resumed is
 bit-identical to an uninterrupted synchronous run (distributed optimizer, dropout on); and the
 async checkpoint holds exactly what a synchronous save of the same state holds.
@@ -26,21 +26,20 @@ def _commit_waits_for_finalize(indexed_corpus: str, root: Path) -> dict:
     from megatron.core.dist_checkpointing import load_plain_tensors
     from megatron.core.dist_checkpointing.dict_utils import diff
 
-    from megatron_crossbert.checkpoint_format import latest_iteration
-    from megatron_crossbert.training import async_save
-    from megatron_crossbert.training.checkpointing import save_checkpoint
+    from megatron_crossbert.checkpoint.layout import latest_iteration
+    from megatron_crossbert.checkpoint.save import save_checkpoint
     from megatron_crossbert.training.setup import build_session
 
     session = build_session(_cfg(indexed_corpus, None, True, checkpoint__load_dir=str(root / "straight")))
     args = (session.model, session.optimizer, session.scheduler, session.progress)
-    path = save_checkpoint(root / "async_copy", *args, session.run_cfg)
-    before = {"pending": async_save.pending(), "latest": latest_iteration(root / "async_copy"),
+    path = save_checkpoint(session.saves, root / "async_copy", *args, session.run_cfg)
+    before = {"pending": session.saves.in_flight.pending(), "latest": latest_iteration(root / "async_copy"),
               "run_config": (path / "run_config.json").exists()}
-    async_save.finalize(blocking=True)
-    after = {"pending": async_save.pending(), "latest": latest_iteration(root / "async_copy"),
+    session.saves.finalize(blocking=True)
+    after = {"pending": session.saves.in_flight.pending(), "latest": latest_iteration(root / "async_copy"),
              "run_config": (path / "run_config.json").exists()}
     session.run_cfg.checkpoint.async_save = False
-    sync = save_checkpoint(root / "sync_copy", *args, session.run_cfg)
+    sync = save_checkpoint(session.saves, root / "sync_copy", *args, session.run_cfg)
     only_async, only_sync, unequal = diff(load_plain_tensors(str(path)), load_plain_tensors(str(sync)))
     return {"before": before, "after": after, "differences": [only_async, only_sync, unequal]}
 
@@ -60,7 +59,7 @@ def _worker(rank: int, world_size: int, indexed_corpus: str, root: str) -> dict:
 def test_async_save_commits_after_all_ranks_and_resumes_exactly(indexed_corpus, tmp_path):
     from multirank import run_ranks
 
-    from megatron_crossbert.checkpoint_format import latest_iteration
+    from megatron_crossbert.checkpoint.layout import latest_iteration
 
     results = run_ranks(_worker, 2, indexed_corpus, str(tmp_path))
     first = results[0]

@@ -56,14 +56,14 @@ def _resume_and_check(indexed_corpus: str, root: Path, source: Path, layout: dic
 
     The re-saved tensors are compared with ``expected`` (default: the checkpoint resumed from).
     """
-    from megatron_crossbert.checkpoint_format import resolve_checkpoint_dir
-    from megatron_crossbert.training.checkpointing import save_checkpoint
+    from megatron_crossbert.checkpoint.layout import resolve_checkpoint_dir
+    from megatron_crossbert.checkpoint.save import save_checkpoint
     from megatron_crossbert.training.loop import run_loop
     from megatron_crossbert.training.setup import build_session
 
     session = build_session(_cfg(indexed_corpus, root / "resumed", layout, checkpoint__load_dir=str(source)))
     steps_after_load = _adam_steps(session.optimizer)
-    reloaded = save_checkpoint(root / "reloaded", session.model, session.optimizer, session.scheduler,
+    reloaded = save_checkpoint(session.saves, root / "reloaded", session.model, session.optimizer, session.scheduler,
                                session.progress, session.run_cfg)
     state = run_loop(session)
     return {"compare": _compare(expected or resolve_checkpoint_dir(source), reloaded), "losses": state.losses,
@@ -82,14 +82,14 @@ def _scenario(indexed_corpus: str, root: Path, saved_layout: dict, resumed_layou
 
 def _legacy(indexed_corpus: str, root: Path, new_format_root: Path) -> dict:
     """Re-save a DP=2 checkpoint in the old dp_reshardable layout; it must load at DP=2 only."""
-    from megatron_crossbert.checkpoint_format import CheckpointError
+    from megatron_crossbert.checkpoint.errors import CheckpointError
     from megatron_crossbert.training import train
-    from megatron_crossbert.training.checkpointing import save_checkpoint
-    from megatron_crossbert.training.optimizer_state import LEGACY_DP_RESHARDABLE, saved_sharding_type
+    from megatron_crossbert.checkpoint.save import save_checkpoint
+    from megatron_crossbert.checkpoint.optimizer_format import LEGACY_DP_RESHARDABLE, saved_sharding_type
     from megatron_crossbert.training.setup import build_session
 
     session = build_session(_cfg(indexed_corpus, None, DP2, checkpoint__load_dir=str(new_format_root)))
-    old = save_checkpoint(root / "old", session.model, session.optimizer, session.scheduler,
+    old = save_checkpoint(session.saves, root / "old", session.model, session.optimizer, session.scheduler,
                           session.progress, session.run_cfg, sharding_type=LEGACY_DP_RESHARDABLE)
     result = _resume_and_check(indexed_corpus, root / "again", old.parent, DP2,
                                expected=new_format_root / "iter_0000002")
@@ -113,7 +113,7 @@ def _worker(rank: int, world_size: int, indexed_corpus: str, root: str) -> dict:
 def test_distributed_optimizer_reshards_across_tp_pp_dp(indexed_corpus, tmp_path):
     from multirank import run_ranks
 
-    from megatron_crossbert.training.optimizer_state import LEGACY_DP_RESHARDABLE
+    from megatron_crossbert.checkpoint.optimizer_format import LEGACY_DP_RESHARDABLE
 
     results = run_ranks(_worker, 2, indexed_corpus, str(tmp_path))
     for name in SCENARIOS:

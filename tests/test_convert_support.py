@@ -70,7 +70,7 @@ def build_tp1(run_cfg: RunConfig) -> torch.nn.Module:
 
 def make_checkpoint(root: Path, run_cfg: RunConfig, seed: int = 3) -> dict[str, torch.Tensor]:
     """Save a randomised TP=1 model-only checkpoint under ``root``; returns its state dict."""
-    from megatron_crossbert.checkpoint_format import save_model_only
+    from megatron_crossbert.checkpoint.save import save_model_only
 
     platform.initialize(ParallelConfig(), run_cfg.training.seed)
     try:
@@ -84,7 +84,8 @@ def make_checkpoint(root: Path, run_cfg: RunConfig, seed: int = 3) -> dict[str, 
 
 def load_native(checkpoint: Path, run_cfg: RunConfig | None = None) -> torch.nn.Module:
     """A TP=1 model with the checkpoint's weights (caller holds a TP=1 parallel state)."""
-    from megatron_crossbert.checkpoint_format import load_model_weights, read_run_config
+    from megatron_crossbert.checkpoint.layout import read_run_config
+    from megatron_crossbert.checkpoint.load import load_model_weights
     from megatron_crossbert.convert.native import single_process_config
 
     model = build_tp1(single_process_config(run_cfg or read_run_config(checkpoint)))

@@ -37,7 +37,8 @@ def reshard_to_tp2(rank: int, world_size: int, jobs: list[tuple[str, str, str]],
     As numpy arrays: torch tensors cross the queue as shared-memory file descriptors, which vanish
     when the rank exits before the parent has read them (FileNotFoundError on a busy machine)."""
     from megatron_crossbert import platform
-    from megatron_crossbert.checkpoint_format import load_model_weights, save_model_only
+    from megatron_crossbert.checkpoint.load import load_model_weights
+    from megatron_crossbert.checkpoint.save import save_model_only
     from megatron_crossbert.models import build_model
 
     configs = [(tiny_run_config("crossbert", tokenizer=tokenizer, tp=2, encoder=encoder), src, dst)

@@ -75,8 +75,8 @@ def _ways_out(root: Path, newest: str = ITER2) -> str:
 
 
 def _plan_error(root: Path) -> str:
-    from megatron_crossbert.checkpoint_format import CheckpointError
-    from megatron_crossbert.training.start_guard import plan_start
+    from megatron_crossbert.checkpoint.errors import CheckpointError
+    from megatron_crossbert.checkpoint.start_guard import plan_start
 
     with pytest.raises(CheckpointError) as info:
         plan_start(tiny_config("crossbert", "unused", root))
@@ -107,7 +107,8 @@ def test_latest_pointer_is_parsed_strictly(tmp_path):
 
 
 def test_readers_name_the_pointer_file(tmp_path):
-    from megatron_crossbert.checkpoint_format import CheckpointError, latest_iteration, resolve_checkpoint_dir
+    from megatron_crossbert.checkpoint.errors import CheckpointError
+    from megatron_crossbert.checkpoint.layout import latest_iteration, resolve_checkpoint_dir
 
     root = _fake_root(tmp_path)
     (root / "latest").write_text("iter_12x\n")
@@ -121,7 +122,7 @@ def test_readers_name_the_pointer_file(tmp_path):
 
 def test_refused_runs_touch_nothing(tmp_path):
     """Junk 'latest', no 'latest', and a --save dir of another run: refused before any write."""
-    from megatron_crossbert.checkpoint_format import CheckpointError
+    from megatron_crossbert.checkpoint.errors import CheckpointError
     from megatron_crossbert.training import train
 
     root = _fake_root(tmp_path, complete=(2, 4))
@@ -141,8 +142,8 @@ def test_refused_runs_touch_nothing(tmp_path):
 
 
 def _plan_error_with(root: Path, **extra) -> str:
-    from megatron_crossbert.checkpoint_format import CheckpointError
-    from megatron_crossbert.training.start_guard import plan_start
+    from megatron_crossbert.checkpoint.errors import CheckpointError
+    from megatron_crossbert.checkpoint.start_guard import plan_start
 
     with pytest.raises(CheckpointError) as info:
         plan_start(tiny_config("crossbert", "unused", root, **extra))
@@ -150,7 +151,7 @@ def _plan_error_with(root: Path, **extra) -> str:
 
 
 def test_prune_touches_only_older_complete_checkpoints(tmp_path):
-    from megatron_crossbert.training.checkpointing import prune_checkpoints
+    from megatron_crossbert.checkpoint.save import prune_checkpoints
 
     root = _fake_root(tmp_path, complete=(1, 2, 3, 4, 5), partial=(0, 6))
     (root / "iter_backup").mkdir()
@@ -167,16 +168,16 @@ def test_prune_touches_only_older_complete_checkpoints(tmp_path):
 
 
 def test_a_save_never_replaces_a_checkpoint_it_did_not_write(tmp_path):
-    from megatron_crossbert.checkpoint_format import CheckpointError
-    from megatron_crossbert.training.checkpointing import _prepare_dir
+    from megatron_crossbert.checkpoint.errors import CheckpointError
+    from megatron_crossbert.checkpoint.save import _prepare_dir
 
     root = _fake_root(tmp_path, complete=(2,), partial=(3,))
     before = tree_digest(root / ITER2)
     with pytest.raises(CheckpointError, match="a complete checkpoint from an earlier run is in the way"):
-        _prepare_dir(root / ITER2)
+        _prepare_dir(root / ITER2, written=set())
     assert tree_digest(root / ITER2) == before
     (root / "iter_0000003" / "half.distcp").write_bytes(b"x")
-    _prepare_dir(root / "iter_0000003")  # a partial save is not a checkpoint: cleared for the retry
+    _prepare_dir(root / "iter_0000003", written=set())  # a partial save is not a checkpoint: cleared for the retry
     assert list((root / "iter_0000003").iterdir()) == []
 
 
@@ -214,7 +215,7 @@ def test_resume_from_and_overwrite_are_explicit_ways_out(real, tmp_path):
 
 def test_malicious_metadata_is_refused_by_every_reader(real, tmp_path):
     """resume, init_from, export and the probe/mteb model resolver: refused, and the payload never runs."""
-    from megatron_crossbert.checkpoint_format import CheckpointError
+    from megatron_crossbert.checkpoint.errors import CheckpointError
     from megatron_crossbert.convert import ConversionError, export_to_hf
     from megatron_crossbert.evaluation.encoders import resolve_model
     from megatron_crossbert.training import train
@@ -247,9 +248,9 @@ def test_stored_objects_load_weights_only(tmp_path):
     from megatron.core.dist_checkpointing.mapping import ShardedObject
 
     from megatron_crossbert import platform
-    from megatron_crossbert.checkpoint_format import checked_read
+    from megatron_crossbert.checkpoint.safe_pickle import checked_read
     from megatron_crossbert.config import ParallelConfig
-    from megatron_crossbert.safe_pickle import UnsafeCheckpointError
+    from megatron_crossbert.checkpoint.errors import UnsafeCheckpointError
 
     class Payload:
         def __reduce__(self):
@@ -271,12 +272,12 @@ def test_stored_objects_load_weights_only(tmp_path):
 def test_swapped_tokenizer_of_the_same_size_is_refused(tmp_path, caplog):
     """Same vocab size and special ids, different id -> word map: resume, init_from and the
     dataset check refuse it, naming both fingerprints and files; the override flag downgrades to a warning."""
-    from megatron_crossbert.checkpoint_format import CheckpointError
+    from megatron_crossbert.checkpoint.errors import CheckpointError
     from megatron_crossbert.data.fingerprint import record_path, tokenizer_fingerprint, write_dataset_record
     from megatron_crossbert.data.tokenizer import load_tokenizer
     from megatron_crossbert.training import train
     from megatron_crossbert.training.setup import check_sources
-    from megatron_crossbert.training.tokenizer_check import TokenizerMismatchError, check_dataset_tokenizers
+    from megatron_crossbert.checkpoint.tokenizer_record import TokenizerMismatchError, check_dataset_tokenizers
 
     corpus = write_corpus(tmp_path / "corpus")
     dir_a, dir_b = write_tokenizer(tmp_path / "tok_a"), write_tokenizer(tmp_path / "tok_b", reverse=True)
@@ -299,12 +300,16 @@ def test_swapped_tokenizer_of_the_same_size_is_refused(tmp_path, caplog):
     with pytest.raises(CheckpointError, match="allow-tokenizer-change"):
         train(tiny_config("crossbert", corpus, ckpt, **swapped))
     assert check_sources(tiny_config("crossbert", corpus, ckpt, **swapped,
-                                     checkpoint__allow_tokenizer_change=True)).source == ckpt / ITER2
+                                     checkpoint__allow_tokenizer_change=True)).source.directory == ckpt / ITER2
     assert "allowed by checkpoint.allow_tokenizer_change" in caplog.text
 
     check_dataset_tokenizers(tiny_config("crossbert", corpus, None, data__tokenizer=str(dir_b)))
-    # a dataset written by another tool (no record): checked by every call above, warned once
-    assert caplog.text.count(f"dataset {corpus} has no tokenizer record") == 1
+    # a dataset written by another tool (no record): warned once by each start that reached the dataset
+    # check (the first train, the allowed check_sources, the call above), not once per process
+    assert caplog.text.count(f"dataset {corpus} has no tokenizer record") == 3
+    check_dataset_tokenizers(tiny_config("crossbert", corpus, None, data__tokenizer=str(dir_b),
+                                         data__data_path=["0.5", corpus, "0.5", corpus]))
+    assert caplog.text.count(f"dataset {corpus} has no tokenizer record") == 4  # twice in a blend, warned once
     write_dataset_record(corpus, tok_a, dir_a)
     with pytest.raises(TokenizerMismatchError) as data:
         check_dataset_tokenizers(tiny_config("crossbert", corpus, None, data__tokenizer=str(dir_b)))
@@ -313,7 +318,7 @@ def test_swapped_tokenizer_of_the_same_size_is_refused(tmp_path, caplog):
 
 
 def test_lr_schedule_change_on_resume_is_refused_kept_or_applied(real, caplog):
-    from megatron_crossbert.checkpoint_format import CheckpointError
+    from megatron_crossbert.checkpoint.errors import CheckpointError
     from megatron_crossbert.training.setup import build_session, check_sources
 
     corpus, ckpt = real

@@ -125,7 +125,7 @@ def test_each_bad_input_is_one_error_line(trained, tmp_path):
 
 def test_debug_flag_shows_the_traceback(capsys, tmp_path):
     """--debug re-raises (full traceback); without it the same error is one line and status 2."""
-    from megatron_crossbert.checkpoint_format import CheckpointError
+    from megatron_crossbert.checkpoint.errors import CheckpointError
     from megatron_crossbert.cli import convert_hf
 
     missing = str(tmp_path / "nope")
@@ -137,7 +137,7 @@ def test_debug_flag_shows_the_traceback(capsys, tmp_path):
 
 
 def test_cli_main_prints_once_from_rank_zero_and_keeps_bugs_loud(capsys, monkeypatch):
-    from megatron_crossbert.checkpoint_format import CheckpointError
+    from megatron_crossbert.checkpoint.errors import CheckpointError
     from megatron_crossbert.cli.errors import cli_main
 
     @cli_main

@@ -1,7 +1,7 @@
 """Checkpoint cost: save and load seconds, MB/s and bytes on disk at several model sizes.
 
 Every measurement goes through the project's own checkpoint code (``save_checkpoint`` /
-``load_checkpoint`` for the full training state, ``save_model_only`` / ``load_model_weights`` for
+``load_checkpoint`` for the full training state, ``save_model_only`` / ``read_model_weights`` for
 weights alone), in one process (world size 1, TP=PP=DP=1) with the distributed optimizer, so the
 full-state numbers include the ``fully_reshardable`` gather. Cases per size:
 
@@ -101,43 +101,47 @@ MODEL_DIR = "iter_0000000"
 
 def _save_model(trainable, ckpt_root: Path, mode: str) -> float | None:
     """Weights only; returns the blocking seconds of an async save (None when sync)."""
-    from megatron_crossbert.checkpoint_format import RUN_CONFIG_FILE, save_model_only
-    from megatron_crossbert.training import async_save
+    from megatron_crossbert.checkpoint.save import AsyncSaves, save_model_only
+    from megatron_crossbert.checkpoint.layout import RUN_CONFIG_FILE
 
     if mode == "sync":
         save_model_only(trainable.model, trainable.run_cfg, ckpt_root)
         return None
     ckpt_dir = ckpt_root / MODEL_DIR
     ckpt_dir.mkdir(parents=True)
+    saves = AsyncSaves()
     with _Clock() as blocking:
-        async_save.start({"model": trainable.model.sharded_state_dict()}, ckpt_dir, None,
-                         lambda: trainable.run_cfg.save_json(ckpt_dir / RUN_CONFIG_FILE))
-    async_save.finalize(blocking=True)
+        saves.start({"model": trainable.model.sharded_state_dict()}, ckpt_dir, None,
+                    lambda: trainable.run_cfg.save_json(ckpt_dir / RUN_CONFIG_FILE))
+    saves.finalize(blocking=True)
     return blocking.wall
 
 
 def _save_full(trainable, ckpt_root: Path, mode: str, sharding_type: str) -> float | None:
     """Full training state through save_checkpoint; blocking seconds of an async save."""
-    from megatron_crossbert.training import async_save
-    from megatron_crossbert.training.checkpointing import Progress, save_checkpoint
+    from megatron_crossbert.checkpoint.save import RunSaves, save_checkpoint
+    from megatron_crossbert.checkpoint.state import Progress
 
     cfg = trainable.run_cfg
     cfg.checkpoint.async_save = mode == "async"
+    saves = RunSaves()
     with _Clock() as blocking:
-        save_checkpoint(ckpt_root, trainable.model, trainable.optimizer, trainable.scheduler, Progress(1, 8), cfg,
+        save_checkpoint(saves, ckpt_root, trainable.model, trainable.optimizer, trainable.scheduler, Progress(1, 8), cfg,
                         sharding_type=sharding_type)
-    async_save.finalize(blocking=True)
+    saves.finalize(blocking=True)
     return blocking.wall if mode == "async" else None
 
 
 def _load(trainable, ckpt_root: Path, state: str) -> None:
-    from megatron_crossbert.checkpoint_format import load_model_weights
-    from megatron_crossbert.training.checkpointing import load_checkpoint
+    from megatron_crossbert.checkpoint.layout import resolve_checkpoint_dir
+    from megatron_crossbert.checkpoint.load import load_checkpoint, read_model_weights
+    from megatron_crossbert.checkpoint.verify import verify_checkpoint
 
     if state == "model":
-        load_model_weights(trainable.model, ckpt_root / MODEL_DIR)
+        read_model_weights(trainable.model, ckpt_root / MODEL_DIR)
     else:
-        load_checkpoint(ckpt_root, trainable.model, trainable.optimizer, trainable.scheduler, trainable.run_cfg)
+        source = verify_checkpoint(resolve_checkpoint_dir(ckpt_root), trainable.run_cfg)
+        load_checkpoint(source, trainable.model, trainable.optimizer, trainable.scheduler, trainable.run_cfg)
 
 
 def _median(values: list[float | None]) -> float | None:
@@ -181,7 +185,7 @@ class _Trainable:
 
 def build_size(name: str) -> _Trainable:
     """Model, distributed optimizer (with primed Adam state) and scheduler of one size."""
-    from megatron_crossbert.training.checkpointing import prime_optimizer_state
+    from megatron_crossbert.checkpoint.optimizer_format import prime_optimizer_state
     from megatron_crossbert.training.setup import build_trainable
 
     cfg = size_config(name)

@@ -103,7 +103,7 @@ def _checkpoint(work: Path, options: ExportSpeedOptions, tokenizer: Path, encode
     """A randomly initialised CrossBERT on ``encoder`` (TP=1) saved as a model-only checkpoint."""
     from transformers import AutoTokenizer
 
-    from megatron_crossbert.checkpoint_format import save_model_only
+    from megatron_crossbert.checkpoint.save import save_model_only
     from megatron_crossbert.config import DataConfig, ModelConfig, RunConfig
     from megatron_crossbert.convert.native import build_single_process_model, tp1_parallel_state
 
@@ -131,19 +131,19 @@ def _exports(work: Path, tokenizer: Path, options: ExportSpeedOptions) -> tuple[
     from megatron_crossbert.arch import ENCODERS
     from megatron_crossbert.convert import export_to_hf
     from megatron_crossbert.convert.formats import get_format
-    from megatron_crossbert.convert.native import read_checkpoint_config
+    from megatron_crossbert.convert.native import open_export_source
 
     wanted = {get_format(name).name for name in options.formats}  # an unknown name fails before any work
     exports, skipped = [], []
     for encoder, layout in ENCODERS.items():
         names = [name for name in layout.hf_formats if not wanted or name in wanted]
-        checkpoint = _checkpoint(work, options, tokenizer, encoder) if names else None
+        source = open_export_source(_checkpoint(work, options, tokenizer, encoder)) if names else None
         for fmt in map(get_format, names):
-            reasons = fmt.unsupported(read_checkpoint_config(checkpoint).model)
+            reasons = fmt.unsupported(source.saved.model)
             if reasons:
                 skipped.append({"format": fmt.name, "reason": "; ".join(reasons)})
                 continue
-            out = export_to_hf(checkpoint, work / f"hf_{fmt.name}", format_name=fmt.name, force=True)
+            out = export_to_hf(source, work / f"hf_{fmt.name}", format_name=fmt.name, force=True)
             exports.append({"format": fmt.name, "hf_class": fmt.base_class, "dir": out, "encoder": encoder,
                             "backends": list(fmt.attention_backends)})
     return exports, skipped

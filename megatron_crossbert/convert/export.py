@@ -13,13 +13,14 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from megatron_crossbert.checkpoint.verify import VerifiedCheckpoint
 from megatron_crossbert.config import RunConfig
 from megatron_crossbert.convert import artifacts
 from megatron_crossbert.convert.errors import ConversionError
 from megatron_crossbert.convert.formats import default_format, get_format
 from megatron_crossbert.convert.hf_format import ExportContext, HfFormat, model_traits
 from megatron_crossbert.convert.model_card import model_card
-from megatron_crossbert.convert.native import load_native_state, read_checkpoint_config
+from megatron_crossbert.convert.native import load_native_state, open_export_source
 
 log = logging.getLogger(__name__)
 
@@ -51,15 +52,18 @@ def _write_export(stage: Path, run_cfg: RunConfig, fmt: HfFormat, hf_state: dict
     (stage / "README.md").write_text(model_card(run_cfg, fmt, with_mlm, source))
 
 
-def export_to_hf(checkpoint: str | Path, out_dir: str | Path, *, tokenizer_dir: str | Path | None = None,
-                 force: bool = False, format_name: str | None = None) -> Path:
+def export_to_hf(checkpoint: str | Path | VerifiedCheckpoint, out_dir: str | Path, *,
+                 tokenizer_dir: str | Path | None = None, force: bool = False,
+                 format_name: str | None = None) -> Path:
     """Export the encoder of a checkpoint (root or ``iter_*`` dir, any TP/PP) to an HF directory.
 
-    ``format_name``: a ``formats.format_names()`` entry, or None for the model's default. A
-    reconstruction decoder is discarded; an encoder MLM head is exported with the format's MLM class
-    when it maps exactly. Must run in a single process, or one whose megatron state is TP=1/PP=1.
+    ``checkpoint`` may also be one already opened (``native.open_export_source``); it is then not
+    resolved again. ``format_name``: a ``formats.format_names()`` entry, or None for the model's
+    default. A reconstruction decoder is discarded; an encoder MLM head is exported with the format's
+    MLM class when it maps exactly. Must run in a single process, or one whose megatron state is TP=1/PP=1.
     """
-    run_cfg = read_checkpoint_config(checkpoint)
+    source = open_export_source(checkpoint)
+    run_cfg = source.saved
     fmt = resolve_format(run_cfg, format_name)
     tok = _resolve_tokenizer(run_cfg, tokenizer_dir)
     rows = run_cfg.model.padded_vocab_size(run_cfg.parallel.tensor_model_parallel_size)
@@ -69,9 +73,9 @@ def export_to_hf(checkpoint: str | Path, out_dir: str | Path, *, tokenizer_dir: 
     if with_mlm and not tok.has_mask_token:
         log.warning("tokenizer %s has no mask token: fill-mask pipelines will not work", tok.directory)
     ctx = ExportContext(vocab_rows=rows, tokenizer=tok)
-    with artifacts.staged_output(out_dir, force, protected=[Path(checkpoint), tok.directory]) as stage:
-        native = load_native_state(checkpoint, run_cfg)
+    with artifacts.staged_output(out_dir, force, protected=[Path(source.reference), tok.directory]) as stage:
+        native = load_native_state(source)
         hf_state = fmt.to_hf(native, run_cfg.model, ctx, with_mlm)
-        _write_export(stage, run_cfg, fmt, hf_state, ctx, with_mlm, str(checkpoint))
-    log.info("exported %s -> %s (%s)", checkpoint, out_dir, fmt.mlm_class if with_mlm else fmt.base_class)
+        _write_export(stage, run_cfg, fmt, hf_state, ctx, with_mlm, source.reference)
+    log.info("exported %s -> %s (%s)", source.reference, out_dir, fmt.mlm_class if with_mlm else fmt.base_class)
     return Path(out_dir)

@@ -1,7 +1,8 @@
 """Our side of the conversion: build a TP=1/PP=1 model and load or save native checkpoints.
 
-A checkpoint saved at any TP/PP is loaded in one process at TP=1/PP=1 through
-``checkpoint_format.load_model_weights`` (dist_checkpointing reshards). Two details make that exact:
+A checkpoint saved at any TP/PP is opened once (``checkpoint.verify.open_checkpoint``: resolved,
+run config read) and loaded in one process at TP=1/PP=1 through
+``checkpoint.load.read_model_weights`` (dist_checkpointing reshards). Two details make that exact:
 - the embedding table height does not depend on TP (``ModelConfig.padded_vocab_size``), so the
   TP=1 build has exactly the saved rows;
 - the model is built with the local layer spec in fp32 (checkpoint keys are spec-independent), so a
@@ -16,15 +17,22 @@ from pathlib import Path
 
 import torch
 
-from megatron_crossbert.checkpoint_format import CheckpointError, load_model_weights, read_run_config, save_model_only
+from megatron_crossbert.checkpoint.errors import CheckpointError
+from megatron_crossbert.checkpoint.verify import VerifiedCheckpoint, open_checkpoint
 from megatron_crossbert.config import CheckpointConfig, ParallelConfig, RunConfig
 from megatron_crossbert.convert.errors import ConversionError
 
 
-def read_checkpoint_config(checkpoint: str | Path) -> RunConfig:
-    """The checkpoint's RunConfig, with checkpoint-layout problems reported as ``ConversionError``."""
+def open_export_source(checkpoint: str | Path | VerifiedCheckpoint) -> VerifiedCheckpoint:
+    """The checkpoint to export, opened once; checkpoint-layout problems become ``ConversionError``.
+
+    A caller that already opened it (evaluation, which also hashes the directory) passes the
+    :class:`VerifiedCheckpoint` itself, so the reference is never resolved twice.
+    """
+    if isinstance(checkpoint, VerifiedCheckpoint):
+        return checkpoint
     try:
-        return read_run_config(checkpoint)
+        return open_checkpoint(checkpoint)
     except CheckpointError as err:
         raise ConversionError(f"cannot export {checkpoint}: {err}") from err
 
@@ -75,21 +83,24 @@ def build_single_process_model(run_cfg: RunConfig) -> torch.nn.Module:
     return build_model(single_process_config(run_cfg)).eval()
 
 
-def _load_weights(model: torch.nn.Module, checkpoint: str | Path) -> None:
-    """``load_model_weights`` with every failure as ConversionError (it already maps DCP's
+def _load_weights(model: torch.nn.Module, source: VerifiedCheckpoint) -> None:
+    """``read_model_weights`` with every failure as ConversionError (it already maps DCP's
     BaseException-derived CheckpointException to CheckpointError)."""
+    from megatron_crossbert.checkpoint.load import read_model_weights
+
     try:
-        load_model_weights(model, checkpoint)
+        read_model_weights(model, source.directory)
     except Exception as err:
         summary = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
-        raise ConversionError(f"cannot load model weights from {checkpoint}: {summary}") from err
+        raise ConversionError(f"cannot load model weights from {source.reference}: {summary}") from err
 
 
-def load_native_state(checkpoint: str | Path, run_cfg: RunConfig) -> dict[str, torch.Tensor]:
+def load_native_state(source: VerifiedCheckpoint) -> dict[str, torch.Tensor]:
     """Every tensor of the checkpoint's model at TP=1 (CPU copies; ``_extra_state`` dropped)."""
+    run_cfg = source.saved
     with tp1_parallel_state(run_cfg.training.seed):
         model = build_single_process_model(run_cfg)
-        _load_weights(model, checkpoint)
+        _load_weights(model, source)
         return {key: value.detach().cpu().clone() for key, value in model.state_dict().items()
                 if isinstance(value, torch.Tensor) and not key.endswith("_extra_state")}
 
@@ -97,6 +108,8 @@ def load_native_state(checkpoint: str | Path, run_cfg: RunConfig) -> dict[str, t
 def save_native(run_cfg: RunConfig, weights: dict[str, torch.Tensor], out_root: Path) -> Path:
     """Build a fresh TP=1 model (CrossBERT decoder randomly initialised from ``training.seed``), overwrite
     it with ``weights`` (all encoder tensors must be present) and write a model-only checkpoint."""
+    from megatron_crossbert.checkpoint.save import save_model_only
+
     with tp1_parallel_state(run_cfg.training.seed):
         model = build_single_process_model(run_cfg)
         state = model.state_dict()

@@ -28,6 +28,7 @@ import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 from megatron.core.datasets.blended_megatron_dataset_config import BlendedMegatronDatasetConfig
@@ -41,6 +42,7 @@ from megatron_crossbert.data.indexed import (
 )
 from megatron_crossbert.data.packing import PackingIndex, assemble_sample, build_packing_index
 from megatron_crossbert.data.wrappers import StrippedReader, detect_wrappers
+from megatron_crossbert.fsutil import commit_group, temp_sibling
 from megatron_crossbert.masking import TokenIds, crossbert_sample
 
 logger = logging.getLogger(__name__)
@@ -133,11 +135,10 @@ class CrossBertDataset(MegatronDataset):
                                       self.config.random_seed, self.num_samples)
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            tmp = f"{path}.tmp-{os.getpid()}"
+            tmp = temp_sibling(path)
             packing.save(tmp)  # np.savez appends .npz
-            with open(path + ".json", "w") as handle:
-                handle.write(self.unique_description)
-            os.replace(tmp + ".npz", path + ".npz")
+            Path(tmp + ".json").write_text(self.unique_description)
+            commit_group([(tmp + ".json", path + ".json"), (tmp + ".npz", path + ".npz")])
         except OSError as exc:
             logger.warning("packing index cache not writable (%s); using the in-memory index", exc)
         return packing

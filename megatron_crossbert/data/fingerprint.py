@@ -7,7 +7,8 @@ garbage without a word. A fingerprint makes the mismatch checkable:
 - it hashes the serialized ``tokenizer.json`` (vocabulary, merges, normalizer, pre-tokenizer) and
   the special-token ids the pipeline uses, so it changes when any id's meaning changes;
 - preprocessing writes it beside the ``.bin/.idx`` pair in ``<prefix>.tokenizer.json``
-  (:func:`write_dataset_record`); checkpoints keep it in their ``run_config.json``.
+  (:func:`write_dataset_record`); checkpoints keep the same record in ``checkpoint.tokenizer.json``
+  (``checkpoint.tokenizer_record``, which also compares the records at the start of a run).
 
 Datasets written by other tools (Megatron-LM) have no record: :func:`read_dataset_record` returns
 ``None`` for them, and callers warn instead of failing.
@@ -18,8 +19,12 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from megatron_crossbert.data.tokenizer import Tokenizer
+from megatron_crossbert.fsutil import atomic_write_text
+
+if TYPE_CHECKING:  # annotations only: checkpoint code reads records without loading the tokenizers library
+    from megatron_crossbert.data.tokenizer import Tokenizer
 
 RECORD_SUFFIX = ".tokenizer.json"
 """Appended to a dataset path prefix (``out/corpus_text_document``) to name its record."""
@@ -45,8 +50,6 @@ def dataset_record(tokenizer: Tokenizer, source: str | Path) -> dict:
 
 def write_dataset_record(path_prefix: str | Path, tokenizer: Tokenizer, source: str | Path) -> Path:
     """Write ``<prefix>.tokenizer.json`` atomically (readers never see half a record)."""
-    from megatron_crossbert.checkpoint_format import atomic_write_text
-
     path = record_path(path_prefix)
     atomic_write_text(path, json.dumps(dataset_record(tokenizer, source), indent=2) + "\n")
     return path

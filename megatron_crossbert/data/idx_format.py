@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from megatron_crossbert.fsutil import commit_group, temp_sibling
+
 INDEX_HEADER = b"MMIDIDX\x00\x00"
 """Magic bytes opening every ``.idx`` file."""
 
@@ -116,7 +118,7 @@ class AtomicIndexedWriter:
 
     def __init__(self, prefix: str, vocab_size: int | None, dtype=None) -> None:
         self.prefix = prefix
-        self.tmp_prefix = f"{prefix}.tmp-{os.getpid()}"
+        self.tmp_prefix = temp_sibling(prefix)
         self.dtype = dtype if dtype is not None else optimal_dtype(vocab_size)
         Path(prefix).parent.mkdir(parents=True, exist_ok=True)
         self.builder = IndexedWriter(bin_path(self.tmp_prefix), dtype=self.dtype)
@@ -136,11 +138,8 @@ class AtomicIndexedWriter:
     def commit(self) -> None:
         if not self.finalized:
             self.finalize()
-        final_idx = idx_path(self.prefix)
-        if os.path.exists(final_idx):
-            os.remove(final_idx)
-        os.replace(bin_path(self.tmp_prefix), bin_path(self.prefix))
-        os.replace(idx_path(self.tmp_prefix), final_idx)
+        commit_group([(bin_path(self.tmp_prefix), bin_path(self.prefix)),
+                      (idx_path(self.tmp_prefix), idx_path(self.prefix))])  # the .idx seals the pair
 
     def abort(self) -> None:
         """Remove temporary files (after an error or Ctrl-C); final names are left untouched."""

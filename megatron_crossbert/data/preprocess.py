@@ -36,7 +36,6 @@ from itertools import chain
 import numpy as np
 from tqdm import tqdm
 
-from megatron_crossbert.checkpoint_format import atomic_write_text
 from megatron_crossbert.config import MaskingConfig
 from megatron_crossbert.data.encoding import choose_encoder
 from megatron_crossbert.data.fingerprint import record_path, write_dataset_record
@@ -48,6 +47,7 @@ from megatron_crossbert.data.preprocess_worker import (
     ChunkResult, WorkerSpec, init_pool_worker, init_worker, process_chunk,
 )
 from megatron_crossbert.data.tokenizer_sources import open_tokenizer
+from megatron_crossbert.fsutil import atomic_write_text
 
 logger = logging.getLogger(__name__)
 

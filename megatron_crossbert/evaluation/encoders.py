@@ -18,11 +18,14 @@ import hashlib
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import TYPE_CHECKING, Literal, Sequence
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
+
+if TYPE_CHECKING:
+    from megatron_crossbert.checkpoint.verify import VerifiedCheckpoint
 
 Pooling = Literal["mean", "cls"]
 Layers = Literal["last", "all"]
@@ -39,8 +42,10 @@ class ResolvedModel:
 
 
 def is_native_checkpoint(path: str | Path) -> bool:
+    from megatron_crossbert.checkpoint.layout import LATEST_FILE, RUN_CONFIG_FILE
+
     path = Path(path)
-    return path.is_dir() and ((path / "run_config.json").is_file() or (path / "latest").is_file())
+    return path.is_dir() and ((path / RUN_CONFIG_FILE).is_file() or (path / LATEST_FILE).is_file())
 
 
 def _file_digest(path: Path, chunk: int = 1 << 22) -> str:
@@ -61,11 +66,11 @@ def hf_dir_identity(path: str | Path) -> str:
     return f"hf-dir:{path.name}:{digest.hexdigest()[:16]}"
 
 
-def native_checkpoint_identity(path: str | Path) -> str:
+def native_checkpoint_identity(source: VerifiedCheckpoint) -> str:
     """Resolved iteration dir + its run config + file sizes/mtimes (weights are sharded, not hashed)."""
-    from megatron_crossbert.checkpoint_format import RUN_CONFIG_FILE, resolve_checkpoint_dir
+    from megatron_crossbert.checkpoint.layout import RUN_CONFIG_FILE
 
-    ckpt = resolve_checkpoint_dir(path).resolve()
+    ckpt = source.directory.resolve()
     digest = hashlib.sha256(str(ckpt).encode())
     digest.update((ckpt / RUN_CONFIG_FILE).read_bytes())
     for item in sorted(ckpt.rglob("*")):
@@ -83,15 +88,20 @@ def default_cache_dir() -> Path:
 
 def export_native(checkpoint: str | Path, cache_dir: str | Path | None = None,
                   tokenizer_dir: str | Path | None = None) -> ResolvedModel:
-    """Export a native checkpoint to an HF dir under the cache (reused when the checkpoint is unchanged)."""
+    """Export a native checkpoint to an HF dir under the cache (reused when the checkpoint is unchanged).
+
+    The checkpoint is opened once; its identity and the export both read that one resolution.
+    """
+    from megatron_crossbert.checkpoint.verify import open_checkpoint
     from megatron_crossbert.convert import export_to_hf
 
-    identity = native_checkpoint_identity(checkpoint)
+    source = open_checkpoint(checkpoint)
+    identity = native_checkpoint_identity(source)
     if tokenizer_dir is not None:
         identity += f":tok={Path(tokenizer_dir).resolve()}"
     out_dir = Path(cache_dir or default_cache_dir()) / "hf_export" / hashlib.sha256(identity.encode()).hexdigest()[:16]
     if not (out_dir / "config.json").is_file():
-        export_to_hf(checkpoint, out_dir, tokenizer_dir=tokenizer_dir, force=True)
+        export_to_hf(source, out_dir, tokenizer_dir=tokenizer_dir, force=True)
     return ResolvedModel(hf_path=str(out_dir), identity=identity, native_checkpoint=str(checkpoint))
 
 

@@ -3,16 +3,14 @@
 Encoding is the expensive part of probing (minutes on CPU), fitting probes is cheap, so features are
 computed once per (model identity, task, split, side of the pair, pooling, layers, max_len, exact
 texts) and stored as ``.npy`` under ``<cache>/features/``. The texts' digest is part of the key, so
-``--max-train`` subsets and edited data files never hit a stale entry. Writes are atomic (temp file
-+ ``os.replace``) so concurrent runs sharing a cache never read half a file.
+``--max-train`` subsets and edited data files never hit a stale entry. Writes are atomic
+(``fsutil.atomic_open``) so concurrent runs sharing a cache never read half a file.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -22,6 +20,7 @@ import numpy as np
 from megatron_crossbert.evaluation.encoders import HFEncoder, Layers, Pooling
 from megatron_crossbert.evaluation.probes import task_features
 from megatron_crossbert.evaluation.tasks import ProbeTask, Split
+from megatron_crossbert.fsutil import atomic_open
 
 
 def texts_digest(texts: Sequence[str]) -> str:
@@ -51,10 +50,8 @@ class FeatureCache:
             return np.load(path)
         array = compute()
         self.root.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.root, suffix=".npy.tmp")
-        with os.fdopen(fd, "wb") as handle:
+        with atomic_open(path, "wb") as handle:
             np.save(handle, array)
-        os.replace(tmp, path)
         return array
 
 

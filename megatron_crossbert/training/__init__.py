@@ -1,4 +1,4 @@
-"""Pretraining on megatron-core: loop, optimizer/scheduler, checkpointing, logging, fault handling.
+"""Pretraining on megatron-core: loop, optimizer/scheduler, logging, fault handling (checkpoints: ``checkpoint/``).
 
 Public entry point: ``train(run_cfg) -> summary dict`` (see ``loop.py``). The CLI
 (``crossbert-pretrain`` / ``torchrun -m megatron_crossbert.cli.pretrain``) is a thin wrapper over it.

@@ -14,10 +14,9 @@ from pathlib import Path
 
 import torch.distributed as dist
 
+from megatron_crossbert.checkpoint.save import save_checkpoint
 from megatron_crossbert.config import RunConfig
 from megatron_crossbert.platform import is_rank_zero
-from megatron_crossbert.training import async_save
-from megatron_crossbert.training.checkpointing import save_checkpoint
 from megatron_crossbert.training.hooks import ProbeFn, ProbeHook
 from megatron_crossbert.training.logging import MetricsLogger
 from megatron_crossbert.training.optimizer import current_lr
@@ -57,8 +56,8 @@ def _save(session: Session, state: LoopState) -> None:
     root = session.run_cfg.checkpoint.save_dir
     if not root or state.last_saved == session.progress.iteration:
         return
-    path = save_checkpoint(root, session.model, session.optimizer, session.scheduler, session.progress,
-                           session.run_cfg)
+    path = save_checkpoint(session.saves, root, session.model, session.optimizer, session.scheduler,
+                           session.progress, session.run_cfg)
     state.last_saved, state.checkpoint = session.progress.iteration, str(path)
 
 
@@ -87,7 +86,7 @@ def _after_step(session: Session, state: LoopState, logger: MetricsLogger, probe
         logger.log_validation(it, loss)
     if probes.due(it):
         probes(session.model, it)
-    async_save.finalize(blocking=False)  # commit background saves that finished on every rank
+    session.saves.finalize(blocking=False)  # commit background saves that finished on every rank
     interval = cfg.checkpoint.save_interval
     if interval and it % interval == 0:
         _save(session, state)
@@ -145,7 +144,7 @@ def run_loop(session: Session, exit_at_iteration: int | None = None, probe_fn: P
                     logger.print(f"stopping at step {session.progress.iteration}; saving a checkpoint")
                     break
             _save(session, state)
-            async_save.finalize(blocking=True)
+            session.saves.finalize(blocking=True)
         finally:
             logger.close()
     return state

@@ -8,18 +8,20 @@ consumed-sample count.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from megatron.core import parallel_state
 
 from megatron_crossbert import platform
+from megatron_crossbert.checkpoint.load import load_checkpoint, read_model_weights
+from megatron_crossbert.checkpoint.save import RunSaves
+from megatron_crossbert.checkpoint.start_guard import StartPlan, apply_plan, plan_start
+from megatron_crossbert.checkpoint.state import Progress
+from megatron_crossbert.checkpoint.tokenizer_record import check_dataset_tokenizers
+from megatron_crossbert.checkpoint.verify import VerifiedCheckpoint
 from megatron_crossbert.config import RunConfig
-from megatron_crossbert.checkpoint_format import resolve_checkpoint_dir
-from megatron_crossbert.training.checkpointing import Progress, check_compatible, init_from_weights, load_checkpoint
-from megatron_crossbert.training.start_guard import apply_plan, check_schedule, plan_start
-from megatron_crossbert.training.tokenizer_check import check_checkpoint_tokenizer, check_dataset_tokenizers
 from megatron_crossbert.training.optimizer import build_optimizer, build_scheduler, install_schedule_hooks, wrap_ddp
 from megatron_crossbert.training.sampler import PretrainingSampler, num_microbatches
 
@@ -38,6 +40,8 @@ class Session:
     num_micro: int
     dp_size: int
     resumed_from: Path | None = None
+    saves: RunSaves = field(default_factory=RunSaves)
+    """This run's checkpoint saves: the ones it completed and the background ones in flight."""
 
 
 def build_model_chunk(run_cfg: RunConfig) -> torch.nn.Module:
@@ -48,34 +52,29 @@ def build_model_chunk(run_cfg: RunConfig) -> torch.nn.Module:
                        post_process=parallel_state.is_pipeline_last_stage())
 
 
-def check_sources(run_cfg: RunConfig):
-    """Before building or writing anything: decide where to start (``start_guard.plan_start``) and
-    fail fast on an incompatible checkpoint, LR-schedule change or tokenizer. Returns the plan."""
+def check_sources(run_cfg: RunConfig) -> StartPlan:
+    """Before building or writing anything: decide where to start and verify that checkpoint once
+    (``checkpoint.start_guard.plan_start``: shapes, optimizer layout, LR schedule, tokenizer), then
+    check the datasets' tokenizers. The plan's ``source`` then drives the load."""
     plan = plan_start(run_cfg)
-    if plan.source is not None:
-        check_compatible(plan.source, run_cfg)
-        check_schedule(plan.source, run_cfg)
-        check_checkpoint_tokenizer(plan.source, run_cfg)
-    elif run_cfg.checkpoint.init_from:
-        init_dir = resolve_checkpoint_dir(run_cfg.checkpoint.init_from)
-        check_compatible(init_dir, run_cfg, weights_only=True)
-        check_checkpoint_tokenizer(init_dir, run_cfg)
     check_dataset_tokenizers(run_cfg)
     return plan
 
 
-def restore(session: Session, source: Path | None) -> None:
-    """Resume full state from ``source`` if given, else optionally load init_from weights."""
-    cfg = session.run_cfg
-    if source is not None:
-        session.progress, session.resumed_from = load_checkpoint(
-            source, session.model, session.optimizer, session.scheduler, cfg)
-    elif cfg.checkpoint.init_from:
-        init_from_weights(cfg.checkpoint.init_from, session.model, cfg)
-        # bf16 keeps fp32 main params inside the optimizer; refresh them from the loaded weights.
-        reload = getattr(session.optimizer, "reload_model_params", None)
-        if reload is not None:
-            reload()
+def restore(session: Session, source: VerifiedCheckpoint | None) -> None:
+    """Resume full state from a verified checkpoint, or load only its weights (init_from)."""
+    if source is None:
+        return
+    if not source.weights_only:
+        session.progress = load_checkpoint(source, session.model, session.optimizer, session.scheduler,
+                                           session.run_cfg)
+        session.resumed_from = source.directory
+        return
+    read_model_weights(session.model, source.directory)
+    # bf16 keeps fp32 main params inside the optimizer; refresh them from the loaded weights.
+    reload = getattr(session.optimizer, "reload_model_params", None)
+    if reload is not None:
+        reload()
 
 
 def build_trainable(run_cfg: RunConfig) -> tuple[torch.nn.Module, torch.nn.Module, object, object]:

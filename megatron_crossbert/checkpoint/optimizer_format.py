@@ -1,4 +1,5 @@
-"""The distributed optimizer's on-disk format: which one is written, which one a checkpoint holds.
+"""The optimizer's on-disk state: which distributed-optimizer format is written, which one a
+checkpoint holds, and the Adam-state repairs a load needs without Apex/TE.
 
 megatron-core's ``DistributedOptimizer.sharded_state_dict`` can write its Adam state in several
 layouts (``distrib_optim_sharding_type``). This module is the one place that picks the layout for
@@ -7,7 +8,7 @@ and read back with a weights-only loader), recognises the layout of an existing 
 says whether it can be resumed under a different TP/PP layout.
 
 Per-parameter Adam ``step`` counts are not part of any of these layouts (megatron keeps one step
-in the param groups); ``checkpointing.restore_adam_steps`` re-derives them after a load.
+in the param groups); :func:`restore_adam_steps` re-derives them after a load.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from pathlib import Path
 
 import torch
 
+from megatron_crossbert.checkpoint.errors import CheckpointError
+from megatron_crossbert.checkpoint.safe_pickle import checked_read
 from megatron_crossbert.config import RunConfig
 
 SHARDING_TYPE_KEY = "distrib_optim_sharding_type"
@@ -65,8 +68,6 @@ def saved_sharding_type(ckpt_dir: Path, saved_cfg: RunConfig) -> str | None:
         return LEGACY_DP_RESHARDABLE
     from megatron.core.dist_checkpointing import load_content_metadata
 
-    from megatron_crossbert.checkpoint_format import CheckpointError, checked_read
-
     try:
         with checked_read(Path(ckpt_dir)):  # restricted unpickling of .metadata and the common state
             content = load_content_metadata(str(ckpt_dir)) or {}
@@ -81,12 +82,12 @@ def _layout(cfg: RunConfig) -> tuple[int, int]:
     return cfg.parallel.tensor_model_parallel_size, cfg.parallel.pipeline_model_parallel_size
 
 
-def reshard_refusal(ckpt_dir: Path, saved_cfg: RunConfig, current: RunConfig) -> list[str]:
-    """One-line reasons why ``current`` cannot resume the optimizer state in ``ckpt_dir``."""
+def reshard_refusal(ckpt_dir: Path, saved_cfg: RunConfig, sharding_type: str | None,
+                    current: RunConfig) -> list[str]:
+    """One-line reasons why ``current`` cannot resume the optimizer state in ``ckpt_dir``, whose
+    layout :func:`saved_sharding_type` read as ``sharding_type``."""
     both = saved_cfg.parallel.use_distributed_optimizer and current.parallel.use_distributed_optimizer
-    if not both or _layout(saved_cfg) == _layout(current):
-        return []
-    if saved_sharding_type(ckpt_dir, saved_cfg) != LEGACY_DP_RESHARDABLE:
+    if not both or _layout(saved_cfg) == _layout(current) or sharding_type != LEGACY_DP_RESHARDABLE:
         return []
     tp, pp = _layout(saved_cfg)
     return [f"parallel: the distributed-optimizer state in {ckpt_dir} is in the older "
@@ -115,7 +116,7 @@ def model_space_load(optimizer):
     holds a ``step`` tensor per parameter. megatron-core 0.19 copies every tensor of that state
     from the loaded ``fully_reshardable`` entry, which (rightly) has no ``step``, and fails with
     KeyError 'step'. For the duration of the load each parameter's current step is offered as
-    its own value (a no-op copy); ``checkpointing.restore_adam_steps`` sets the true count after.
+    its own value (a no-op copy); :func:`restore_adam_steps` sets the true count after.
     The wrapper is an instance attribute, removed again on exit.
     """
     patched = []
@@ -129,3 +130,41 @@ def model_space_load(optimizer):
     finally:
         for inner in patched:
             del inner._set_main_param_and_optimizer_states
+
+
+def prime_optimizer_state(optimizer) -> None:
+    """Give a fresh optimizer zero Adam moments and step 0 before it is loaded into.
+
+    megatron's DistributedOptimizer.state_dict() reads a single 'step' from torch's Adam state when
+    neither Apex nor Transformer Engine is installed (the CPU case) and asserts on an optimizer that
+    has not stepped yet; its own init_state_fn does not create 'step'. The loaded checkpoint then
+    overwrites every value set here.
+    """
+    for inner in getattr(optimizer, "chained_optimizers", [optimizer]):
+        torch_opt = getattr(inner, "optimizer", None)
+        if not isinstance(torch_opt, (torch.optim.Adam, torch.optim.AdamW)):
+            continue
+        for group in torch_opt.param_groups:
+            for param in group["params"]:
+                state = torch_opt.state[param]
+                if not state:
+                    state.update(step=torch.tensor(0.0), exp_avg=torch.zeros_like(param.data),
+                                 exp_avg_sq=torch.zeros_like(param.data))
+
+
+def restore_adam_steps(optimizer, steps: int) -> None:
+    """Set every parameter's Adam 'step' to ``steps``, each in its own tensor.
+
+    Without Apex/TE, megatron's DistributedOptimizer load leaves torch AdamW's per-parameter 'step'
+    wrong (one tensor shared by every parameter, and reset to 0 with the dp_reshardable format), so
+    the bias correction of a resumed run would differ; no optimizer layout stores per-parameter
+    steps. Applied optimizer steps equal the scheduler's step count here (both advance only when a
+    step is applied), which gives the true value.
+    """
+    for inner in getattr(optimizer, "chained_optimizers", [optimizer]):
+        torch_opt = getattr(inner, "optimizer", None)
+        if isinstance(torch_opt, torch.optim.Optimizer):
+            for state in torch_opt.state.values():
+                if isinstance(state.get("step"), torch.Tensor):
+                    state["step"] = torch.tensor(float(steps), dtype=state["step"].dtype,
+                                                 device=state["step"].device)

@@ -1,16 +1,18 @@
-"""Decide where a run starts, and refuse any start that could destroy a complete checkpoint.
+"""Decide where a run starts, verify that checkpoint once, and refuse any start that could destroy one.
 
 Rules (all checked before anything is built or written, on every rank):
 
 - ``checkpoint.resume_from`` names the checkpoint explicitly; otherwise ``load_dir``'s 'latest';
   otherwise ``save_dir``'s 'latest'. A 'latest' that is junk, empty or points at an incomplete
-  directory is an error (``checkpoint_format.read_latest``), never a silent fresh start.
+  directory is an error (``layout.read_latest``), never a silent fresh start. Without one of
+  those, ``checkpoint.init_from`` names a checkpoint whose weights alone are loaded.
+- The checkpoint found is resolved here once and verified once (``verify.verify_checkpoint``: model
+  shape, optimizer layout, LR-schedule policy, tokenizer); the :class:`StartPlan` carries the result
+  to the load.
 - A save_dir holding complete checkpoints that this run would not continue from (no valid
   'latest', a checkpoint newer than the one resumed, or a run resumed from elsewhere) refuses to
   start. The message names the newest complete checkpoint and the two ways out: ``--resume-from``
   or ``--overwrite``, which moves the ones in the way into ``save_dir/replaced_<UTC time>/``.
-- LR schedule fields that differ from the checkpoint's are refused, kept or applied according to
-  ``checkpoint.lr_schedule_on_resume``, and logged either way.
 """
 
 from __future__ import annotations
@@ -18,34 +20,32 @@ from __future__ import annotations
 import logging
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from megatron_crossbert.checkpoint_format import (
+from megatron_crossbert.checkpoint.errors import CheckpointError
+from megatron_crossbert.checkpoint.layout import (
     LATEST_FILE,
-    CheckpointError,
     complete_checkpoints,
     is_complete,
     iteration_of,
-    read_run_config,
     resolve_checkpoint_dir,
     resolve_latest,
 )
+from megatron_crossbert.checkpoint.verify import VerifiedCheckpoint, verify_checkpoint
 from megatron_crossbert.config import RunConfig
 
 logger = logging.getLogger(__name__)
 
-SCHEDULE_FIELDS = ("train_iters", "lr_warmup_iters", "lr_decay_style", "lr", "min_lr")
-"""TrainingConfig fields the LR scheduler is built from (see training.optimizer.build_scheduler)."""
 
-
-@dataclass
+@dataclass(frozen=True)
 class StartPlan:
     """Where this run starts and what ``--overwrite`` moves out of the way first."""
 
-    source: Path | None = None
-    """The complete iter_* directory to resume from; None = fresh start (or init_from weights)."""
-    move_aside: list[Path] = field(default_factory=list)
+    source: VerifiedCheckpoint | None = None
+    """The verified checkpoint to resume from (``weights_only=False``) or to take the weights of
+    (``checkpoint.init_from``, ``weights_only=True``); None = a fresh start."""
+    move_aside: tuple[Path, ...] = ()
     """Paths in save_dir to move into save_dir/replaced_<time>/ (only with checkpoint.overwrite)."""
 
 
@@ -105,23 +105,37 @@ def _source(run_cfg: RunConfig) -> Path | None:
     return None
 
 
-def plan_start(run_cfg: RunConfig) -> StartPlan:
-    """Read-only: the checkpoint to resume and what overwrite must move; CheckpointError to refuse."""
+def _move_aside(run_cfg: RunConfig, source: Path | None) -> tuple[Path, ...]:
+    """What ``--overwrite`` moves out of save_dir; CheckpointError when a complete checkpoint is in
+    the way without it."""
     ckpt = run_cfg.checkpoint
-    plan = StartPlan(source=_source(run_cfg))
     if not ckpt.save_dir:
-        return plan
+        return ()
     save_dir = Path(ckpt.save_dir)
-    blocking = _in_the_way(save_dir, plan.source)
+    blocking = _in_the_way(save_dir, source)
     if blocking and not ckpt.overwrite:
-        where = f"resuming {plan.source}" if plan.source is not None else "starting from step 0"
+        where = f"resuming {source}" if source is not None else "starting from step 0"
         raise CheckpointError(f"{save_dir}: holds complete checkpoints this run would overwrite or prune "
                               f"({', '.join(p.name for p in blocking)}) while {where}: "
                               f"{_ways_out(save_dir, blocking[-1])}")
-    if ckpt.overwrite:
-        latest = save_dir / LATEST_FILE
-        plan.move_aside = blocking + ([latest] if latest.is_file() and blocking else [])
-    return plan
+    if not ckpt.overwrite:
+        return ()
+    latest = save_dir / LATEST_FILE
+    return tuple(blocking + ([latest] if latest.is_file() and blocking else []))
+
+
+def plan_start(run_cfg: RunConfig) -> StartPlan:
+    """Read-only: the verified checkpoint to start from and what overwrite must move; CheckpointError to refuse."""
+    ckpt = run_cfg.checkpoint
+    source = _source(run_cfg)
+    move_aside = _move_aside(run_cfg, source)
+    if source is not None:
+        return StartPlan(verify_checkpoint(source, run_cfg), move_aside)
+    if ckpt.init_from:
+        init_dir = resolve_checkpoint_dir(ckpt.init_from)
+        return StartPlan(verify_checkpoint(init_dir, run_cfg, weights_only=True, reference=ckpt.init_from),
+                         move_aside)
+    return StartPlan(None, move_aside)
 
 
 def apply_plan(plan: StartPlan, save_dir: str | None) -> Path | None:
@@ -135,26 +149,3 @@ def apply_plan(plan: StartPlan, save_dir: str | None) -> Path | None:
     logger.warning("checkpoint.overwrite: moved %s into %s (nothing deleted)",
                    ", ".join(p.name for p in plan.move_aside), target)
     return target
-
-
-def schedule_changes(saved: RunConfig, current: RunConfig) -> list[str]:
-    """'field: checkpoint X -> run Y' for every LR-schedule field that differs."""
-    return [f"training.{name}: checkpoint {getattr(saved.training, name)!r} -> run {getattr(current.training, name)!r}"
-            for name in SCHEDULE_FIELDS if getattr(saved.training, name) != getattr(current.training, name)]
-
-
-def check_schedule(ckpt_dir: Path, current: RunConfig) -> list[str]:
-    """Apply checkpoint.lr_schedule_on_resume to the differences; returns them (logged when kept/applied)."""
-    changes = schedule_changes(read_run_config(ckpt_dir), current)
-    policy = current.checkpoint.lr_schedule_on_resume
-    if changes and policy == "refuse":
-        raise CheckpointError(
-            f"{ckpt_dir}: the LR schedule differs from the checkpoint's ({'; '.join(changes)}); set "
-            f"--lr-schedule-on-resume checkpoint (keep the saved schedule) or config (apply this run's "
-            f"from step {iteration_of(ckpt_dir) or 0} on), or restore the old values")
-    if changes:
-        verb = "keeping the checkpoint's schedule" if policy == "checkpoint" else "applying this run's schedule"
-        logger.warning("resume from %s: LR schedule changed (%s); %s (checkpoint.lr_schedule_on_resume=%s)",
-                       ckpt_dir, "; ".join(changes), verb, policy)
-    return changes
-

@@ -7,12 +7,14 @@ reads in torch's DCP reader unpickle without restriction (torch 2.x):
 - ``DefaultLoadPlanner.load_bytes`` calls ``torch.load(weights_only=False)`` on every non-tensor
   item stored in the ``.distcp`` files (megatron's ``common_state``, RNG states, ``_extra_state``).
 
-This module gives both a narrow allowlist. ``.metadata`` is read with :class:`MetadataUnpickler`,
-which resolves only the DCP metadata dataclasses, ``torch.Size``, dtypes and layouts (what torch
-writes there); everything else, ``os.system`` or ``builtins.eval`` included, is refused before it is
-called. Byte items go through ``torch.load(weights_only=True)`` (tensors, containers, numbers,
-strings) plus the three numpy globals an RNG state needs. The legacy ``common.pt`` (older
-megatron) is read with ``weights_only=True`` as well.
+This module gives both a narrow allowlist, and :func:`checked_read` wraps every
+``dist_checkpointing.load`` in both, after checking that every shard is present and long enough.
+``.metadata`` is read with :class:`MetadataUnpickler`, which resolves only the DCP metadata
+dataclasses, ``torch.Size``, dtypes and layouts (what torch writes there); everything else,
+``os.system`` or ``builtins.eval`` included, is refused before it is called. Byte items go through
+``torch.load(weights_only=True)`` (tensors, containers, numbers, strings) plus the three numpy
+globals an RNG state needs. The legacy ``common.pt`` (older megatron) is read with
+``weights_only=True`` as well.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import pickle
 from contextlib import contextmanager
 from pathlib import Path
 
-from megatron_crossbert.checkpoint_format import CheckpointError
+from megatron_crossbert.checkpoint.errors import CheckpointError, UnsafeCheckpointError
 
 METADATA_FILE = ".metadata"
 LEGACY_COMMON_FILE = "common.pt"
@@ -38,10 +40,6 @@ _METADATA_GLOBALS = {
     "collections": {"OrderedDict"},
 }
 """(module -> names) a DCP ``.metadata`` pickle may reference; torch dtypes are allowed on top."""
-
-
-class UnsafeCheckpointError(CheckpointError):
-    """A checkpoint file references code outside the allowlist; it was not run."""
 
 
 def _refusal(source: str | Path, module: str, name: str) -> UnsafeCheckpointError:
@@ -144,3 +142,33 @@ def restricted_byte_items(ckpt_dir: str | Path):
         raise
     finally:
         DefaultLoadPlanner.load_bytes = original
+
+
+def _check_shard_sizes(ckpt_dir: Path, metadata) -> None:
+    """Every shard file .metadata refers to exists and is long enough (names the file otherwise)."""
+    needed: dict[str, int] = {}
+    for info in (getattr(metadata, "storage_data", None) or {}).values():
+        end = int(info.offset) + int(info.length)
+        needed[info.relative_path] = max(end, needed.get(info.relative_path, 0))
+    for name, end in sorted(needed.items()):
+        shard = ckpt_dir / name
+        if not shard.is_file():
+            raise CheckpointError(f"{shard}: missing, but {ckpt_dir / METADATA_FILE} lists data in it")
+        size = shard.stat().st_size
+        if size < end:
+            raise CheckpointError(f"{shard}: truncated: {size} bytes, but {ckpt_dir / METADATA_FILE} "
+                                  f"records data up to byte {end}")
+
+
+@contextmanager
+def checked_read(ckpt_dir: Path):
+    """Wrap every dist_checkpointing.load of ``ckpt_dir``: no file in it may run code or be short.
+
+    Before the load: ``.metadata`` is unpickled under an allowlist and every shard it lists is
+    checked for presence and length. During the load: each stored object is unpickled under the
+    weights-only allowlist before torch sees it (:func:`restricted_byte_items`).
+    """
+    _check_shard_sizes(ckpt_dir, load_metadata(ckpt_dir / METADATA_FILE))
+    check_legacy_common(ckpt_dir)
+    with restricted_byte_items(ckpt_dir):
+        yield

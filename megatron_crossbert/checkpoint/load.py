@@ -1,0 +1,100 @@
+"""Load checkpoints that ``checkpoint.verify`` has already checked: a full resume or the weights only.
+
+Nothing here resolves a reference or parses ``run_config.json``: a :class:`VerifiedCheckpoint`
+carries the directory, the saved config and the optimizer layout, and every read goes through
+``safe_pickle.checked_read``. The one exception is :func:`load_model_weights`, the convenience for
+callers holding only a path (tests, benchmarks), which resolves it first.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from megatron.core import dist_checkpointing
+from torch.distributed.checkpoint.api import CheckpointException as TorchCheckpointException
+
+from megatron_crossbert.checkpoint.errors import CheckpointError
+from megatron_crossbert.checkpoint.layout import resolve_checkpoint_dir
+from megatron_crossbert.checkpoint.optimizer_format import (
+    SAVE_SHARDING_TYPE,
+    model_space_load,
+    prime_optimizer_state,
+    restore_adam_steps,
+)
+from megatron_crossbert.checkpoint.safe_pickle import checked_read
+from megatron_crossbert.checkpoint.state import Progress, set_rng_state, training_state_dict
+from megatron_crossbert.checkpoint.verify import VerifiedCheckpoint
+from megatron_crossbert.config import RunConfig
+from megatron_crossbert.platform import seed_everything
+
+
+def read_model_weights(model, ckpt_dir: Path) -> Path:
+    """Load the 'model' entry of the resolved checkpoint ``ckpt_dir`` into ``model`` (any TP/PP layout)."""
+    try:
+        with checked_read(ckpt_dir):
+            state = dist_checkpointing.load({"model": model.sharded_state_dict()}, str(ckpt_dir))
+    except CheckpointError:
+        raise
+    except (Exception, TorchCheckpointException) as err:  # DCP's CheckpointException is a BaseException
+        raise CheckpointError(f"cannot load model weights from {ckpt_dir}: {err}") from err
+    result = model.load_state_dict(state["model"], strict=False)
+    missing = [key for key in result.missing_keys if not key.endswith("_extra_state")]
+    if missing:
+        raise CheckpointError(f"{ckpt_dir} lacks model weights: {missing[:5]}{'...' if len(missing) > 5 else ''}")
+    return ckpt_dir
+
+
+def load_model_weights(model, path: str | Path) -> Path:
+    """:func:`read_model_weights` for a root or ``iter_*`` reference (resolved here); returns the dir read."""
+    return read_model_weights(model, resolve_checkpoint_dir(path))
+
+
+def _same_layout(saved: RunConfig, current: RunConfig) -> bool:
+    return (saved.parallel.tensor_model_parallel_size == current.parallel.tensor_model_parallel_size
+            and saved.parallel.pipeline_model_parallel_size == current.parallel.pipeline_model_parallel_size)
+
+
+def _read(ckpt_dir: Path, request: dict, model, optimizer) -> dict:
+    """dist_checkpointing.load plus the in-place model/optimizer loads (under no_grad)."""
+    # no_grad: the distributed optimizer copies into views of leaf parameters
+    with torch.no_grad(), model_space_load(optimizer):
+        try:
+            with checked_read(ckpt_dir):
+                loaded = dist_checkpointing.load(request, str(ckpt_dir))
+        except CheckpointError:
+            raise
+        except (Exception, TorchCheckpointException) as err:  # the latter derives from BaseException
+            raise CheckpointError(f"cannot resume from {ckpt_dir}: {err}") from err
+        model.load_state_dict(loaded["model"])
+        optimizer.load_state_dict(loaded["optimizer"])
+    return loaded
+
+
+def load_checkpoint(source: VerifiedCheckpoint, model, optimizer, scheduler, run_cfg: RunConfig) -> Progress:
+    """Collective: restore model, optimizer, scheduler, RNG and progress from a verified full checkpoint.
+
+    Under a different TP/PP layout the RNG streams cannot be mapped, so they are re-seeded from
+    ``training.seed + iteration`` (a resumed run then does not replay the dropout masks of step 1).
+    """
+    if source.weights_only:
+        raise ValueError(f"{source.directory} was verified for a weights-only load, not a resume")
+    same_layout = _same_layout(source.saved, run_cfg)
+    sharding_type = None
+    if run_cfg.parallel.use_distributed_optimizer:
+        prime_optimizer_state(optimizer)
+        sharding_type = source.sharding_type or SAVE_SHARDING_TYPE
+    request = training_state_dict(model, optimizer, scheduler, Progress(), sharding_type, is_loading=True,
+                                  with_rng=same_layout)
+    loaded = _read(source.directory, request, model, optimizer)
+    # verify.check_schedule already refused or logged any difference; 'config' applies this run's.
+    scheduler.override_opt_param_scheduler = run_cfg.checkpoint.lr_schedule_on_resume == "config"
+    scheduler.load_state_dict(loaded["scheduler"])
+    if run_cfg.parallel.use_distributed_optimizer:
+        restore_adam_steps(optimizer, scheduler.num_steps)
+    progress = Progress(int(loaded["iteration"]), int(loaded["data"]["consumed_samples"]))
+    if same_layout:
+        set_rng_state(loaded["rng"])
+    else:
+        seed_everything(run_cfg.training.seed + progress.iteration)
+    return progress

@@ -1,0 +1,216 @@
+"""Save checkpoints: the full training state (``save_checkpoint``) and model-only (``save_model_only``).
+
+A save is complete only once every rank has written its shards AND rank 0 has written
+``run_config.json``; 'latest' is replaced atomically after that. A crash (or SIGKILL) mid-save
+therefore leaves the previous checkpoint as the one readers resolve. The partial directory is
+removed by the next save of the same iteration or pruned later.
+
+With ``checkpoint.async_save`` (:class:`AsyncSaves`, megatron-core's ``mcore`` async strategy) the
+save is planned collectively as a synchronous one is, then one forked writer process per rank
+writes that rank's shards while training continues. A forked child sees the parameters and
+optimizer state as they were at the fork (copy-on-write), so later optimizer steps cannot leak into
+the checkpoint; on a GPU megatron copies the tensors to host memory first. The same commit
+(``metadata.json``, then ``run_config.json`` and ``latest``) runs in ``finalize``, which every rank
+calls at each step boundary: megatron-core runs it only once the writers of *all* ranks have
+finished, so a crash before it leaves the previous checkpoint as the one readers resolve, and a save
+still pending when training raises is never committed. NVIDIA Resiliency Extension (``nvrx``) is
+not installed here, so ``mcore`` serves on CPU and GPU.
+
+What one run remembers between saves lives on its :class:`RunSaves` (held by the training
+session), never in module state: the directories it completed, the only complete ones a save may
+replace, and its saves still in flight, so a second run in the same process never commits, or
+waits on, the first one's.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch.distributed as dist
+from megatron.core import dist_checkpointing
+from megatron.core.dist_checkpointing.strategies.async_utils import AsyncCallsQueue
+
+from megatron_crossbert.checkpoint.errors import CheckpointError
+from megatron_crossbert.checkpoint.layout import (
+    ITER_PREFIX,
+    RUN_CONFIG_FILE,
+    complete_checkpoints,
+    is_complete,
+    iteration_dir_name,
+    iteration_of,
+    latest_iteration,
+    point_latest,
+)
+from megatron_crossbert.checkpoint.optimizer_format import (
+    LEGACY_DP_RESHARDABLE,
+    SAVE_SHARDING_TYPE,
+    save_content_metadata,
+)
+from megatron_crossbert.checkpoint.state import Progress, training_state_dict
+from megatron_crossbert.checkpoint.tokenizer_record import write_checkpoint_record
+from megatron_crossbert.config import RunConfig
+from megatron_crossbert.platform import is_rank_zero
+
+SLEEP_IN_SAVE_ENV = "CROSSBERT_TEST_SLEEP_IN_SAVE"
+"""Test hook, "ITERATION:SECONDS": sleep that long after the shards of that iteration's save are
+written but before the save is committed, so a test can kill the process mid-save."""
+
+ASYNC_STRATEGY = "mcore"
+"""megatron-core's own async writer; ``nvrx`` would need nvidia-resiliency-ext."""
+
+
+class AsyncSaves:
+    """One run's background saves: started by :meth:`start`, committed in order by :meth:`finalize`."""
+
+    def __init__(self) -> None:
+        self._queue: AsyncCallsQueue | None = None  # created by the first async save
+
+    def start(self, state: dict, ckpt_dir: Path, content_metadata: dict | None,
+              commit: Callable[[], None]) -> None:
+        """Collective: plan the save of ``state`` into ``ckpt_dir``, fork the writers, queue ``commit``."""
+        request = dist_checkpointing.save(state, str(ckpt_dir), async_sharded_save=True,
+                                          async_strategy=ASYNC_STRATEGY, content_metadata=content_metadata)
+        request.add_finalize_fn(commit)  # after megatron's own finalizers (metadata.json)
+        if self._queue is None:
+            self._queue = AsyncCallsQueue(persistent=False)
+        self._queue.schedule_async_request(request)
+
+    def pending(self) -> int:
+        """Saves started but not yet committed on this rank."""
+        return 0 if self._queue is None else self._queue.get_num_unfinalized_calls()
+
+    def finalize(self, blocking: bool) -> list[int]:
+        """Collective: commit every save whose writers finished on all ranks (all of them if ``blocking``).
+
+        Returns the indices of the committed saves; a write error on any rank is raised on every rank
+        (megatron's CheckpointException) and nothing is committed. A no-op when no save was started.
+        """
+        if not self.pending():
+            return []
+        return self._queue.maybe_finalize_async_calls(blocking=blocking)
+
+
+@dataclass
+class RunSaves:
+    """One run's saves: the ones it completed and the ones still being written in the background."""
+
+    written: set[Path] = field(default_factory=set)
+    """Checkpoint directories this run completed; the only complete ones a save may replace."""
+    in_flight: AsyncSaves = field(default_factory=AsyncSaves)
+    """Background saves not yet committed (``checkpoint.async_save``)."""
+
+    def finalize(self, blocking: bool) -> list[int]:
+        """Collective: commit the background saves that finished on every rank (all if ``blocking``)."""
+        return self.in_flight.finalize(blocking)
+
+
+def _barrier() -> None:
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def _prepare_dir(ckpt_dir: Path, written: set[Path]) -> None:
+    """Remove a stale partial save of the same iteration (its shards would clash), then create.
+
+    A complete checkpoint that this run did not write (not in ``written``) is never removed
+    (start_guard refuses such runs up front; this is the last line of defence).
+    """
+    if is_complete(ckpt_dir) and ckpt_dir.resolve() not in written:
+        raise CheckpointError(f"{ckpt_dir}: a complete checkpoint from an earlier run is in the way; "
+                              f"refusing to overwrite it (move it away or use another --save)")
+    if is_rank_zero():
+        if ckpt_dir.exists():
+            shutil.rmtree(ckpt_dir)
+        ckpt_dir.mkdir(parents=True)
+    _barrier()
+
+
+def prune_checkpoints(root: Path, keep_last: int) -> list[Path]:
+    """Delete complete checkpoints older than the newest ``keep_last`` and stale partial ones (rank 0).
+
+    Only ``iter_<digits>`` directories are considered, ordered by iteration; the one 'latest' names
+    and anything newer than it are never touched.
+    """
+    current = latest_iteration(root)
+    if keep_last <= 0 or current is None:
+        return []
+    complete = complete_checkpoints(root)
+    partial = [p for p in root.glob(f"{ITER_PREFIX}*") if p.is_dir() and iteration_of(p) is not None
+               and not is_complete(p)]
+    doomed = [p for p in complete[:-keep_last] + partial if iteration_of(p) < current]
+    for path in doomed:
+        shutil.rmtree(path, ignore_errors=True)
+    return doomed
+
+
+def _test_sleep(iteration: int) -> None:
+    spec = os.environ.get(SLEEP_IN_SAVE_ENV, "")
+    target, _, seconds = spec.partition(":")
+    if spec and int(target) == iteration:
+        time.sleep(float(seconds))
+
+
+def _commit(saves: RunSaves, ckpt_dir: Path, run_cfg: RunConfig, iteration: int) -> None:
+    """Collective, once every rank's shards are on disk: run_config.json, then 'latest', then prune."""
+    _test_sleep(iteration)
+    _barrier()
+    if is_rank_zero():
+        write_checkpoint_record(ckpt_dir, run_cfg)
+        run_cfg.save_json(ckpt_dir / RUN_CONFIG_FILE)
+        point_latest(ckpt_dir)
+        prune_checkpoints(ckpt_dir.parent, run_cfg.checkpoint.keep_last)
+    saves.written.add(ckpt_dir.resolve())
+    _barrier()
+
+
+def save_checkpoint(saves: RunSaves, root: str | Path, model, optimizer, scheduler, progress: Progress,
+                    run_cfg: RunConfig, *, sharding_type: str = SAVE_SHARDING_TYPE) -> Path:
+    """Collective: write ``root/iter_XXXXXXX`` on all ranks, then commit it (run_config, 'latest').
+
+    With ``checkpoint.async_save`` this returns once the shards are handed to background writers;
+    the commit happens in ``saves.finalize``. ``sharding_type`` exists so tests can still write
+    the older ``dp_reshardable`` layout (without the content metadata, as it was written).
+    """
+    root = Path(root)
+    saves.finalize(blocking=True)  # one save in flight at a time, committed in order
+    ckpt_dir = root / iteration_dir_name(progress.iteration)
+    _prepare_dir(ckpt_dir, saves.written)
+    dist_sharding = sharding_type if run_cfg.parallel.use_distributed_optimizer else None
+    state = training_state_dict(model, optimizer, scheduler, progress, dist_sharding, is_loading=False)
+    content = None if sharding_type == LEGACY_DP_RESHARDABLE else save_content_metadata(run_cfg)
+    commit = functools.partial(_commit, saves, ckpt_dir, run_cfg, progress.iteration)
+    if run_cfg.checkpoint.async_save:
+        saves.in_flight.start(state, ckpt_dir, content, commit)
+    else:
+        dist_checkpointing.save(state, str(ckpt_dir), content_metadata=content)
+        commit()
+    return ckpt_dir
+
+
+def _write_tokenizer_record(ckpt_dir: Path, run_config: RunConfig) -> None:
+    """Best effort for model-only checkpoints (HF import): a tokenizer the data pipeline cannot load
+    is logged and left unrecorded, like a checkpoint of an older version (resume then warns)."""
+    try:
+        write_checkpoint_record(ckpt_dir, run_config)
+    except (ValueError, OSError) as err:
+        logging.getLogger(__name__).warning("%s: no tokenizer record written (%s)", ckpt_dir, err)
+
+
+def save_model_only(model, run_config: RunConfig, root: str | Path, iteration: int = 0) -> Path:
+    """Write a model-only checkpoint (no optimizer) under ``root`` and point 'latest' at it."""
+    ckpt_dir = Path(root) / iteration_dir_name(iteration)
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    dist_checkpointing.save({"model": model.sharded_state_dict()}, str(ckpt_dir))
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        _write_tokenizer_record(ckpt_dir, run_config)
+        run_config.save_json(ckpt_dir / RUN_CONFIG_FILE)
+        point_latest(ckpt_dir)
+    _barrier()
+    return ckpt_dir
