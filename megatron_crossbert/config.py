@@ -112,6 +112,10 @@ class ModelConfig:
     """Fused bias+GELU uses the tanh approximation; exported as HF 'gelu_pytorch_tanh' when True."""
     transformer_impl: Literal["auto", "local", "transformer_engine"] = "auto"
     """Layer spec: 'auto' = Transformer Engine when CUDA and TE are present, else megatron-core's local spec."""
+    sparse_prediction: bool = True
+    """MLM baselines ('bert', 'mlm'): run the LM head and the vocab projection on the masked positions only
+    (ModernBERT / HF ``sparse_prediction``); same loss and weights. False = Megatron-LM's dense head on
+    all L positions, for parity. CrossBERT always predicts its targets only."""
 
     def __post_init__(self) -> None:
         spec, _ = get_arch(self.arch), get_encoder(self.encoder)  # unknown names list the registered ones
