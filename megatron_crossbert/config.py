@@ -95,9 +95,12 @@ class ModelConfig:
     decoder_num_layers: int = 2
     """Reconstruction-branch layers (self-attn, cross-attn to the encoder, MLP). Ignored for 'bert'."""
     decoder_hidden_size: int | None = None
-    """Decoder width; None means hidden_size. Must equal hidden_size so the LM head ties to the word embeddings."""
+    """Decoder width; None means hidden_size. May be narrower (e.g. hidden_size/2): cross-attention keys and
+    values project the encoder output from hidden_size, and the LM head's dense maps the decoder width back
+    to hidden_size, so the output layer stays tied to the word embeddings."""
     decoder_num_attention_heads: int | None = None
-    """Decoder heads; None means num_attention_heads."""
+    """Decoder heads; None keeps the encoder's head dim at the decoder width (num_attention_heads at full
+    width, half of them at half width)."""
     decoder_ffn_hidden_size: int | None = None
     """Decoder MLP width; None means 4 * decoder width."""
     layernorm_epsilon: float = 1e-5
@@ -131,10 +134,8 @@ class ModelConfig:
         _require(self.rotary_base > 0, f"ModelConfig.rotary_base must be > 0, got {self.rotary_base}")
         _require(get_encoder(self.encoder).linear_bias or not self.bias_gelu_fusion,
                  f"bias_gelu_fusion needs linear biases, which the {self.encoder!r} encoder does not have")
-        _require(self.decoder_hidden_size in (None, self.hidden_size),
-                 f"decoder_hidden_size={self.decoder_hidden_size} cannot be tied to word embeddings of width "
-                 f"{self.hidden_size}: the LM head output layer shares the embedding table, so the decoder "
-                 f"width must equal hidden_size (or be left unset)")
+        _require(self.decoder_hidden_size is None or self.decoder_hidden_size > 0,
+                 f"ModelConfig.decoder_hidden_size must be > 0, got {self.decoder_hidden_size}")
         _require(self.dec_hidden % self.dec_heads == 0,
                  f"decoder_num_attention_heads={self.dec_heads} must divide decoder width {self.dec_hidden}")
         for name in ("hidden_dropout", "attention_dropout"):
@@ -150,7 +151,8 @@ class ModelConfig:
 
     @property
     def dec_heads(self) -> int:
-        return self.decoder_num_attention_heads or self.num_attention_heads
+        head_dim = self.hidden_size // self.num_attention_heads
+        return self.decoder_num_attention_heads or max(1, self.dec_hidden // head_dim)
 
     @property
     def dec_ffn(self) -> int:

@@ -156,6 +156,23 @@ def test_state_dict_keys_follow_the_contract():
     assert "output_layer.weight" not in cross, "output layer must be tied to the word embeddings"
 
 
+@pytest.mark.parametrize("encoder", ["classic", "modern"])
+def test_narrow_decoder_trains_with_the_same_keys(encoder):
+    """A decoder at half the encoder's width: K/V read the encoder width, the head maps back to it."""
+    cfg = tiny_config(f"model.encoder={encoder}", "model.decoder_hidden_size=16")
+    assert cfg.model.dec_heads == 2                     # the encoder's head dim (8) kept at width 16
+    model = build(cfg)
+    loss = model(**make_batch(cfg, batch=2))
+    loss.mean().backward()
+    state = model.state_dict()
+    assert loss.shape == (4, SEQ // 2) and torch.isfinite(loss).all()
+    assert state["lm_head.dense.weight"].shape == (32, 16) and state["mask_embedding"].shape == (16,)
+    assert state["decoder.layers.0.cross_attention.linear_kv.weight"].shape == (32, 32)   # h=32 -> 2d=32
+    assert state["decoder.layers.0.cross_attention.linear_q.weight"].shape == (16, 16)
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+    assert set(build(tiny_config(f"model.encoder={encoder}")).state_dict()) == set(state)
+
+
 def test_dist_checkpoint_round_trip(tmp_path):
     from megatron.core import dist_checkpointing
 
