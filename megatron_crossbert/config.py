@@ -19,6 +19,7 @@ from typing import Any, Literal
 import yaml
 
 from megatron_crossbert import masking as masking_rules
+from megatron_crossbert import schedules
 from megatron_crossbert.arch import ENCODERS, REGISTRY, get_arch, get_encoder
 from megatron_crossbert.fsutil import atomic_write_text
 
@@ -188,9 +189,16 @@ class MaskingConfig:
     bert_replace_random: float = 0.1
     """MLM baselines: of the selected, fraction replaced by a random token (the rest stay unchanged)."""
     seed: int = 1234
-    """Masks are a pure function of (seed, sample index); resumed runs see the same masks."""
+    """Masks are a pure function of (seed, global sample index); resumed runs see the same masks."""
+    bert_mask_prob_schedule: str | None = None
+    """MLM baselines: the selection rate over training, 'THRESHOLD:RATE ...' with thresholds in tokens
+    (K/M/B/T suffixes), first at 0; e.g. mmBERT's phases '0:0.3 2.3T:0.15 2.9T:0.05'. A pure function of
+    the global sample index (resume-exact). Validation keeps bert_mask_prob, so its losses compare."""
+    bert_mask_prob_schedule_style: Literal["step", "linear"] = "step"
+    """step: hold each rate until the next threshold (mmBERT); linear: interpolate (Ankner et al. 2023)."""
 
     def __post_init__(self) -> None:
+        _check_choices(self)
         _require(0.5 <= self.mask_ratio < 1.0, f"mask_ratio must be in [0.5, 1), got {self.mask_ratio}")
         _require(0.0 < self.bert_mask_prob < 1.0, f"bert_mask_prob must be in (0, 1), got {self.bert_mask_prob}")
         _require(self.bert_replace_mask >= 0 and self.bert_replace_random >= 0
@@ -199,10 +207,24 @@ class MaskingConfig:
         _require(not (self.pin_cls and self.complementary),
                  "pin_cls=True is incompatible with complementary=True: a pinned position would be visible "
                  "in both views, breaking disjointness")
+        if self.bert_mask_prob_schedule:
+            schedules.mask_rate_schedule(self.bert_mask_prob_schedule, self.bert_mask_prob_schedule_style)
 
     @property
     def num_views(self) -> int:
         return 2 if self.complementary else 1
+
+    def bert_mask_prob_at(self, index: int, seq_length: int) -> float:
+        """The MLM selection rate of global sample ``index``: the schedule's, else ``bert_mask_prob``."""
+        if not self.bert_mask_prob_schedule:
+            return self.bert_mask_prob
+        return schedules.mask_rate_schedule(self.bert_mask_prob_schedule,
+                                            self.bert_mask_prob_schedule_style).at(index, seq_length)
+
+    def at_fixed_rate(self) -> MaskingConfig:
+        """This masking without the rate schedule: validation masks at ``bert_mask_prob`` all run long
+        (comparable losses; ModernBERT evaluates at one rate too)."""
+        return dataclasses.replace(self, bert_mask_prob_schedule=None)
 
     def visible_length(self, seq_length: int) -> int:
         """Lv for ``seq_length``; the rule lives in ``masking.visible_length``."""
@@ -279,8 +301,21 @@ class TrainingConfig:
     """Learning rate at the end of decay."""
     lr_warmup_iters: int = 100
     """Linear warmup steps."""
-    lr_decay_style: Literal["cosine", "linear", "constant"] = "cosine"
-    """Decay after warmup."""
+    lr_decay_style: Literal["cosine", "linear", "constant", "WSD"] = "cosine"
+    """Decay after warmup (megatron-core's OptimizerParamScheduler). WSD (also 'wsd') = warmup-stable-decay:
+    lr held after the warmup, decayed to min_lr over the last lr_wsd_decay_iters (or lr_wsd_decay_fraction)."""
+    lr_wsd_decay_iters: int | None = None
+    """WSD: optimizer steps of the decay phase (Megatron-LM --lr-wsd-decay-iters); or lr_wsd_decay_fraction."""
+    lr_wsd_decay_fraction: float | None = None
+    """WSD: the decay phase as a fraction of train_iters (ModernBERT's trapezoid); not with lr_wsd_decay_iters."""
+    lr_wsd_decay_style: Literal["exponential", "linear", "cosine", "minus_sqrt"] = "exponential"
+    """WSD decay shape (Megatron-LM's default exponential; minus_sqrt = 1-sqrt, ModernBERT's and mmBERT's)."""
+    step_batch_size_schedule: str | None = None
+    """Batch-size warmup (Megatron-LM --step-batch-size-schedule): 'THRESHOLD:BATCH ...', thresholds in
+    consumed tokens (K/M/B/T suffixes), the first at 0, the last batch = global_batch_size."""
+    rampup_batch_size: list[int] | None = None
+    """Batch-size warmup (Megatron-LM --rampup-batch-size): [start, increment, ramp samples], equal samples
+    per size, then global_batch_size; translated to a step schedule (megatron-core dropped the ramp)."""
     weight_decay: float = 0.01
     """AdamW weight decay."""
     adam_beta1: float = 0.9
@@ -321,7 +356,15 @@ class TrainingConfig:
                  f"micro_batch_size={self.micro_batch_size}")
         _require(0 <= self.min_lr <= self.lr, "min_lr must be in [0, lr]")
         _require(0 <= self.lr_warmup_iters <= self.train_iters, "lr_warmup_iters must be in [0, train_iters]")
+        if self.lr_decay_style == "wsd":  # the issue's and ModernBERT's spelling; megatron's is 'WSD'
+            self.lr_decay_style = "WSD"
         _check_choices(self)
+        if self.lr_decay_style == "WSD":
+            schedules.wsd_decay_steps(self.train_iters, self.lr_warmup_iters, self.lr_wsd_decay_iters,
+                                      self.lr_wsd_decay_fraction)
+        _require(self.lr_decay_style == "WSD" or (self.lr_wsd_decay_iters is None and self.lr_wsd_decay_fraction is None),
+                 f"lr_wsd_decay_iters / lr_wsd_decay_fraction apply only with lr_decay_style=WSD, "
+                 f"not {self.lr_decay_style!r}")
 
     @property
     def half_precision(self) -> bool:
@@ -357,9 +400,10 @@ class CheckpointConfig:
     """Accept a tokenizer whose fingerprint differs from the checkpoint's or the dataset's (a warning
     instead of an error). Only for deliberate changes: ids then mean different tokens."""
     lr_schedule_on_resume: Literal["refuse", "checkpoint", "config"] = "refuse"
-    """When train_iters, lr_warmup_iters, lr_decay_style, lr or min_lr differ from the checkpoint's:
-    'refuse' stops with the differences listed; 'checkpoint' keeps the saved schedule; 'config'
-    applies this run's values from the resumed step on. Every change is logged."""
+    """When a schedule field differs from the checkpoint's (train_iters, lr_warmup_iters, lr_decay_style, lr,
+    min_lr, the WSD fields, the batch-size schedule, the masking-rate schedule; ``verify.SCHEDULE_FIELDS``):
+    'refuse' stops with the differences listed; 'checkpoint' keeps the saved schedules; 'config' applies
+    this run's values from the resumed step on. Every change is logged."""
 
     def __post_init__(self) -> None:
         _require(self.save_interval >= 0 and self.keep_last >= 0, "save_interval and keep_last must be >= 0")
@@ -387,6 +431,7 @@ class RunConfig:
         _require(model.num_attention_heads % tp == 0 and model.dec_heads % tp == 0,
                  f"tensor_model_parallel_size={tp} must divide the attention heads")
         model.padded_vocab_size(tp)  # raises when the padding multiple is not TP-divisible
+        schedules.batch_step_schedule(self.training, seq)  # raises on a bad batch-size schedule
         _require(model.num_layers % self.parallel.pipeline_model_parallel_size == 0,
                  f"pipeline_model_parallel_size={self.parallel.pipeline_model_parallel_size} must divide "
                  f"num_layers={model.num_layers}")
