@@ -366,6 +366,17 @@ class TrainingConfig:
                  f"lr_wsd_decay_iters / lr_wsd_decay_fraction apply only with lr_decay_style=WSD, "
                  f"not {self.lr_decay_style!r}")
 
+    def scheduler_decay_kwargs(self) -> dict:
+        """The decay arguments of megatron's LR scheduler for these fields (``schedules``; WSD included)."""
+        return schedules.scheduler_decay_kwargs(self.train_iters, self.lr_warmup_iters, self.lr_decay_style,
+                                                self.lr_wsd_decay_iters, self.lr_wsd_decay_fraction,
+                                                self.lr_wsd_decay_style)
+
+    def batch_step_schedule(self, seq_length: int) -> str | None:
+        """The batch-size warmup as a step schedule (thresholds in tokens); None for a constant batch."""
+        return schedules.batch_step_schedule(self.step_batch_size_schedule, self.rampup_batch_size,
+                                             self.global_batch_size, self.micro_batch_size, seq_length)
+
     @property
     def half_precision(self) -> bool:
         """bf16 parameters and activations (bf16, and fp8, whose non-GEMM math is bf16), with fp32 main
@@ -431,7 +442,7 @@ class RunConfig:
         _require(model.num_attention_heads % tp == 0 and model.dec_heads % tp == 0,
                  f"tensor_model_parallel_size={tp} must divide the attention heads")
         model.padded_vocab_size(tp)  # raises when the padding multiple is not TP-divisible
-        schedules.batch_step_schedule(self.training, seq)  # raises on a bad batch-size schedule
+        self.training.batch_step_schedule(seq)  # raises on a bad batch-size schedule
         _require(model.num_layers % self.parallel.pipeline_model_parallel_size == 0,
                  f"pipeline_model_parallel_size={self.parallel.pipeline_model_parallel_size} must divide "
                  f"num_layers={model.num_layers}")

@@ -26,10 +26,6 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # annotations only; config.py imports this module at run time
-    from megatron_crossbert.config import TrainingConfig
 
 _SUFFIXES = {"K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
 
@@ -82,14 +78,14 @@ def wsd_decay_steps(train_iters: int, warmup_iters: int, decay_iters: int | None
     return steps
 
 
-def scheduler_decay_kwargs(training: TrainingConfig) -> dict:
-    """The decay arguments of megatron's ``OptimizerParamScheduler`` for this run (optimizer steps)."""
-    decay_steps = max(1, training.train_iters)
-    out = {"lr_decay_style": training.lr_decay_style, "lr_decay_steps": decay_steps}
-    if training.lr_decay_style == "WSD":
-        out.update(wsd_decay_steps=wsd_decay_steps(training.train_iters, training.lr_warmup_iters,
-                                                   training.lr_wsd_decay_iters, training.lr_wsd_decay_fraction),
-                   lr_wsd_decay_style=training.lr_wsd_decay_style)
+def scheduler_decay_kwargs(train_iters: int, warmup_iters: int, style: str, decay_iters: int | None,
+                           decay_fraction: float | None, wsd_style: str) -> dict:
+    """The decay arguments of megatron's ``OptimizerParamScheduler`` (optimizer steps; ``TrainingConfig``'s
+    fields of the same names, ``TrainingConfig.scheduler_decay_kwargs``)."""
+    out = {"lr_decay_style": style, "lr_decay_steps": max(1, train_iters)}
+    if style == "WSD":
+        out.update(wsd_decay_steps=wsd_decay_steps(train_iters, warmup_iters, decay_iters, decay_fraction),
+                   lr_wsd_decay_style=wsd_style)
     return out
 
 
@@ -132,30 +128,31 @@ def sample_points(text: str, seq_length: int) -> list[tuple[int, int]]:
     return points
 
 
-def batch_step_schedule(training: TrainingConfig, seq_length: int) -> str | None:
-    """The run's batch step schedule from either field (None: a constant ``global_batch_size``).
+def batch_step_schedule(step_schedule: str | None, rampup: list[int] | None, global_batch: int,
+                        micro_batch: int, seq_length: int) -> str | None:
+    """The run's batch step schedule from either field (``training.step_batch_size_schedule``,
+    ``training.rampup_batch_size``); None means a constant ``global_batch``.
 
-    Its last batch must be ``global_batch_size`` (what the run trains at after the warmup) and every
-    batch a multiple of ``micro_batch_size``; one line names the problem otherwise.
+    Its last batch must be ``global_batch`` (what the run trains at after the warmup) and every batch a
+    multiple of ``micro_batch``; one line names the problem otherwise.
     """
-    if training.step_batch_size_schedule and training.rampup_batch_size:
+    if step_schedule and rampup:
         raise ValueError("set training.step_batch_size_schedule or training.rampup_batch_size, not both")
-    text = training.step_batch_size_schedule
-    if training.rampup_batch_size:
-        if len(training.rampup_batch_size) != 3:
-            raise ValueError(f"training.rampup_batch_size is [start, increment, ramp samples], got "
-                             f"{training.rampup_batch_size}")
-        text = rampup_to_step_schedule(*training.rampup_batch_size, training.global_batch_size, seq_length)
+    text = step_schedule
+    if rampup:
+        if len(rampup) != 3:
+            raise ValueError(f"training.rampup_batch_size is [start, increment, ramp samples], got {rampup}")
+        text = rampup_to_step_schedule(*rampup, global_batch, seq_length)
     if not text:
         return None
     sizes = [size for _, size in sample_points(text, seq_length)]
-    if sizes[-1] != training.global_batch_size:
-        raise ValueError(f"the batch-size schedule must end at global_batch_size={training.global_batch_size}, "
+    if sizes[-1] != global_batch:
+        raise ValueError(f"the batch-size schedule must end at global_batch_size={global_batch}, "
                          f"got {sizes[-1]} ({text!r})")
-    odd = [size for size in sizes if size <= 0 or size % training.micro_batch_size]
+    odd = [size for size in sizes if size <= 0 or size % micro_batch]
     if odd:
         raise ValueError(f"every batch of the batch-size schedule must be a positive multiple of "
-                         f"micro_batch_size={training.micro_batch_size}, got {odd}")
+                         f"micro_batch_size={micro_batch}, got {odd}")
     return text
 
 

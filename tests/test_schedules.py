@@ -80,7 +80,7 @@ def test_wsd_through_megatrons_scheduler(style):
                            lr_wsd_decay_fraction=0.2, lr_wsd_decay_style=style)
     sched = OptimizerParamScheduler(Opt(), init_lr=0.0, max_lr=1.0, min_lr=0.01, lr_warmup_steps=10, start_wd=0.0,
                                     end_wd=0.0, wd_incr_steps=100, wd_incr_style="constant",
-                                    **schedules.scheduler_decay_kwargs(train))
+                                    **train.scheduler_decay_kwargs())
     lrs = []
     for _ in range(101):
         lrs.append(Opt.param_groups[0]["lr"])

@@ -27,7 +27,6 @@ from megatron_crossbert.checkpoint.state import Progress, set_rng_state, trainin
 from megatron_crossbert.checkpoint.verify import VerifiedCheckpoint
 from megatron_crossbert.config import RunConfig
 from megatron_crossbert.platform import seed_everything
-from megatron_crossbert.schedules import scheduler_decay_kwargs
 
 
 def read_model_weights(model, ckpt_dir: Path) -> Path:
@@ -75,7 +74,7 @@ def _read(ckpt_dir: Path, request: dict, model, optimizer) -> dict:
 def _use_saved_wsd(scheduler, saved: RunConfig) -> None:
     """megatron's scheduler state omits the WSD fields: keeping the checkpoint's schedule means taking
     them from its run config (a WSD checkpoint resumed under another style would otherwise fail)."""
-    decay = scheduler_decay_kwargs(saved.training)
+    decay = saved.training.scheduler_decay_kwargs()
     scheduler.wsd_decay_steps = decay.get("wsd_decay_steps")
     scheduler.lr_wsd_decay_style = decay.get("lr_wsd_decay_style")
 

@@ -1,7 +1,7 @@
 """The global batch and micro-batch count of every step, from megatron-core's own calculators.
 
 A constant batch uses megatron's ``ConstantNumMicroBatchesCalculator``, a batch-size warmup its
-``StepBatchsizeNumMicroBatchesCalculator`` over the run's step schedule (``schedules.batch_step_schedule``:
+``StepBatchsizeNumMicroBatchesCalculator`` over the run's step schedule (``TrainingConfig.batch_step_schedule``:
 Megatron-LM's ``--step-batch-size-schedule``, or ``--rampup-batch-size`` translated). They are
 instantiated per run rather than through megatron's process-global ``init_num_microbatches_calculator``:
 the throughput benchmark and the tests build several runs in one process, and megatron's pipeline
@@ -27,7 +27,7 @@ class BatchSchedule:
 
     def __init__(self, run_cfg: RunConfig, dp_size: int, rank: int = 0) -> None:
         train, seq = run_cfg.training, run_cfg.data.seq_length
-        self.step_schedule = schedules.batch_step_schedule(train, seq)
+        self.step_schedule = train.batch_step_schedule(seq)
         self.global_batch, self.seq_length = train.global_batch_size, seq
         try:
             if self.step_schedule is None:

@@ -14,7 +14,6 @@ from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 from megatron.core.utils import get_model_config
 
-from megatron_crossbert import schedules
 from megatron_crossbert.config import RunConfig
 
 
@@ -66,14 +65,14 @@ def build_optimizer(ddp_model: DistributedDataParallel, run_cfg: RunConfig):
 
 def build_scheduler(optimizer, run_cfg: RunConfig) -> OptimizerParamScheduler:
     """Linear warmup to ``lr``, then cosine/linear/constant/WSD decay to ``min_lr`` at ``train_iters``
-    (``schedules.scheduler_decay_kwargs``: WSD holds ``lr`` until its decay phase).
+    (``TrainingConfig.scheduler_decay_kwargs``: WSD holds ``lr`` until its decay phase).
 
     Steps are counted in optimizer steps (increment 1 per iteration), so the schedule does not
     depend on the global batch size, which a batch-size warmup changes (Megatron-LM counts samples
     there: its warmup is linear in samples, ours in steps). Checkpointed values win on resume.
     """
     train = run_cfg.training
-    decay = schedules.scheduler_decay_kwargs(train)
+    decay = train.scheduler_decay_kwargs()
     return OptimizerParamScheduler(
         optimizer, init_lr=0.0, max_lr=train.lr, min_lr=train.min_lr,
         lr_warmup_steps=min(train.lr_warmup_iters, decay["lr_decay_steps"] - 1), start_wd=train.weight_decay,
