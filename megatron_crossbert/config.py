@@ -362,7 +362,8 @@ class TrainingConfig:
         if self.lr_decay_style == "WSD":
             schedules.wsd_decay_steps(self.train_iters, self.lr_warmup_iters, self.lr_wsd_decay_iters,
                                       self.lr_wsd_decay_fraction)
-        _require(self.lr_decay_style == "WSD" or (self.lr_wsd_decay_iters is None and self.lr_wsd_decay_fraction is None),
+        wsd_fields = (self.lr_wsd_decay_iters, self.lr_wsd_decay_fraction)
+        _require(self.lr_decay_style == "WSD" or wsd_fields == (None, None),
                  f"lr_wsd_decay_iters / lr_wsd_decay_fraction apply only with lr_decay_style=WSD, "
                  f"not {self.lr_decay_style!r}")
 

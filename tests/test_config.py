@@ -39,7 +39,8 @@ def test_bad_model_values(kwargs, message):
 def test_narrow_decoder_keeps_the_head_dim_and_the_tp_rule():
     half = ModelConfig(decoder_hidden_size=384)            # BERT-base encoder: 12 heads of 64
     assert (half.dec_hidden, half.dec_heads, half.dec_ffn) == (384, 6, 1536)
-    assert ModelConfig().dec_heads == 12 and ModelConfig(decoder_num_attention_heads=3, decoder_hidden_size=384).dec_heads == 3
+    assert ModelConfig().dec_heads == 12
+    assert ModelConfig(decoder_num_attention_heads=3, decoder_hidden_size=384).dec_heads == 3
     with pytest.raises(ValueError, match="must divide the attention heads"):
         RunConfig(model=ModelConfig(decoder_hidden_size=128), parallel=ParallelConfig(tensor_model_parallel_size=4))
 

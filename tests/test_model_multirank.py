@@ -5,10 +5,11 @@ imports): the TP=1/PP=1 model is built on both ranks from one seed, its weights 
 and each parallel layout is loaded from those same weights by slicing along megatron's
 ``partition_dim`` (or by pipeline stage) and compared. Variants: classic CrossBERT, modern CrossBERT
 (RoPE incl. cross-attention keys, GeGLU, no biases), both with a decoder at half the encoder's width
-(cross-attention K/V read the encoder width, the LM head maps back to it), and both MLM baselines (megatron's BertModel and
-the modern MLM). MLM batches carry a ragged prediction mask, and every layout runs them twice, with
-the dense head and with sparse prediction: sparse must equal dense of the same layout within 1e-6
-(loss and every gradient, vocab-parallel cross-entropy at TP=2) and the TP=1 reference within 1e-5.
+(cross-attention K/V read the encoder width, the LM head maps back to it), and both MLM baselines
+(megatron's BertModel and the modern MLM). MLM batches carry a ragged prediction mask, and every layout
+runs them twice, with the dense head and with sparse prediction: sparse must equal dense of the same
+layout within 1e-6 (loss and every gradient, vocab-parallel cross-entropy at TP=2) and the TP=1 reference
+within 1e-5.
 """
 
 from __future__ import annotations
