@@ -52,9 +52,9 @@ SHORTHANDS: tuple[ConfigFlag, ...] = (
                "warn instead of refusing when the tokenizer fingerprint differs from the checkpoint's or the "
                "dataset's"),
     ConfigFlag("--lr-schedule-on-resume", ("checkpoint.lr_schedule_on_resume",),
-               "when a schedule (LR, WSD, batch-size warmup, masking rate) differs from the resumed checkpoint's: "
-               "refuse (default), keep the checkpoint's schedules, or apply this run's from the resumed step on "
-               "(logged either way)"),
+               "when a schedule (LR incl. WSD, batch-size warmup, masking rate) differs from the resumed "
+               "checkpoint's: refuse (default), keep the checkpoint's schedule, or apply this run's config from the "
+               "resumed step on (logged either way)"),
     ConfigFlag("--data-path", ("data.data_path",), "indexed-dataset prefix(es), optionally weighted"),
     ConfigFlag("--tokenizer", ("data.tokenizer",), "tokenizer directory"),
 )
