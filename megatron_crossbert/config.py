@@ -19,6 +19,7 @@ from typing import Any, Literal
 import yaml
 
 from megatron_crossbert import masking as masking_rules
+from megatron_crossbert import schedules
 from megatron_crossbert.arch import ENCODERS, REGISTRY, get_arch, get_encoder
 from megatron_crossbert.fsutil import atomic_write_text
 
@@ -95,9 +96,12 @@ class ModelConfig:
     decoder_num_layers: int = 2
     """Reconstruction-branch layers (self-attn, cross-attn to the encoder, MLP). Ignored for 'bert'."""
     decoder_hidden_size: int | None = None
-    """Decoder width; None means hidden_size. Must equal hidden_size so the LM head ties to the word embeddings."""
+    """Decoder width; None means hidden_size. May be narrower (e.g. hidden_size/2): cross-attention keys and
+    values project the encoder output from hidden_size, and the LM head's dense maps the decoder width back
+    to hidden_size, so the output layer stays tied to the word embeddings."""
     decoder_num_attention_heads: int | None = None
-    """Decoder heads; None means num_attention_heads."""
+    """Decoder heads; None keeps the encoder's head dim at the decoder width (num_attention_heads at full
+    width, half of them at half width)."""
     decoder_ffn_hidden_size: int | None = None
     """Decoder MLP width; None means 4 * decoder width."""
     layernorm_epsilon: float = 1e-5
@@ -112,6 +116,10 @@ class ModelConfig:
     """Fused bias+GELU uses the tanh approximation; exported as HF 'gelu_pytorch_tanh' when True."""
     transformer_impl: Literal["auto", "local", "transformer_engine"] = "auto"
     """Layer spec: 'auto' = Transformer Engine when CUDA and TE are present, else megatron-core's local spec."""
+    sparse_prediction: bool = True
+    """MLM baselines ('bert', 'mlm'): run the LM head and the vocab projection on the masked positions only
+    (ModernBERT / HF ``sparse_prediction``); same loss and weights. False = Megatron-LM's dense head on
+    all L positions, for parity. CrossBERT always predicts its targets only."""
 
     def __post_init__(self) -> None:
         spec, _ = get_arch(self.arch), get_encoder(self.encoder)  # unknown names list the registered ones
@@ -127,10 +135,8 @@ class ModelConfig:
         _require(self.rotary_base > 0, f"ModelConfig.rotary_base must be > 0, got {self.rotary_base}")
         _require(get_encoder(self.encoder).linear_bias or not self.bias_gelu_fusion,
                  f"bias_gelu_fusion needs linear biases, which the {self.encoder!r} encoder does not have")
-        _require(self.decoder_hidden_size in (None, self.hidden_size),
-                 f"decoder_hidden_size={self.decoder_hidden_size} cannot be tied to word embeddings of width "
-                 f"{self.hidden_size}: the LM head output layer shares the embedding table, so the decoder "
-                 f"width must equal hidden_size (or be left unset)")
+        _require(self.decoder_hidden_size is None or self.decoder_hidden_size > 0,
+                 f"ModelConfig.decoder_hidden_size must be > 0, got {self.decoder_hidden_size}")
         _require(self.dec_hidden % self.dec_heads == 0,
                  f"decoder_num_attention_heads={self.dec_heads} must divide decoder width {self.dec_hidden}")
         for name in ("hidden_dropout", "attention_dropout"):
@@ -146,7 +152,8 @@ class ModelConfig:
 
     @property
     def dec_heads(self) -> int:
-        return self.decoder_num_attention_heads or self.num_attention_heads
+        head_dim = self.hidden_size // self.num_attention_heads
+        return self.decoder_num_attention_heads or max(1, self.dec_hidden // head_dim)
 
     @property
     def dec_ffn(self) -> int:
@@ -182,9 +189,16 @@ class MaskingConfig:
     bert_replace_random: float = 0.1
     """MLM baselines: of the selected, fraction replaced by a random token (the rest stay unchanged)."""
     seed: int = 1234
-    """Masks are a pure function of (seed, sample index); resumed runs see the same masks."""
+    """Masks are a pure function of (seed, global sample index); resumed runs see the same masks."""
+    bert_mask_prob_schedule: str | None = None
+    """MLM baselines: the selection rate over training, 'THRESHOLD:RATE ...' with thresholds in tokens
+    (K/M/B/T suffixes), first at 0; e.g. mmBERT's phases '0:0.3 2.3T:0.15 2.9T:0.05'. A pure function of
+    the global sample index (resume-exact). Validation keeps bert_mask_prob, so its losses compare."""
+    bert_mask_prob_schedule_style: Literal["step", "linear"] = "step"
+    """step: hold each rate until the next threshold (mmBERT); linear: interpolate (Ankner et al. 2023)."""
 
     def __post_init__(self) -> None:
+        _check_choices(self)
         _require(0.5 <= self.mask_ratio < 1.0, f"mask_ratio must be in [0.5, 1), got {self.mask_ratio}")
         _require(0.0 < self.bert_mask_prob < 1.0, f"bert_mask_prob must be in (0, 1), got {self.bert_mask_prob}")
         _require(self.bert_replace_mask >= 0 and self.bert_replace_random >= 0
@@ -193,10 +207,24 @@ class MaskingConfig:
         _require(not (self.pin_cls and self.complementary),
                  "pin_cls=True is incompatible with complementary=True: a pinned position would be visible "
                  "in both views, breaking disjointness")
+        if self.bert_mask_prob_schedule:
+            schedules.mask_rate_schedule(self.bert_mask_prob_schedule, self.bert_mask_prob_schedule_style)
 
     @property
     def num_views(self) -> int:
         return 2 if self.complementary else 1
+
+    def bert_mask_prob_at(self, index: int, seq_length: int) -> float:
+        """The MLM selection rate of global sample ``index``: the schedule's, else ``bert_mask_prob``."""
+        if not self.bert_mask_prob_schedule:
+            return self.bert_mask_prob
+        return schedules.mask_rate_schedule(self.bert_mask_prob_schedule,
+                                            self.bert_mask_prob_schedule_style).at(index, seq_length)
+
+    def at_fixed_rate(self) -> MaskingConfig:
+        """This masking without the rate schedule: validation masks at ``bert_mask_prob`` all run long
+        (comparable losses; ModernBERT evaluates at one rate too)."""
+        return dataclasses.replace(self, bert_mask_prob_schedule=None)
 
     def visible_length(self, seq_length: int) -> int:
         """Lv for ``seq_length``; the rule lives in ``masking.visible_length``."""
@@ -273,8 +301,21 @@ class TrainingConfig:
     """Learning rate at the end of decay."""
     lr_warmup_iters: int = 100
     """Linear warmup steps."""
-    lr_decay_style: Literal["cosine", "linear", "constant"] = "cosine"
-    """Decay after warmup."""
+    lr_decay_style: Literal["cosine", "linear", "constant", "WSD"] = "cosine"
+    """Decay after warmup (megatron-core's OptimizerParamScheduler). WSD (also 'wsd') = warmup-stable-decay:
+    lr held after the warmup, decayed to min_lr over the last lr_wsd_decay_iters (or lr_wsd_decay_fraction)."""
+    lr_wsd_decay_iters: int | None = None
+    """WSD: optimizer steps of the decay phase (Megatron-LM --lr-wsd-decay-iters); or lr_wsd_decay_fraction."""
+    lr_wsd_decay_fraction: float | None = None
+    """WSD: the decay phase as a fraction of train_iters (ModernBERT's trapezoid); not with lr_wsd_decay_iters."""
+    lr_wsd_decay_style: Literal["exponential", "linear", "cosine", "minus_sqrt"] = "exponential"
+    """WSD decay shape (Megatron-LM's default exponential; minus_sqrt = 1-sqrt, ModernBERT's and mmBERT's)."""
+    step_batch_size_schedule: str | None = None
+    """Batch-size warmup (Megatron-LM --step-batch-size-schedule): 'THRESHOLD:BATCH ...', thresholds in
+    consumed tokens (K/M/B/T suffixes), the first at 0, the last batch = global_batch_size."""
+    rampup_batch_size: list[int] | None = None
+    """Batch-size warmup (Megatron-LM --rampup-batch-size): [start, increment, ramp samples], equal samples
+    per size, then global_batch_size; translated to a step schedule (megatron-core dropped the ramp)."""
     weight_decay: float = 0.01
     """AdamW weight decay."""
     adam_beta1: float = 0.9
@@ -315,7 +356,27 @@ class TrainingConfig:
                  f"micro_batch_size={self.micro_batch_size}")
         _require(0 <= self.min_lr <= self.lr, "min_lr must be in [0, lr]")
         _require(0 <= self.lr_warmup_iters <= self.train_iters, "lr_warmup_iters must be in [0, train_iters]")
+        if self.lr_decay_style == "wsd":  # the issue's and ModernBERT's spelling; megatron's is 'WSD'
+            self.lr_decay_style = "WSD"
         _check_choices(self)
+        if self.lr_decay_style == "WSD":
+            schedules.wsd_decay_steps(self.train_iters, self.lr_warmup_iters, self.lr_wsd_decay_iters,
+                                      self.lr_wsd_decay_fraction)
+        wsd_fields = (self.lr_wsd_decay_iters, self.lr_wsd_decay_fraction)
+        _require(self.lr_decay_style == "WSD" or wsd_fields == (None, None),
+                 f"lr_wsd_decay_iters / lr_wsd_decay_fraction apply only with lr_decay_style=WSD, "
+                 f"not {self.lr_decay_style!r}")
+
+    def scheduler_decay_kwargs(self) -> dict:
+        """The decay arguments of megatron's LR scheduler for these fields (``schedules``; WSD included)."""
+        return schedules.scheduler_decay_kwargs(self.train_iters, self.lr_warmup_iters, self.lr_decay_style,
+                                                self.lr_wsd_decay_iters, self.lr_wsd_decay_fraction,
+                                                self.lr_wsd_decay_style)
+
+    def batch_step_schedule(self, seq_length: int) -> str | None:
+        """The batch-size warmup as a step schedule (thresholds in tokens); None for a constant batch."""
+        return schedules.batch_step_schedule(self.step_batch_size_schedule, self.rampup_batch_size,
+                                             self.global_batch_size, self.micro_batch_size, seq_length)
 
     @property
     def half_precision(self) -> bool:
@@ -351,9 +412,10 @@ class CheckpointConfig:
     """Accept a tokenizer whose fingerprint differs from the checkpoint's or the dataset's (a warning
     instead of an error). Only for deliberate changes: ids then mean different tokens."""
     lr_schedule_on_resume: Literal["refuse", "checkpoint", "config"] = "refuse"
-    """When train_iters, lr_warmup_iters, lr_decay_style, lr or min_lr differ from the checkpoint's:
-    'refuse' stops with the differences listed; 'checkpoint' keeps the saved schedule; 'config'
-    applies this run's values from the resumed step on. Every change is logged."""
+    """When a schedule field differs from the checkpoint's (train_iters, lr_warmup_iters, lr_decay_style, lr,
+    min_lr, the WSD fields, the batch-size schedule, the masking-rate schedule; ``verify.SCHEDULE_FIELDS``):
+    'refuse' stops with the differences listed; 'checkpoint' keeps the saved schedules; 'config' applies
+    this run's values from the resumed step on. Every change is logged."""
 
     def __post_init__(self) -> None:
         _require(self.save_interval >= 0 and self.keep_last >= 0, "save_interval and keep_last must be >= 0")
@@ -381,6 +443,7 @@ class RunConfig:
         _require(model.num_attention_heads % tp == 0 and model.dec_heads % tp == 0,
                  f"tensor_model_parallel_size={tp} must divide the attention heads")
         model.padded_vocab_size(tp)  # raises when the padding multiple is not TP-divisible
+        self.training.batch_step_schedule(seq)  # raises on a bad batch-size schedule
         _require(model.num_layers % self.parallel.pipeline_model_parallel_size == 0,
                  f"pipeline_model_parallel_size={self.parallel.pipeline_model_parallel_size} must divide "
                  f"num_layers={model.num_layers}")

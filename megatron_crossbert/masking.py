@@ -178,7 +178,8 @@ def crossbert_sample(masking: MaskingConfig, index: int, tokens: np.ndarray, ids
 def mlm_sample(masking: MaskingConfig, index: int, tokens: np.ndarray, ids: TokenIds) -> dict:
     """MLM sample (BERT and modern MLM): 80/10/10-masked ``tokens``, ``labels``, ``loss_mask``, ``padding_mask``."""
     masked, labels, loss_mask = bert_mask(
-        masking.seed, index, tokens, mask_prob=masking.bert_mask_prob, replace_mask=masking.bert_replace_mask,
+        masking.seed, index, tokens, mask_prob=masking.bert_mask_prob_at(index, len(tokens)),
+        replace_mask=masking.bert_replace_mask,
         replace_random=masking.bert_replace_random, mask_id=ids.mask_id, vocab_size=ids.vocab_size,
         special_ids=ids.special_ids)
     return {"tokens": masked, "labels": labels, "loss_mask": loss_mask,

@@ -10,6 +10,7 @@ import json
 import pytest
 import torch
 
+from megatron_crossbert.benchmarking.cases import SETTINGS
 from megatron_crossbert.cli.bench import main
 
 
@@ -19,14 +20,29 @@ def test_throughput_tiny_writes_json(tmp_path, capsys):
                  "--out", str(out)]) == 0
     report = json.loads(out.read_text())
     names = [r["name"] for r in report["results"]]
-    assert names[0] == "bert" and len(names) == 6
-    assert {"mlm-modern", "crossbert-modern r=0.5 compl"} <= set(names)
+    assert names == [s.name for s in SETTINGS] and len(names) == 14
+    by_name = {r["name"]: r for r in report["results"]}
     for result in report["results"]:
         assert result["samples_per_s"] > 0 and result["supervised_tokens_per_s"] > 0
         assert result["samples_per_s_vs_ref"] > 0 and result["model_flops_per_sample"] > 0
+        assert result["predicted_samples_per_s_vs_ref"] > 0 and result["samples_per_s_vs_dense"] > 0
         assert result["reference"] == ("mlm-modern" if result["encoder"] == "modern" else "bert")
+        assert result["dense_reference"] == ("mlm-modern dense" if result["encoder"] == "modern" else "bert dense")
+    # the references are the sparse-prediction baselines; the dense rows cost more FLOPs per sample
+    assert by_name["bert"]["sparse_prediction"] and not by_name["bert dense"]["sparse_prediction"]
+    assert by_name["bert dense"]["predicted_samples_per_s_vs_ref"] < 1 and by_name["bert"]["is_reference"]
+    narrow = by_name["crossbert r=0.5 compl dec h/2x1L"]
+    assert (narrow["decoder_hidden_size"], narrow["decoder_num_layers"]) == (32, 1)
+    assert narrow["model_flops_per_sample"] < by_name["crossbert r=0.5 compl"]["model_flops_per_sample"]
     assert set(report["profile"]) == set(names)
-    assert "| model |" in capsys.readouterr().out
+    table = capsys.readouterr().out
+    assert "| model |" in table and "× sparse MLM" in table and "step CPU ms | step wall ms" in table
+    only = tmp_path / "only.json"
+    assert main(["throughput", "--size", "tiny", "--steps", "1", "--warmup", "0", "--only", "crossbert r=0.5 single",
+                 "--out", str(only)]) == 0
+    assert [r["name"] for r in json.loads(only.read_text())["results"]] == ["bert", "crossbert r=0.5 single",
+                                                                           "mlm-modern"]
+    assert main(["throughput", "--size", "tiny", "--only", "crossbert r=0.9", "--out", str(only)]) == 2
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the check really runs (minutes)")

@@ -23,7 +23,7 @@ def test_mask_ratio_outside_range(ratio):
 
 @pytest.mark.parametrize("kwargs, message", [
     (dict(hidden_size=100, num_attention_heads=12), "must divide hidden_size"),
-    (dict(decoder_hidden_size=512), "cannot be tied"),
+    (dict(decoder_hidden_size=-8), "decoder_hidden_size must be > 0"),
     (dict(decoder_num_attention_heads=5), "must divide decoder width"),
     (dict(decoder_num_layers=0), "decoder_num_layers"),
     (dict(hidden_dropout=1.0), "hidden_dropout"),
@@ -34,6 +34,16 @@ def test_mask_ratio_outside_range(ratio):
 def test_bad_model_values(kwargs, message):
     with pytest.raises(ValueError, match=message):
         ModelConfig(**kwargs)
+
+
+def test_narrow_decoder_keeps_the_head_dim_and_the_tp_rule():
+    half = ModelConfig(decoder_hidden_size=384)            # BERT-base encoder: 12 heads of 64
+    assert (half.dec_hidden, half.dec_heads, half.dec_ffn) == (384, 6, 1536)
+    assert ModelConfig().dec_heads == 12
+    assert ModelConfig(decoder_num_attention_heads=3, decoder_hidden_size=384).dec_heads == 3
+    with pytest.raises(ValueError, match="must divide the attention heads"):
+        RunConfig(model=ModelConfig(decoder_hidden_size=128), parallel=ParallelConfig(tensor_model_parallel_size=4))
+
 
 
 def test_cross_section_checks():

@@ -37,8 +37,9 @@ def work(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def crossbert(work, word_tokenizer):
-    """(checkpoint root, native state, {format: export dir}) of a randomised CrossBERT."""
-    run_cfg = tiny_run_config("crossbert", tokenizer=str(word_tokenizer))
+    """(checkpoint root, native state, {format: export dir}) of a randomised CrossBERT whose decoder is
+    half the encoder's width (the export drops it whatever its width)."""
+    run_cfg = tiny_run_config("crossbert", tokenizer=str(word_tokenizer), decoder_hidden_size=16)
     state = make_checkpoint(work / "ckpt_crossbert", run_cfg)
     outs = {"default": export_to_hf(work / "ckpt_crossbert", work / "hf_crossbert")}
     outs.update({name: export_to_hf(work / "ckpt_crossbert", work / f"hf_crossbert_{name}", format_name=name)
@@ -47,8 +48,11 @@ def crossbert(work, word_tokenizer):
 
 
 def test_default_export_files_config_card_and_safe_formats(crossbert):
-    _, _, outs = crossbert
+    checkpoint, state, outs = crossbert
     out = outs["default"]
+    assert state["lm_head.dense.weight"].shape == (32, 16)          # the narrow decoder's head: d=16 -> h=32
+    ids, mask = padded_batch(125, LENGTHS)
+    assert max_diff(hf_features(out, "sdpa", ids, mask)[1], native_features(checkpoint, ids, mask), mask) <= TOL
     names = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
     assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "modules.json",
             "1_Pooling/config.json", "sentence_bert_config.json", "README.md"} <= names

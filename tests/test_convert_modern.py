@@ -9,7 +9,13 @@ from __future__ import annotations
 
 import pytest
 from test_convert_support import (
+    LENGTHS,
+    TOL,
+    hf_features,
     make_checkpoint,
+    max_diff,
+    native_features,
+    padded_batch,
     read_json,
     read_safetensors,
     tiny_run_config,
@@ -31,7 +37,8 @@ def exported(work, word_tokenizer):
     tok = word_tokenizer
     out = {}
     for arch in ("crossbert", "mlm"):
-        state = make_checkpoint(work / f"ckpt_{arch}", tiny_run_config(arch, tokenizer=str(tok), **MODERN))
+        narrow = {"decoder_hidden_size": 16} if arch == "crossbert" else {}   # a decoder at h/2, dropped on export
+        state = make_checkpoint(work / f"ckpt_{arch}", tiny_run_config(arch, tokenizer=str(tok), **MODERN, **narrow))
         out[arch] = (work / f"ckpt_{arch}", state, export_to_hf(work / f"ckpt_{arch}", work / f"hf_{arch}"))
     return out
 
@@ -47,6 +54,10 @@ def test_config_and_model_card_state_architecture_and_backends(exported):
         card = (out / "README.md").read_text()
         assert f"`{hf_class}`" in card and "`sdpa`, `eager`, `flash_attention_2`" in card
         assert "RoPE (theta 40000)" in card and "GeGLU" in card
-    tensors = read_safetensors(exported["crossbert"][2])
+    checkpoint, state, out = exported["crossbert"]
+    tensors = read_safetensors(out)
     assert not any(k.startswith(("decoder", "head.", "model.")) for k in tensors)
+    assert state["decoder.layers.0.cross_attention.linear_kv.weight"].shape == (32, 32)   # h=32 -> 2d
+    ids, mask = padded_batch(125, LENGTHS)
+    assert max_diff(hf_features(out, "sdpa", ids, mask)[1], native_features(checkpoint, ids, mask), mask) <= TOL
     assert "layers.0.attn_norm.weight" not in tensors and "layers.1.attn_norm.weight" in tensors

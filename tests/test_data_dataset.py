@@ -134,6 +134,28 @@ def test_weighted_blend(tmp_path):
     assert [int(train[i]["index"]) for i in range(3)] == [0, 1, 2]
 
 
+def test_masks_follow_the_global_index_through_a_blend_and_a_rate_schedule(tmp_path):
+    """A blend masks each sample at its global index (not the constituent's), so a masking-rate schedule
+    follows training progress; validation keeps bert_mask_prob."""
+    from megatron_crossbert.masking import mlm_sample
+
+    for name, seed in (("a", 1), ("b", 2)):
+        _megatron_written(tmp_path / f"{name}_text_document", seed=seed)
+    cfg = _cfg(["0.5", str(tmp_path / "a"), "0.5", str(tmp_path / "b")], arch="bert", split="9,1,0", vocab=300,
+               cache_dir=str(tmp_path / "cache"))
+    cfg.masking = MaskingConfig(seed=7, bert_mask_prob_schedule=f"0:0.3 {40 * L}:0.05")
+    train, valid, _ = build_datasets(cfg, (80, 8, 0))
+    for split, rate_at in ((train, lambda i: 0.3 if i < 40 else 0.05), (valid, lambda i: 0.15)):
+        for i in range(0, len(split), 3):
+            sample = split[i]
+            part = split.dataset.datasets[int(sample["dataset_id"])]
+            tokens = part.packed_tokens(int(sample["constituent_index"]))
+            expected = mlm_sample(part.masking, i, tokens, part.config.token_ids)
+            assert int(sample["index"]) == i and np.array_equal(sample["loss_mask"], expected["loss_mask"])
+            candidates = int((~np.isin(tokens, [0, 1, 2, 3, 4, 5])).sum())
+            assert sample["loss_mask"].sum() == max(1, round(rate_at(i) * candidates)), i
+
+
 def test_clear_errors_for_missing_corrupt_and_mismatched_data(tmp_path):
     prefix = tmp_path / "m_text_document"
     _megatron_written(prefix, vocab=300)

@@ -23,6 +23,7 @@ import pytest
 
 from megatron_crossbert.arch import REGISTRY
 from megatron_crossbert.benchmarking.cases import SETTINGS
+from megatron_crossbert.benchmarking.gpu_check import GPU_CHECK_ROWS
 from experiments.device_check import carry, plan
 from experiments.device_check.cli import main
 
@@ -167,7 +168,7 @@ def test_a_stage_past_its_budget_is_killed_and_the_next_still_runs(tmp_path, mon
     assert not smoke["ok"] and "killed at its budget of 1 s" in smoke["error"]
     assert check["ok"], check
     names = [r["name"] for r in check["result"]["runs"][0]["report"]["results"]]
-    assert names[0] == "bert" and names == [setting.name for setting in SETTINGS]
+    assert names == [s.name for s in SETTINGS if s.name in GPU_CHECK_ROWS or s.name in ("bert", "mlm-modern")]
     assert json.loads((tmp_path / "out" / "device_check.json").read_text())["stages"].keys() == {"smoke", "gpu_check"}
 
 
@@ -189,7 +190,8 @@ def test_toy_dry_run_of_every_stage_and_its_results_section(tmp_path):
         (spec.name, encoder) for spec in REGISTRY.values() for encoder in spec.encoders}
     assert smoke["collective"] == {"backend": "gloo", "world_size": 1, "ok": True}
     check = payload["stages"]["gpu_check"]["result"]["runs"][0]["report"]["results"]
-    assert all(r["predicted_samples_per_s_vs_bert"] > 0 for r in check)
+    assert all(r["predicted_samples_per_s_vs_ref"] > 0 and r["measured_over_predicted"] > 0 for r in check)
+    assert {r["reference"] for r in check} == {"bert", "mlm-modern"} and check[1]["samples_per_s_vs_dense"] == 1.0
     claims = payload["stages"]["claims"]["result"]
     arms = claims["seeds"][0]["arms"]
     assert [arm["arm"] for arm in arms] == ["bert", "crossbert-single", "crossbert-compl", "init-reference"]
@@ -199,7 +201,7 @@ def test_toy_dry_run_of_every_stage_and_its_results_section(tmp_path):
     section = gpu_section([payload])
     assert section.startswith(SECTION_START) and payload["meta"]["started_utc"] in section
     assert payload["meta"]["command"] in section and "| crossbert-compl |" in section
-    assert "× BERT FLOP-predicted" in section and "FP8 through Transformer Engine is NOT measured" in section
+    assert "× sparse MLM FLOP-predicted" in section and "FP8 through Transformer Engine is NOT measured" in section
     results = tmp_path / "results.md"
     results.write_text("# Results\n\nCPU numbers.\n")
     with pytest.raises(ValueError, match="refusing to write CPU dry-run"):

@@ -22,7 +22,7 @@ def test_every_example_opens_with_usage():
     files = sorted(p for p in EXAMPLES.iterdir() if p.is_file())
     names = {p.name for p in files}
     assert {"tiny_cpu.yaml", "train_tiny_cpu.sh", "single_node_8gpu.sh", "multi_node.sh", "slurm.sbatch",
-            "crossbert_base.yaml", "crossbert_large.yaml"} <= names
+            "crossbert_base.yaml", "crossbert_large.yaml", "modernbert_style.yaml"} <= names
     for path in files:
         head = path.read_text().splitlines()[:3]
         assert any("Usage" in line for line in head), path.name
@@ -41,6 +41,36 @@ def test_example_configs_validate(name):
         mlm = load_run_config(EXAMPLES / name, ["model.arch=mlm", "model.decoder_num_layers=0",
                                                 "masking.bert_mask_prob=0.3"])
         assert mlm.model.encoder == "modern"
+
+
+def test_modernbert_style_example_loads_and_trains_on_its_schedules(indexed_corpus, tmp_path):
+    """The ModernBERT-style YAML: its token budgets hold, and a few steps of it train through WSD, the batch
+    warmup and the masking-rate schedule (dimensions and batch sizes shrunk to a CPU)."""
+    from megatron_crossbert import schedules
+    from megatron_crossbert.config import load_run_config
+    from megatron_crossbert.training import train
+
+    from test_train_support import tiny_overrides
+
+    cfg = load_run_config(EXAMPLES / "modernbert_style.yaml")
+    train_cfg, seq = cfg.training, cfg.data.seq_length
+    assert (cfg.model.arch, cfg.model.sparse_prediction, train_cfg.lr_decay_style) == ("mlm", True, "WSD")
+    points = schedules.sample_points(train_cfg.batch_step_schedule(seq), seq)
+    assert points[-1] == (50_000_000_000 // seq, 4608)                           # the warmup spans 50B tokens
+    assert schedules.consumed_after(points, train_cfg.train_iters) * seq >= 1.719e12   # 1.719T tokens
+    assert schedules.consumed_after(points, train_cfg.train_iters - 1) * seq < 1.719e12
+    assert schedules.consumed_after(points, train_cfg.lr_warmup_iters - 1) * seq < 3e9 <= (
+        schedules.consumed_after(points, train_cfg.lr_warmup_iters) * seq)       # 3B-token LR warmup
+    small = tiny_overrides("mlm", indexed_corpus, tmp_path / "ckpt", model__encoder="modern", model__ffn_hidden_size=64,
+                           model__decoder_num_layers=0, training__train_iters=6, training__lr_warmup_iters=1,
+                           training__global_batch_size=6, training__rampup_batch_size=[2, 2, 8],
+                           training__lr_wsd_decay_fraction=0.5,
+                           training__precision="fp32", training__eval_interval=3,
+                           masking__bert_mask_prob_schedule="0:0.3 256:0.15")
+    summary = train(load_run_config(EXAMPLES / "modernbert_style.yaml", small))
+    assert summary["iteration"] == 6 and summary["batch_sizes"] == [2, 2, 4, 6, 6, 6]
+    lrs = summary["lrs"]                                                         # warmup 1, stable, 1-sqrt decay
+    assert lrs[1:4] == [8e-4] * 3 and 8e-4 > lrs[4] > lrs[5] > 0 and set(summary["valid_losses"]) == {3, 6}
 
 
 def _run_tiny(work: Path, extra: str = "", **env) -> str:

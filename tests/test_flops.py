@@ -32,11 +32,17 @@ def test_crossbert_matches_hand_count():
     assert model_flops_per_sample(single) == 3 * per_view
 
 
-def test_bert_counts_logits_at_all_positions():
-    cfg = load_run_config(None, TINY + ["model.arch=bert"])
-    h, f, seq, vocab = 8, 32, 4, 128
+def test_bert_counts_the_head_where_it_runs():
+    """Dense head: logits at all L positions; sparse prediction (default): at round(p*L) positions only."""
+    h, f, seq, vocab = 8, 32, 20, 128
+    tiny = TINY + [f"data.seq_length={seq}", "model.max_position_embeddings=32", "model.arch=bert"]
     layer = 2 * seq * h * 3 * h + 4 * seq * seq * h + 2 * seq * h * h + 4 * seq * h * f
-    assert model_flops_per_sample(cfg) == 3 * (2 * layer + 2 * seq * h * (h + vocab))
+    dense = load_run_config(None, tiny + ["model.sparse_prediction=false"])
+    assert model_flops_per_sample(dense) == 3 * (2 * layer + 2 * seq * h * (h + vocab))
+    sparse = load_run_config(None, tiny)                           # 15% of 20 positions: 3 predicted
+    assert model_flops_per_sample(sparse) == 3 * (2 * layer + 2 * 3 * h * (h + vocab))
+    thirty = load_run_config(None, tiny + ["masking.bert_mask_prob=0.3"])
+    assert model_flops_per_sample(thirty) == 3 * (2 * layer + 2 * 6 * h * (h + vocab))
 
 
 @pytest.mark.parametrize("seq, hidden", [(512, 768), (128, 256)])
@@ -52,7 +58,20 @@ def test_half_masking_halves_encoder_cost_per_view(seq, hidden):
 
 def test_modern_mlm_counts_the_geglu_fc1_twice_as_wide():
     """GeGLU: fc1 projects to 2*ffn (gate and up), fc2 back from ffn: 6*s*h*ffn per layer instead of 4."""
-    cfg = load_run_config(None, TINY + ["model.arch=mlm", "model.encoder=modern"])
+    cfg = load_run_config(None, TINY + ["model.arch=mlm", "model.encoder=modern", "model.sparse_prediction=false"])
     h, f, seq, vocab = 8, 32, 4, 128
     layer = 2 * seq * h * 3 * h + 4 * seq * seq * h + 2 * seq * h * h + 2 * seq * h * 2 * f + 2 * seq * f * h
     assert model_flops_per_sample(cfg) == 3 * (2 * layer + 2 * seq * h * (h + vocab))
+
+
+def test_narrow_decoder_matches_hand_count():
+    """Decoder width d=4 under an h=8 encoder: cross-attention K/V project from h, the head's dense d -> h."""
+    cfg = load_run_config(None, TINY + ["model.decoder_hidden_size=4", "model.decoder_num_attention_heads=2"])
+    h, d, f, df, lv, t, vocab = 8, 4, 32, 16, 2, 2, 128
+    enc_layer = (2 * lv * h * 3 * h) + (2 * lv * lv * h) * 2 + (2 * lv * h * h) + (2 * lv * h * f) * 2
+    self_attn = (2 * t * d * 3 * d) + (2 * t * t * d) * 2 + (2 * t * d * d)
+    cross_attn = (2 * t * d * d) + (2 * lv * h * 2 * d) + (2 * t * lv * d) * 2 + (2 * t * d * d)
+    dec_layer = self_attn + cross_attn + (2 * t * d * df) * 2
+    head = 2 * t * d * h + 2 * t * h * vocab
+    assert decoder_forward_flops(cfg, t, lv) == dec_layer
+    assert model_flops_per_sample(cfg) == 3 * 2 * (2 * enc_layer + dec_layer + head)

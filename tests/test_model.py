@@ -156,6 +156,23 @@ def test_state_dict_keys_follow_the_contract():
     assert "output_layer.weight" not in cross, "output layer must be tied to the word embeddings"
 
 
+@pytest.mark.parametrize("encoder", ["classic", "modern"])
+def test_narrow_decoder_trains_with_the_same_keys(encoder):
+    """A decoder at half the encoder's width: K/V read the encoder width, the head maps back to it."""
+    cfg = tiny_config(f"model.encoder={encoder}", "model.decoder_hidden_size=16")
+    assert cfg.model.dec_heads == 2                     # the encoder's head dim (8) kept at width 16
+    model = build(cfg)
+    loss = model(**make_batch(cfg, batch=2))
+    loss.mean().backward()
+    state = model.state_dict()
+    assert loss.shape == (4, SEQ // 2) and torch.isfinite(loss).all()
+    assert state["lm_head.dense.weight"].shape == (32, 16) and state["mask_embedding"].shape == (16,)
+    assert state["decoder.layers.0.cross_attention.linear_kv.weight"].shape == (32, 32)   # h=32 -> 2d=32
+    assert state["decoder.layers.0.cross_attention.linear_q.weight"].shape == (16, 16)
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+    assert set(build(tiny_config(f"model.encoder={encoder}")).state_dict()) == set(state)
+
+
 def test_dist_checkpoint_round_trip(tmp_path):
     from megatron.core import dist_checkpointing
 
@@ -183,6 +200,82 @@ def test_bert_baseline_loss_and_encode():
         assert loss.shape == (2, SEQ) and loss.dtype == torch.float32
         assert bert_encode(model, tokens).shape == (2, SEQ, 32)
     assert 0 < loss_mask.sum() < loss_mask.numel()
+
+
+MLM_ARCHS = {"bert": ("model.arch=bert", "model.decoder_num_layers=0"),
+             "mlm": ("model.arch=mlm", "model.encoder=modern", "model.decoder_num_layers=0")}
+EXACT = dict(atol=1e-6, rtol=0.0)
+
+
+def ragged_prediction_mask(batch: int, seq: int, seed: int = 5) -> torch.Tensor:
+    """A float loss mask with a different number of predicted positions per row (the last row: one)."""
+    mask = (torch.rand(batch, seq, generator=torch.Generator().manual_seed(seed)) < 0.3).float()
+    mask[:, 0] = 1.0
+    mask[-1] = 0.0
+    mask[-1, 3] = 1.0
+    return mask
+
+
+def mlm_batch(cfg: RunConfig, batch: int = 3, seed: int = 3) -> dict[str, torch.Tensor]:
+    """An MLM batch: labels, the predicted positions replaced by [MASK]=4, a ragged prediction mask."""
+    labels = torch.randint(5, cfg.model.vocab_size, (batch, cfg.data.seq_length),
+                           generator=torch.Generator().manual_seed(seed))
+    mask = ragged_prediction_mask(batch, cfg.data.seq_length)
+    tokens = torch.where(mask.bool(), torch.full_like(labels, 4), labels)
+    return {"input_ids": tokens, "attention_mask": torch.ones_like(tokens), "lm_labels": labels,
+            "prediction_mask": mask}
+
+
+def _masked_loss_and_grads(model, batch: dict) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    model.zero_grad(set_to_none=True)
+    per_token = model(**batch)
+    (per_token * batch["prediction_mask"]).sum().backward()
+    return per_token.detach(), {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("name", sorted(MLM_ARCHS))
+def test_sparse_prediction_equals_dense(name):
+    """Both MLM baselines: head on the masked positions only == dense head then loss mask (loss, every grad)."""
+    sparse = build(tiny_config(*MLM_ARCHS[name]))
+    dense = build(tiny_config(*MLM_ARCHS[name], "model.sparse_prediction=false"))
+    dense.load_state_dict(sparse.state_dict())
+    assert sparse.sparse_prediction and not dense.sparse_prediction
+    batch = mlm_batch(tiny_config(*MLM_ARCHS[name]))
+    mask = batch["prediction_mask"]
+    dense_loss, dense_grads = _masked_loss_and_grads(dense, batch)
+    sparse_loss, sparse_grads = _masked_loss_and_grads(sparse, batch)
+    assert sparse_loss.dtype == torch.float32 and sparse_loss.shape == dense_loss.shape
+    assert torch.all(sparse_loss[mask == 0] == 0) and torch.all(dense_loss[mask == 0] != 0)
+    torch.testing.assert_close(sparse_loss * mask, dense_loss * mask, **EXACT)
+    assert dense_grads.keys() == sparse_grads.keys()
+    for key in dense_grads:
+        torch.testing.assert_close(sparse_grads[key], dense_grads[key], **EXACT, msg=lambda m: f"{key}: {m}")
+    with torch.no_grad():  # requests without a prediction mask (logits, evaluation) stay megatron's dense path
+        ids, attention = batch["input_ids"], batch["attention_mask"]
+        assert torch.equal(sparse(ids, attention, lm_labels=batch["lm_labels"]),
+                           dense(ids, attention, lm_labels=batch["lm_labels"]))
+        logits = sparse(ids, attention)
+        logits = logits[0] if isinstance(logits, tuple) else logits
+        assert logits.shape[:2] == ids.shape
+    nothing, grads = _masked_loss_and_grads(sparse, {**batch, "prediction_mask": torch.zeros_like(mask)})
+    assert torch.all(nothing == 0) and all(torch.all(g == 0) for g in grads.values())
+
+
+@pytest.mark.parametrize("name", sorted(MLM_ARCHS))
+def test_dense_and_sparse_checkpoints_load_into_each_other(name, tmp_path):
+    """sparse_prediction changes compute only: the same dist-checkpoint keys, loadable both ways."""
+    from megatron.core import dist_checkpointing
+
+    configs = {flag: tiny_config(*MLM_ARCHS[name], f"model.sparse_prediction={flag}") for flag in ("true", "false")}
+    for source, target in (("false", "true"), ("true", "false")):
+        saved, fresh = build(configs[source], seed=1), build(configs[target], seed=2)
+        assert set(saved.sharded_state_dict()) == set(fresh.sharded_state_dict())
+        (tmp_path / source).mkdir()
+        dist_checkpointing.save(saved.sharded_state_dict(), str(tmp_path / source))
+        fresh.load_state_dict(dist_checkpointing.load(fresh.sharded_state_dict(), str(tmp_path / source)))
+        for key, value in saved.state_dict().items():
+            if torch.is_tensor(value):
+                assert torch.equal(fresh.state_dict()[key], value), key
 
 
 def _train_steps(cfg: RunConfig, batch: dict, step_loss, steps: int) -> list[float]:

@@ -326,7 +326,7 @@ def test_lr_schedule_change_on_resume_is_refused_kept_or_applied(real, caplog):
     with pytest.raises(CheckpointError) as info:
         check_sources(tiny_config("crossbert", corpus, ckpt, **longer))
     assert str(info.value) == (
-        f"{ckpt / ITER2}: the LR schedule differs from the checkpoint's (training.train_iters: checkpoint 2 -> "
+        f"{ckpt / ITER2}: the schedule differs from the checkpoint's (training.train_iters: checkpoint 2 -> "
         f"run 4; training.lr_decay_style: checkpoint 'cosine' -> run 'linear'); set --lr-schedule-on-resume "
         f"checkpoint (keep the saved schedule) or config (apply this run's from step 2 on), or restore the "
         f"old values")
@@ -338,3 +338,38 @@ def test_lr_schedule_change_on_resume_is_refused_kept_or_applied(real, caplog):
                                         checkpoint__lr_schedule_on_resume="config")).scheduler
     assert (applied.lr_decay_steps, applied.lr_decay_style, applied.num_steps) == (4, "linear", 2)
     assert "applying this run's schedule (checkpoint.lr_schedule_on_resume=config)" in caplog.text
+
+
+def test_wsd_batch_and_masking_schedules_are_guarded_on_resume(indexed_corpus, tmp_path, caplog):
+    """The new schedule fields are refused on change by default; 'checkpoint' keeps the saved ones (WSD
+    from the saved run config, which megatron's scheduler state lacks: a WSD checkpoint under a cosine
+    config would otherwise fail in get_lr); 'config' applies this run's."""
+    from megatron_crossbert.checkpoint.errors import CheckpointError
+    from megatron_crossbert.training import train
+    from megatron_crossbert.training.setup import build_session, check_sources
+
+    scheduled = dict(training__train_iters=4, training__lr_warmup_iters=1, training__lr_decay_style="wsd",
+                     training__lr_wsd_decay_iters=2, training__lr_wsd_decay_style="linear",
+                     training__rampup_batch_size=[2, 2, 8], masking__bert_mask_prob_schedule="0:0.3 1K:0.15")
+    ckpt = tmp_path / "ckpt"
+    train(tiny_config("crossbert", indexed_corpus, ckpt, **scheduled), exit_at_iteration=2)
+    plain = dict(training__train_iters=4, training__lr_warmup_iters=1)
+    with pytest.raises(CheckpointError) as info:
+        check_sources(tiny_config("crossbert", indexed_corpus, ckpt, **plain))
+    for change in ("training.lr_decay_style: checkpoint 'WSD' -> run 'cosine'",
+                   "training.lr_wsd_decay_iters: checkpoint 2 -> run None",
+                   "training.lr_wsd_decay_style: checkpoint 'linear' -> run 'exponential'",
+                   "training.rampup_batch_size: checkpoint [2, 2, 8] -> run None",
+                   "masking.bert_mask_prob_schedule: checkpoint '0:0.3 1K:0.15' -> run None"):
+        assert change in str(info.value)
+    kept = build_session(tiny_config("crossbert", indexed_corpus, ckpt, **plain,
+                                     checkpoint__lr_schedule_on_resume="checkpoint"))
+    sched = kept.scheduler
+    assert (sched.lr_decay_style, sched.wsd_decay_steps, sched.lr_wsd_decay_style) == ("WSD", 2, "linear")
+    assert sched.get_lr(sched.optimizer.param_groups[0]) == 1e-3            # stable phase of the saved WSD
+    assert kept.run_cfg.training.rampup_batch_size == [2, 2, 8] and kept.batch_schedule.at(4) == (2, 1)
+    assert kept.run_cfg.masking.bert_mask_prob_schedule == "0:0.3 1K:0.15"
+    applied = build_session(tiny_config("crossbert", indexed_corpus, ckpt, **plain,
+                                        checkpoint__lr_schedule_on_resume="config"))
+    assert applied.scheduler.lr_decay_style == "cosine" and applied.batch_schedule.at(4) == (4, 2)
+    assert applied.run_cfg.masking.bert_mask_prob_schedule is None

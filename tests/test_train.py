@@ -30,18 +30,35 @@ def _checkpoint_tensors(ckpt_dir: str) -> dict[str, torch.Tensor]:
     return _flatten(dist_checkpointing.load_plain_tensors(ckpt_dir))
 
 
+SCHEDULES = dict(training__global_batch_size=6, training__rampup_batch_size=[2, 2, 40],
+                 training__lr_decay_style="wsd", training__lr_wsd_decay_fraction=0.3,
+                 training__lr_wsd_decay_style="minus_sqrt", masking__bert_mask_prob_schedule="0:0.3 960:0.15 1600:0.05")
+"""Every schedule at once: a batch-size warmup 2 -> 4 -> 6 (Megatron-LM's rampup semantics: 10 steps of 2,
+5 of 4, then 6), warmup-stable-decay with a 1-sqrt decay over the last 30% (steps 14-20), and for the MLM
+baselines a masking rate 30% -> 15% -> 5% (at samples 30 and 50 with L=32)."""
+
+
 @pytest.mark.parametrize("arch,encoder", [("crossbert", "classic"), ("bert", "classic"), ("mlm", "modern")])
 def test_resume_is_bit_identical(arch, encoder, indexed_corpus, tmp_path):
-    """20 steps straight == 10 steps, stop (with checkpoint), resume, 10 steps; dropout is on."""
+    """20 steps straight == 12 steps, stop (with checkpoint), resume, 8 steps; dropout is on. The stop
+    falls mid-ramp, before the LR decay and before the masking rate changes, so the resumed run crosses
+    every schedule."""
     from megatron_crossbert.training import train
 
-    straight = train(tiny_config(arch, indexed_corpus, tmp_path / "a", model__encoder=encoder))
-    first = train(tiny_config(arch, indexed_corpus, tmp_path / "b", model__encoder=encoder), exit_at_iteration=10)
-    second = train(tiny_config(arch, indexed_corpus, tmp_path / "b", model__encoder=encoder))
-    assert first["iteration"] == 10 and second["start_iteration"] == 10
-    assert second["resumed_from"].endswith("iter_0000010")
+    def config(run: str):
+        return tiny_config(arch, indexed_corpus, tmp_path / run, model__encoder=encoder, **SCHEDULES)
+
+    straight = train(config("a"))
+    first = train(config("b"), exit_at_iteration=12)
+    second = train(config("b"))
+    assert first["iteration"] == 12 and second["start_iteration"] == 12
+    assert second["resumed_from"].endswith("iter_0000012")
+    assert straight["batch_sizes"] == [2] * 10 + [4] * 5 + [6] * 5 == first["batch_sizes"] + second["batch_sizes"]
+    lrs = straight["lrs"]
+    assert lrs[2:15] == [lrs[2]] * 13 and lrs[-1] < lrs[15] < lrs[2]              # warmup, stable, then decay
+    assert straight["lrs"] == first["lrs"] + second["lrs"]
     assert straight["losses"] == first["losses"] + second["losses"]
-    assert straight["consumed_samples"] == second["consumed_samples"] == 20 * 4
+    assert straight["consumed_samples"] == second["consumed_samples"] == 70
     final_a, final_b = _checkpoint_tensors(straight["checkpoint"]), _checkpoint_tensors(second["checkpoint"])
     assert final_a.keys() == final_b.keys()
     assert any("word_embeddings" in key for key in final_a) and any("exp_avg" in key for key in final_a)
@@ -95,17 +112,23 @@ def test_tensorboard_and_console_metrics(indexed_corpus, tmp_path, capsys):
     assert set(summary["valid_losses"]) == {2, 4}
 
 
-def test_sampler_slices_and_resumes():
-    from megatron_crossbert.training.sampler import PretrainingSampler, num_microbatches
+def test_sampler_slices_and_resumes(indexed_corpus):
+    from megatron_crossbert.training.batch_schedule import BatchSchedule
+    from megatron_crossbert.training.sampler import PretrainingSampler
 
     ranks = [list(PretrainingSampler(16, 4, 2, r, 2)) for r in range(2)]
     assert ranks[0][:2] == [[4, 5], [8, 9]] and ranks[1][:2] == [[6, 7], [10, 11]]
     everything = sorted(i for batches in ranks for batch in batches for i in batch)
     assert everything == list(range(4, 16))
     assert [list(b) for b in PretrainingSampler(16, 8, 4, 0, 1)] == [[8, 9, 10, 11], [12, 13, 14, 15]]
-    assert num_microbatches(32, 2, 4) == 4
+    assert BatchSchedule(tiny_config("bert", indexed_corpus, training__global_batch_size=32), 4).at(0) == (32, 4)
     with pytest.raises(ValueError, match="not divisible"):
-        num_microbatches(30, 2, 4)
+        BatchSchedule(tiny_config("bert", indexed_corpus, training__global_batch_size=30), 4)
+    ramp = BatchSchedule(tiny_config("bert", indexed_corpus, **SCHEDULES), 1)
+    assert [ramp.at(c) for c in (0, 19, 20, 39, 40)] == [(2, 1), (2, 1), (4, 2), (4, 2), (6, 3)]
+    assert ramp.total_samples(20) == 70 and ramp.total_samples(11) == 24
+    with pytest.raises(ValueError, match="not divisible"):      # 2 is not a multiple of 2 x 2 DP ranks
+        ramp.__class__(tiny_config("bert", indexed_corpus, **SCHEDULES), 2).at(0)
 
 
 def test_cli_help_and_config_resolution(tmp_path):

@@ -50,7 +50,7 @@ class StageSpec:
 STAGES: tuple[StageSpec, ...] = (
     StageSpec("smoke", 90, 300, "tests/test_gpu.py, CUDA/NCCL smoke, bf16 train steps of every architecture"),
     StageSpec("gpu_check", 160, 300, "crossbert-bench gpu-check: bf16 MFU at BERT-base/large L=512, "
-                                     "CrossBERT vs megatron BertModel, GEMM peak, FLOP-predicted ratios"),
+                                     "CrossBERT vs sparse megatron BertModel, GEMM peak, FLOP-predicted ratios"),
     StageSpec("claims", 330, 600, "equal-FLOPs bf16 pretraining of MLM baseline and CrossBERT arms, "
                                   "frozen probes on GLUE dev"),
 )

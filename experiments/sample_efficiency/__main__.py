@@ -31,8 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--probe-dir", default=defaults.probe_dir)
     p.add_argument("--results-md", default=defaults.results_md, help="markdown results page to (re)write")
     p.add_argument("--figures-dir", default=defaults.figures_dir)
-    p.add_argument("--throughput-json", default=defaults.throughput_json,
-                   help="throughput report (crossbert-bench throughput) to include in the results page when it exists")
+    p.add_argument("--throughput-json", nargs="+", default=defaults.throughput_json,
+                   help="throughput reports (crossbert-bench throughput) to include in the results page, "
+                        "those that exist")
     p.add_argument("--stages", nargs="*", default=None, choices=STAGES,
                    help="subset of the stages (default: all, in order)")
     p.add_argument("--follow", action="store_true",

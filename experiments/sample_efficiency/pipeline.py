@@ -12,7 +12,7 @@ import json
 import os
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from megatron_crossbert.benchmarking.study.plan import Plan, RunSpec, compute_budget_flops
@@ -45,7 +45,10 @@ class ExperimentPaths:
     probe_dir: str
     results_md: str = "docs/results.md"
     figures_dir: str = "docs/figures"
-    throughput_json: str = "benchmarks/out/throughput.json"
+    throughput_json: list[str] = field(default_factory=lambda: ["benchmarks/out/throughput.json",
+                                                               "benchmarks/out/throughput_L512.json"])
+    """Throughput reports (``crossbert-bench throughput``) the page shows, those that exist: the CPU shape
+    and the same encoder at L=512 (``--seq-length 512``)."""
 
 
 def _status_path(work_dir: Path) -> Path:
@@ -104,11 +107,10 @@ def _report(plan: Plan, runs: list[RunSpec], work: Path, paths: ExperimentPaths)
     from .results_page import write_results_page
 
     figures = make_figures(plan, runs, work, Path(paths.figures_dir))
-    throughput = Path(paths.throughput_json)
+    throughput = [Path(path) for path in paths.throughput_json if Path(path).is_file()]
     status = {k: v for k, v in _load_status(work).items() if k != "report"}
     write_results_page(Path(paths.results_md), plan=plan, runs=runs, work_dir=work, figures=figures,
-                       status=status, throughput_json=throughput if throughput.is_file() else None,
-                       caveats=CAVEATS)
+                       status=status, throughput_jsons=throughput, caveats=CAVEATS)
 
 
 def follow_probes(plan: Plan, runs: list[RunSpec], work: Path, paths: ExperimentPaths, poll_s: float = 30.0) -> None:

@@ -2,8 +2,11 @@
 
 A comparison is only fair if the MLM baseline and every CrossBERT setting share the encoder (width,
 depth, heads, MLP), the vocabulary and the packed sequence length L; only the masking and the
-reconstruction branch differ. Each encoder family has its own reference: megatron's BertModel for
-the classic family, the modern encoder + MLM head for the modern one. ``SIZES`` holds the shapes:
+reconstruction branch differ. Each encoder family has its own reference, its strongest MLM baseline:
+megatron's BertModel for the classic family, the modern encoder + MLM head for the modern one, both
+with sparse prediction (the head on the masked positions only, as ModernBERT runs it). The dense-head
+baseline (Megatron-LM's) is an extra row, and CrossBERT rows with a narrower or shallower decoder
+(width h/2, 1 layer) show what the decoder costs. ``SIZES`` holds the shapes:
 
 * ``cpu``: BERT-base *shape ratios* scaled down so a 2-core run takes a few minutes. What sets
   the CrossBERT/BERT ratio is the split of work between the encoder's dense GEMMs, attention
@@ -49,16 +52,32 @@ class BenchSetting:
     """Encoder family; each family's MLM baseline is the reference of its rows."""
     mask_ratio: float = 0.5
     complementary: bool = True
+    sparse_prediction: bool = True
+    """MLM rows: the head on the masked positions only (the reference) or on all L (the dense row)."""
+    decoder_width: float = 1.0
+    """CrossBERT rows: decoder width as a fraction of the encoder's (heads scale with it)."""
+    decoder_layers: int | None = None
+    """CrossBERT rows: decoder layers; None = the size's ``decoder_num_layers``."""
 
 
-# The settings the issues ask for, each family's MLM baseline first (its reference).
+# The settings the issues ask for, each family's sparse MLM baseline first (its reference).
 SETTINGS: list[BenchSetting] = [
     BenchSetting("bert", "bert"),
+    BenchSetting("bert dense", "bert", sparse_prediction=False),
     BenchSetting("crossbert r=0.5 single", "crossbert", complementary=False),
     BenchSetting("crossbert r=0.5 compl", "crossbert"),
     BenchSetting("crossbert r=0.75 compl", "crossbert", mask_ratio=0.75),
+    BenchSetting("crossbert r=0.5 compl dec h/2", "crossbert", decoder_width=0.5),
+    BenchSetting("crossbert r=0.5 compl dec 1L", "crossbert", decoder_layers=1),
+    BenchSetting("crossbert r=0.5 compl dec h/2x1L", "crossbert", decoder_width=0.5, decoder_layers=1),
+    BenchSetting("crossbert r=0.75 compl dec h/2x1L", "crossbert", mask_ratio=0.75, decoder_width=0.5,
+                 decoder_layers=1),
     BenchSetting("mlm-modern", "mlm", "modern"),
+    BenchSetting("mlm-modern dense", "mlm", "modern", sparse_prediction=False),
+    BenchSetting("crossbert-modern r=0.5 single", "crossbert", "modern", complementary=False),
     BenchSetting("crossbert-modern r=0.5 compl", "crossbert", "modern"),
+    BenchSetting("crossbert-modern r=0.5 compl dec h/2x1L", "crossbert", "modern", decoder_width=0.5,
+                 decoder_layers=1),
 ]
 
 
@@ -78,9 +97,14 @@ class BenchCase:
         return self.run_cfg.model.encoder
 
     @property
-    def is_reference(self) -> bool:
-        """An MLM baseline: the reference row of its encoder family."""
+    def is_mlm(self) -> bool:
+        """An MLM baseline (sparse or dense head)."""
         return get_arch(self.arch).encoder_mlm_head
+
+    @property
+    def is_reference(self) -> bool:
+        """The sparse MLM baseline: the reference row of its encoder family (the strongest BERT)."""
+        return self.is_mlm and self.run_cfg.model.sparse_prediction
 
     @property
     def seq_length(self) -> int:
@@ -115,13 +139,12 @@ def make_run_config(shape: dict, setting: BenchSetting, precision: str = "fp32",
     ``train_iters``/``global_batch_size`` are irrelevant for timing but must validate; one
     micro-batch per step keeps the step a single forward/backward plus one optimizer update.
     """
-    spec = get_arch(setting.arch)
     model = dict(arch=setting.arch, encoder=setting.encoder, hidden_size=shape["hidden_size"],
                  num_layers=shape["num_layers"],
                  num_attention_heads=shape["num_attention_heads"], vocab_size=shape["vocab_size"],
                  max_position_embeddings=max(512, shape["seq_length"]), hidden_dropout=0.0,
                  attention_dropout=0.0, transformer_impl=transformer_impl,
-                 decoder_num_layers=shape["decoder_num_layers"] if spec.has_reconstruction_decoder else 0)
+                 sparse_prediction=setting.sparse_prediction, **_decoder_fields(shape, setting))
     raw = {
         "model": model,
         "masking": {"mask_ratio": setting.mask_ratio, "complementary": setting.complementary},
@@ -133,9 +156,20 @@ def make_run_config(shape: dict, setting: BenchSetting, precision: str = "fp32",
     return RunConfig.from_dict(raw)
 
 
+def _decoder_fields(shape: dict, setting: BenchSetting) -> dict:
+    """Decoder depth and (for a narrower decoder) width and heads; none for the MLM baselines."""
+    if not get_arch(setting.arch).has_reconstruction_decoder:
+        return {"decoder_num_layers": 0}
+    layers = shape["decoder_num_layers"] if setting.decoder_layers is None else setting.decoder_layers
+    if setting.decoder_width == 1.0:
+        return {"decoder_num_layers": layers}
+    return {"decoder_num_layers": layers, "decoder_hidden_size": round(shape["hidden_size"] * setting.decoder_width),
+            "decoder_num_attention_heads": max(1, round(shape["num_attention_heads"] * setting.decoder_width))}
+
+
 def default_cases(size: str = "cpu", precision: str = "fp32", transformer_impl: str = "auto",
                   settings: list[BenchSetting] | None = None, **changes) -> list[BenchCase]:
-    """Every setting (each family's MLM baseline and its CrossBERT rows) at the same encoder shape and L."""
+    """Every setting (each family's MLM baselines and its CrossBERT rows) at the same encoder shape and L."""
     shape = size_overrides(size, **changes)
     return [BenchCase(s.name, make_run_config(shape, s, precision, transformer_impl))
             for s in (settings or SETTINGS)]

@@ -1,7 +1,9 @@
-"""Interleaved training-step throughput: CrossBERT settings against the MLM baseline of their family.
+"""Interleaved training-step throughput: CrossBERT settings against the sparse MLM baseline of their family.
 
-References: megatron-core's BertModel for the classic encoder, the modern encoder + MLM head for the
-modern one (``BenchCase.is_reference``); every row's ratios are to its own family's reference.
+References (``BenchCase.is_reference``): megatron-core's BertModel for the classic encoder, the modern
+encoder + MLM head for the modern one, each with sparse prediction (the strongest BERT a user could
+run instead); every row's ratios are to its own family's reference. Each row also carries its ratio
+to the family's dense-head baseline (Megatron-LM's BERT) and the ratio model FLOPs predict.
 
 Why interleaved: on a shared machine the available compute drifts by tens of percent within a
 minute, so timing one model after another would measure the neighbours, not the models. All
@@ -47,7 +49,7 @@ class ThroughputOptions:
     micro_batch_size: int | None = None
     num_layers: int | None = None
     only: list[str] = field(default_factory=list)
-    """Restrict to these case names (the MLM baselines are always kept as references)."""
+    """Restrict to these case names (each family's sparse MLM baseline is always kept as its reference)."""
     seed: int = 1234
     clock: str = "auto"
     """One of ``choices.CLOCKS``."""
@@ -79,6 +81,9 @@ def select_cases(options: ThroughputOptions) -> list[BenchCase]:
     cases = default_cases(options.size, options.precision, options.transformer_impl,
                           seq_length=options.seq_length, micro_batch_size=options.micro_batch_size,
                           num_layers=options.num_layers)
+    unknown = sorted(set(options.only) - {c.name for c in cases})
+    if unknown:
+        raise ValueError(f"unknown throughput case(s) {unknown}; choose from {[c.name for c in cases]}")
     if options.only:
         cases = [c for c in cases if c.is_reference or c.name in options.only]
     return cases
@@ -111,11 +116,13 @@ def _flops_per_sample(case: BenchCase) -> float | None:
 
 
 def _masking_fields(case: BenchCase) -> dict:
-    """mask_ratio and views where the architecture draws views; MLM rows have one unmasked view."""
-    masking = case.run_cfg.masking
+    """mask_ratio, views and decoder shape where the architecture draws views; MLM rows have one unmasked
+    view and say whether their head is sparse."""
+    masking, model = case.run_cfg.masking, case.run_cfg.model
     if get_arch(case.arch).uses_views:
-        return {"mask_ratio": masking.mask_ratio, "views": masking.num_views}
-    return {"mask_ratio": None, "views": 1}
+        return {"mask_ratio": masking.mask_ratio, "views": masking.num_views,
+                "decoder_hidden_size": model.dec_hidden, "decoder_num_layers": model.decoder_num_layers}
+    return {"mask_ratio": None, "views": 1, "sparse_prediction": model.sparse_prediction}
 
 
 def _case_metrics(case: BenchCase, clocks: dict[str, list[float]], clock: str, peak_tflops: float | None) -> dict:
@@ -125,9 +132,11 @@ def _case_metrics(case: BenchCase, clocks: dict[str, list[float]], clock: str, p
     flops = _flops_per_sample(case)
     achieved = flops * samples_s / 1e12 if flops else None
     return {
-        "name": case.name, "arch": case.arch, "encoder": case.encoder, **_masking_fields(case),
+        "name": case.name, "arch": case.arch, "encoder": case.encoder, "is_reference": case.is_reference,
+        **_masking_fields(case),
         "step_time_s": {"clock": clock, "median": median, "min": min(step_times), "all": step_times},
         "wall_step_s": clocks["wall"], "cpu_step_s": clocks["cpu"],
+        "wall_step_median_s": statistics.median(clocks["wall"]), "cpu_step_median_s": statistics.median(clocks["cpu"]),
         "samples_per_s": samples_s,
         "input_tokens_per_s": samples_s * case.input_tokens_per_sample(),
         "supervised_tokens_per_sample": case.supervised_tokens_per_sample(),
@@ -138,21 +147,35 @@ def _case_metrics(case: BenchCase, clocks: dict[str, list[float]], clock: str, p
     }
 
 
-def _add_ratios(results: list[dict], times: dict[str, dict[str, list[float]]], clock: str) -> None:
-    """Per-round ratios to the family's reference (same round, so shared drift cancels), by the median."""
-    refs = {r["encoder"]: r for r in reversed(results) if get_arch(r["arch"]).encoder_mlm_head}
+def _round_ratios(times: dict[str, dict[str, list[float]]], clock: str, own: str, reference: str) -> list[float]:
+    """Per-round samples/s ratios of ``own`` to ``reference`` (same round, so shared drift cancels)."""
+    return [b / o for b, o in zip(times[reference][clock], times[own][clock])]
+
+
+def _add_ratios(results: list[dict], cases: list[BenchCase], times: dict[str, dict[str, list[float]]],
+                clock: str) -> None:
+    """Each row against its family's sparse MLM baseline (measured: median of per-round ratios; and as
+    model FLOPs predict), and against the family's dense-head baseline when it ran."""
+    refs = {c.encoder: c.name for c in cases if c.is_reference}
+    dense = {c.encoder: c.name for c in cases if c.is_mlm and not c.is_reference}
+    by_name = {r["name"]: r for r in results}
     for result in results:
-        ref = refs.get(result["encoder"])
+        ref = by_name.get(refs.get(result["encoder"]))
         if ref is None:
             continue
-        own, ref_times = times[result["name"]][clock], times[ref["name"]][clock]
-        rounds = [b / o for b, o in zip(ref_times, own)]
+        rounds = _round_ratios(times, clock, result["name"], ref["name"])
         result["reference"] = ref["name"]
         result["samples_per_s_vs_ref"] = statistics.median(rounds)
         result["supervised_tokens_per_s_vs_ref"] = (result["samples_per_s_vs_ref"]
                                                     * result["supervised_tokens_per_sample"]
                                                     / ref["supervised_tokens_per_sample"])
         result["samples_per_s_vs_ref_per_round"] = rounds
+        own_flops, ref_flops = result["model_flops_per_sample"], ref["model_flops_per_sample"]
+        result["predicted_samples_per_s_vs_ref"] = ref_flops / own_flops if own_flops and ref_flops else None
+        if result["encoder"] in dense:
+            result["dense_reference"] = dense[result["encoder"]]
+            result["samples_per_s_vs_dense"] = statistics.median(
+                _round_ratios(times, clock, result["name"], dense[result["encoder"]]))
 
 
 def _meta(options: ThroughputOptions, device: torch.device, memory_method: str, clock: str) -> dict:
@@ -166,7 +189,7 @@ def _meta(options: ThroughputOptions, device: torch.device, memory_method: str, 
         "timing": "round-robin interleaved full training steps (fwd+bwd+optimizer), median step time by the "
                   + ("process CPU-time clock (robust to other jobs on a shared CPU)" if clock == "cpu"
                      else "wall clock") + "; ratios = median of per-round ratios to the row's reference "
-                  "(the MLM baseline of its encoder family)",
+                  "(the sparse-prediction MLM baseline of its encoder family; 'x dense' to the dense-head one)",
         "memory_method": memory_method,
         "data": "synthetic random tokens, masks from megatron_crossbert.masking, pre-built before timing",
         "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -192,7 +215,7 @@ def run_throughput(options: ThroughputOptions) -> dict:
         memory_method = memory.pop("method")
         metrics.update(memory, **persistent_bytes(runner.unwrapped, options.precision))
         results.append(metrics)
-    _add_ratios(results, times, clock)
+    _add_ratios(results, cases, times, clock)
     report = {"meta": _meta(options, device, memory_method, clock), "results": results}
     if options.profile:
         from megatron_crossbert.benchmarking.profile import profile_step

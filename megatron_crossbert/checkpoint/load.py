@@ -71,6 +71,14 @@ def _read(ckpt_dir: Path, request: dict, model, optimizer) -> dict:
     return loaded
 
 
+def _use_saved_wsd(scheduler, saved: RunConfig) -> None:
+    """megatron's scheduler state omits the WSD fields: keeping the checkpoint's schedule means taking
+    them from its run config (a WSD checkpoint resumed under another style would otherwise fail)."""
+    decay = saved.training.scheduler_decay_kwargs()
+    scheduler.wsd_decay_steps = decay.get("wsd_decay_steps")
+    scheduler.lr_wsd_decay_style = decay.get("lr_wsd_decay_style")
+
+
 def load_checkpoint(source: VerifiedCheckpoint, model, optimizer, scheduler, run_cfg: RunConfig) -> Progress:
     """Collective: restore model, optimizer, scheduler, RNG and progress from a verified full checkpoint.
 
@@ -89,6 +97,8 @@ def load_checkpoint(source: VerifiedCheckpoint, model, optimizer, scheduler, run
     loaded = _read(source.directory, request, model, optimizer)
     # verify.check_schedule already refused or logged any difference; 'config' applies this run's.
     scheduler.override_opt_param_scheduler = run_cfg.checkpoint.lr_schedule_on_resume == "config"
+    if not scheduler.override_opt_param_scheduler:
+        _use_saved_wsd(scheduler, source.saved)
     scheduler.load_state_dict(loaded["scheduler"])
     if run_cfg.parallel.use_distributed_optimizer:
         restore_adam_steps(optimizer, scheduler.num_steps)

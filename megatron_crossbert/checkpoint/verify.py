@@ -9,6 +9,7 @@ HF export (``convert``) and evaluation take that object and never resolve the re
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,8 +27,22 @@ _MODEL_FIELDS = ("arch", "encoder", "vocab_size", "hidden_size", "num_layers", "
                  "max_position_embeddings", "decoder_num_layers", "dec_hidden", "dec_heads", "dec_ffn",
                  "decoder_position_embedding")
 
-SCHEDULE_FIELDS = ("train_iters", "lr_warmup_iters", "lr_decay_style", "lr", "min_lr")
-"""TrainingConfig fields the LR scheduler is built from (see training.optimizer.build_scheduler)."""
+LR_SCHEDULE_FIELDS = ("training.train_iters", "training.lr_warmup_iters", "training.lr_decay_style",
+                      "training.lr", "training.min_lr", "training.lr_wsd_decay_iters",
+                      "training.lr_wsd_decay_fraction", "training.lr_wsd_decay_style")
+"""What the LR scheduler is built from (``training.optimizer.build_scheduler``). megatron's scheduler state
+holds the first five; the WSD fields it does not (``checkpoint.load`` sets them from the saved run)."""
+DATA_SCHEDULE_FIELDS = ("training.step_batch_size_schedule", "training.rampup_batch_size",
+                        "masking.bert_mask_prob_schedule", "masking.bert_mask_prob_schedule_style")
+"""The batch-size warmup and the masking-rate schedule: functions of consumed samples and of the sample
+index, so a resume is exact only under the same values."""
+SCHEDULE_FIELDS = LR_SCHEDULE_FIELDS + DATA_SCHEDULE_FIELDS
+"""``section.field`` of every schedule a resume must agree on (``checkpoint.lr_schedule_on_resume``)."""
+
+
+def _field(cfg: RunConfig, key: str):
+    section, _, name = key.partition(".")
+    return getattr(getattr(cfg, section), name)
 
 
 @dataclass(frozen=True)
@@ -64,9 +79,23 @@ def config_mismatches(saved: RunConfig, current: RunConfig, *, weights_only: boo
 
 
 def schedule_changes(saved: RunConfig, current: RunConfig) -> list[str]:
-    """'field: checkpoint X -> run Y' for every LR-schedule field that differs."""
-    return [f"training.{name}: checkpoint {getattr(saved.training, name)!r} -> run {getattr(current.training, name)!r}"
-            for name in SCHEDULE_FIELDS if getattr(saved.training, name) != getattr(current.training, name)]
+    """'section.field: checkpoint X -> run Y' for every schedule field that differs."""
+    return [f"{key}: checkpoint {_field(saved, key)!r} -> run {_field(current, key)!r}"
+            for key in SCHEDULE_FIELDS if _field(saved, key) != _field(current, key)]
+
+
+def schedule_for_resume(current: RunConfig, source: VerifiedCheckpoint | None) -> RunConfig:
+    """The run config a resume trains with: under ``lr_schedule_on_resume=checkpoint`` the checkpoint's
+    batch-size and masking-rate schedules replace this run's (its LR schedule comes from the scheduler
+    state, ``checkpoint.load``); otherwise ``current`` unchanged."""
+    if source is None or source.weights_only or current.checkpoint.lr_schedule_on_resume != "checkpoint":
+        return current
+    sections: dict[str, dict] = {}
+    for key in DATA_SCHEDULE_FIELDS:
+        section, _, name = key.partition(".")
+        sections.setdefault(section, {})[name] = _field(source.saved, key)
+    return dataclasses.replace(current, **{section: dataclasses.replace(getattr(current, section), **fields)
+                                           for section, fields in sections.items()})
 
 
 def check_schedule(ckpt_dir: Path, saved: RunConfig, current: RunConfig) -> list[str]:
@@ -75,12 +104,12 @@ def check_schedule(ckpt_dir: Path, saved: RunConfig, current: RunConfig) -> list
     policy = current.checkpoint.lr_schedule_on_resume
     if changes and policy == "refuse":
         raise CheckpointError(
-            f"{ckpt_dir}: the LR schedule differs from the checkpoint's ({'; '.join(changes)}); set "
+            f"{ckpt_dir}: the schedule differs from the checkpoint's ({'; '.join(changes)}); set "
             f"--lr-schedule-on-resume checkpoint (keep the saved schedule) or config (apply this run's "
             f"from step {iteration_of(ckpt_dir) or 0} on), or restore the old values")
     if changes:
         verb = "keeping the checkpoint's schedule" if policy == "checkpoint" else "applying this run's schedule"
-        logger.warning("resume from %s: LR schedule changed (%s); %s (checkpoint.lr_schedule_on_resume=%s)",
+        logger.warning("resume from %s: schedule changed (%s); %s (checkpoint.lr_schedule_on_resume=%s)",
                        ckpt_dir, "; ".join(changes), verb, policy)
     return changes
 

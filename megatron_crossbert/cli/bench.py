@@ -20,7 +20,8 @@ def _add_throughput(sub) -> None:
     from megatron_crossbert.benchmarking.cases import SIZES
 
     p = sub.add_parser("throughput",
-                       help="interleaved training-step throughput, CrossBERT vs the MLM baseline of its encoder family")
+                       help="interleaved training-step throughput, CrossBERT vs the sparse MLM baseline of its "
+                            "encoder family (dense-head baseline and narrow-decoder rows too)")
     p.add_argument("--size", default="cpu", choices=sorted(SIZES),
                    help="shared encoder shape (cpu = BERT-base shape ratios scaled down; base/large for GPU)")
     p.add_argument("--steps", type=int, default=6, help="timed round-robin rounds (each model one step per round)")
@@ -31,7 +32,8 @@ def _add_throughput(sub) -> None:
     p.add_argument("--seq-length", type=int, default=None, help="override the size's sequence length L")
     p.add_argument("--micro-batch-size", type=int, default=None, help="override the size's micro-batch")
     p.add_argument("--num-layers", type=int, default=None, help="override the size's encoder depth")
-    p.add_argument("--only", nargs="*", default=[], help="CrossBERT case names to keep (the MLM baselines always run)")
+    p.add_argument("--only", nargs="*", default=[],
+                   help="case names to keep (each family's sparse MLM baseline always runs as its reference)")
     p.add_argument("--peak-tflops", type=float, default=None, help="device peak TFLOP/s for MFU")
     p.add_argument("--clock", default="auto", choices=CLOCKS,
                    help="step timer: process CPU time is robust to other jobs on a shared CPU (auto: cpu on CPU, wall on GPU)")
@@ -51,6 +53,8 @@ def _add_gpu_check(sub) -> None:
     p.add_argument("--precision", default="bf16", choices=GPU_CHECK_PRECISIONS, help="main runs' precision")
     p.add_argument("--gemm-size", type=int, default=8192, help="side of the GEMM re-measured as the peak")
     p.add_argument("--allow-cpu", action="store_true", help="without CUDA, run on the CPU (dry run) instead of skipping")
+    p.add_argument("--only", nargs="*", default=None,
+                   help="throughput rows to time (default: gpu_check.GPU_CHECK_ROWS; sparse MLM baselines always run)")
     p.add_argument("--out", default="benchmarks/out/gpu_check.json")
 
 
@@ -146,9 +150,10 @@ def run_throughput_command(args) -> int:
 def run_gpu_check_command(args) -> int:
     from megatron_crossbert.benchmarking.gpu_check import GpuCheckOptions, run_gpu_check
 
+    only = {} if args.only is None else {"only": args.only}
     return run_gpu_check(GpuCheckOptions(peak_tflops=args.peak_tflops, sizes=args.sizes, steps=args.steps,
                                          warmup=args.warmup, precision=args.precision, gemm_size=args.gemm_size,
-                                         allow_cpu=args.allow_cpu, out=args.out))
+                                         allow_cpu=args.allow_cpu, out=args.out, **only))
 
 
 def run_export_speed_command(args) -> int:

@@ -28,6 +28,14 @@ SHORTHANDS: tuple[ConfigFlag, ...] = (
     ConfigFlag("--micro-batch-size", ("training.micro_batch_size",), "sequences per micro-batch per DP rank"),
     ConfigFlag("--global-batch-size", ("training.global_batch_size",), "sequences per optimizer step"),
     ConfigFlag("--lr", ("training.lr",), "peak learning rate"),
+    ConfigFlag("--lr-decay-style", ("training.lr_decay_style",), "decay after warmup; WSD = warmup-stable-decay"),
+    ConfigFlag("--lr-wsd-decay-iters", ("training.lr_wsd_decay_iters",), "WSD: steps of the decay phase"),
+    ConfigFlag("--lr-wsd-decay-style", ("training.lr_wsd_decay_style",), "WSD: shape of the decay"),
+    ConfigFlag("--rampup-batch-size", ("training.rampup_batch_size",),
+               "batch-size warmup as Megatron-LM's: START INCREMENT RAMP_SAMPLES", metavar="N"),
+    ConfigFlag("--step-batch-size-schedule", ("training.step_batch_size_schedule",),
+               "batch-size warmup as Megatron-LM's: 'THRESHOLD:BATCH ...', thresholds in tokens",
+               metavar="SCHEDULE"),
     ConfigFlag("--precision", ("training.precision",)),
     ConfigFlag("--tensor-parallel", ("parallel.tensor_model_parallel_size",)),
     ConfigFlag("--pipeline-parallel", ("parallel.pipeline_model_parallel_size",)),
@@ -44,9 +52,9 @@ SHORTHANDS: tuple[ConfigFlag, ...] = (
                "warn instead of refusing when the tokenizer fingerprint differs from the checkpoint's or the "
                "dataset's"),
     ConfigFlag("--lr-schedule-on-resume", ("checkpoint.lr_schedule_on_resume",),
-               "when --train-iters, warmup, decay style, lr or min_lr differ from the resumed checkpoint: refuse "
-               "(default), keep the checkpoint's schedule, or apply this run's config from the resumed step on "
-               "(logged either way)"),
+               "when a schedule (LR incl. WSD, batch-size warmup, masking rate) differs from the resumed "
+               "checkpoint's: refuse (default), keep the checkpoint's schedule, or apply this run's config from the "
+               "resumed step on (logged either way)"),
     ConfigFlag("--data-path", ("data.data_path",), "indexed-dataset prefix(es), optionally weighted"),
     ConfigFlag("--tokenizer", ("data.tokenizer",), "tokenizer directory"),
 )

@@ -30,7 +30,7 @@ EXPORTED_FIELDS = frozenset({
 NEUTRAL_FIELDS = frozenset({
     "arch", "decoder_num_layers", "decoder_hidden_size", "decoder_num_attention_heads",
     "decoder_ffn_hidden_size", "hidden_dropout", "attention_dropout", "init_method_std", "transformer_impl",
-    "rotary_base", "decoder_position_embedding"})
+    "rotary_base", "decoder_position_embedding", "sparse_prediction"})
 # Fields checked against the registry: which encoder families a format serves is ``arch.EncoderLayout.hf_formats``.
 REGISTRY_FIELDS = frozenset({"encoder"})
 

@@ -49,7 +49,13 @@ def parse_blend(data_path: list[str]) -> tuple[list[str], list[float] | None]:
 
 
 class GlobalIndexDataset(torch.utils.data.Dataset):
-    """Blends index their constituents locally; this puts the global sample index back in ``"index"``."""
+    """A blend whose samples are masked at the global sample index and say so in ``"index"``.
+
+    megatron's ``BlendedDataset`` hands each constituent its local index; masks (and a masking-rate
+    schedule) must follow the position in the training stream instead, so the constituent's packed
+    sequence is masked here at the blend's index. Changed in issue 20: blended runs of earlier versions
+    drew masks at the local index (the cache key records ``mask_index: global``).
+    """
 
     def __init__(self, dataset: BlendedDataset) -> None:
         self.dataset = dataset
@@ -58,10 +64,10 @@ class GlobalIndexDataset(torch.utils.data.Dataset):
         return len(self.dataset)
 
     def __getitem__(self, idx: int) -> dict:
-        sample = dict(self.dataset[idx])
-        sample["constituent_index"] = sample.get("index")
-        sample["index"] = np.int64(idx)
-        return sample
+        which = int(self.dataset.dataset_index[idx])
+        local = int(self.dataset.dataset_sample_index[idx])
+        sample = self.dataset.datasets[which].sample(local, int(idx))
+        return {"dataset_id": which, **sample, "constituent_index": np.int64(local)}
 
 
 def _resolve_tokenizer(run_cfg: RunConfig, tokenizer: Tokenizer | None) -> tuple[dict[str, int], int]:
@@ -118,5 +124,13 @@ def build_datasets(run_cfg: RunConfig, train_valid_test_num_samples: tuple[int, 
     config.make_sample(config.masking, 0, np.zeros(config.sequence_length, dtype=np.int64), config.token_ids)
     sizes = [int(n) if n is not None else None for n in train_valid_test_num_samples]
     builder = BlendedMegatronDatasetBuilder(_dataset_class(run_cfg), sizes, lambda: True, config)
-    datasets = builder.build()
-    return tuple(GlobalIndexDataset(d) if isinstance(d, BlendedDataset) else d for d in datasets)
+    train, valid, test = builder.build()
+    _mask_at_fixed_rate(valid)
+    return tuple(GlobalIndexDataset(d) if isinstance(d, BlendedDataset) else d for d in (train, valid, test))
+
+
+def _mask_at_fixed_rate(dataset) -> None:
+    """Validation masks at ``bert_mask_prob`` whatever the masking-rate schedule (comparable losses)."""
+    for part in getattr(dataset, "datasets", [dataset]):
+        if hasattr(part, "masking"):
+            part.masking = part.masking.at_fixed_rate()

@@ -8,6 +8,9 @@ documents continuing into the next sample).
 
 Every sample is a pure function of ``(seed, index)`` (packing order from ``random_seed``, masks
 from the architecture's ``make_sample(masking, index, ...)``), so a resumed run sees identical samples.
+``index`` is the global sample index, the position in the training stream: in a blend
+``build.GlobalIndexDataset`` asks each constituent for its packed sequence masked at the blend's index
+(``sample``), so masking schedules follow training progress and constituents never share mask draws.
 Returned dicts follow docs/architecture.md:
 
 * CrossBERT: ``{"tokens": int64 [L], "visible": int64 [V, Lv], "targets": int64 [V, L-Lv], "index"}``
@@ -16,7 +19,8 @@ Returned dicts follow docs/architecture.md:
 
 Sample-index cache: the packing index is saved as ``<hash>-<Class>-<split>-packing.npz`` under
 ``config.path_to_cache`` (default ``<data dir>/cache/crossbert_indices``), where ``<hash>`` is
-megatron's ``unique_description_hash`` (class, path, num_samples, split, seed, L). If the directory
+megatron's ``unique_description_hash`` (class, path, num_samples, split, seed, L, wrapper stripping, and
+``mask_index: global``, which marks the masks drawn at the global sample index). If the directory
 is not writable the index is simply rebuilt in memory (it is cheap: vectorised numpy).
 """
 
@@ -76,6 +80,8 @@ class CrossBertDataset(MegatronDataset):
     def __init__(self, dataset: IndexedDataset, dataset_path: str | None, indices: np.ndarray,
                  num_samples: int | None, index_split: Split, config: CrossBertDatasetConfig) -> None:
         super().__init__(dataset, dataset_path, indices, num_samples, index_split, config)
+        self.masking = config.masking
+        """This split's masking (``build`` gives validation the fixed rate)."""
         if indices.size == 0 and num_samples:
             raise ValueError(f"{dataset_path}: the {index_split.name} split ({config.split}) has 0 of "
                              f"{self.numel_low_level_dataset(dataset)} documents but {num_samples} samples "
@@ -97,6 +103,7 @@ class CrossBertDataset(MegatronDataset):
                     self.dataset_path, strip.mode, strip.evidence, strip.lead, strip.trail)
         self.wrapper_strip = strip
         self.unique_identifiers["wrapper_strip"] = strip.describe()
+        self.unique_identifiers["mask_index"] = "global"  # blends mask at the blend's index (since issue 20)
         self.unique_description = json.dumps(self.unique_identifiers, indent=4,
                                              default=lambda obj: obj.unique_identifiers)
         self.unique_description_hash = hashlib.md5(self.unique_description.encode("utf-8"),
@@ -159,10 +166,13 @@ class CrossBertDataset(MegatronDataset):
 
     def __getitem__(self, idx: int) -> dict[str, np.ndarray]:
         """The architecture's sample (``config.make_sample``) of packed sequence ``idx``, plus ``index``."""
-        idx = int(idx)
+        return self.sample(int(idx), int(idx))
+
+    def sample(self, idx: int, index: int) -> dict[str, np.ndarray]:
+        """Packed sequence ``idx`` of this dataset as global sample ``index`` (masks drawn at ``index``)."""
         cfg = self.config
-        sample = cfg.make_sample(cfg.masking, idx, self.packed_tokens(idx), cfg.token_ids)
-        return {**sample, "index": np.int64(idx)}
+        sample = cfg.make_sample(self.masking, index, self.packed_tokens(idx), cfg.token_ids)
+        return {**sample, "index": np.int64(index)}
 
 
 class BertDataset(CrossBertDataset):

@@ -1,10 +1,16 @@
 """The baseline: megatron-core's own ``BertModel`` with CrossBERT's encoder dimensions and layer spec.
 
-It is megatron's class (a subclass only narrows the return value), so the baseline is not a
-home-made BERT. Masking (15%, 80/10/10) happens in the data pipeline; ``bert_mask_tokens`` below is
-a tiny torch version for tests. No NSP: ``add_binary_head=False``, ``num_tokentypes=0``.
-Known megatron bug avoided: ``return_embeddings=True`` raises, so ``bert_encode`` runs the
-embedding and encoder itself to give evaluation the same ``[b, s, h]`` features as ``encode``.
+It is megatron's class (a subclass only narrows the return value and adds sparse prediction), so
+the baseline is not a home-made BERT. Masking (15%, 80/10/10) happens in the data pipeline;
+``bert_mask_tokens`` below is a tiny torch version for tests. No NSP: ``add_binary_head=False``,
+``num_tokentypes=0``.
+
+Sparse prediction (``model.sparse_prediction``, default on): with a ``prediction_mask`` the LM head
+and the vocab projection run on the predicted positions only (``models.sparse_head``), as ModernBERT
+and HF's ``sparse_prediction`` do; same modules, same checkpoint keys, same loss. megatron's
+``BertModel.forward`` has no hook between the encoder and ``lm_head``, so ``bert_encoder_states``
+repeats its first half; ``bert_encode`` (evaluation) uses it too, since megatron's
+``return_embeddings=True`` raises.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from megatron.core.models.bert.bert_model import BertModel
 from torch import Tensor
 
 from megatron_crossbert.config import RunConfig
+from megatron_crossbert.models.sparse_head import sparse_lm_loss
 from megatron_crossbert.models.specs import encoder_layer_spec
 from megatron_crossbert.models.transformer_config import transformer_config
 
@@ -22,11 +29,18 @@ class BaselineBertModel(BertModel):
     """megatron BertModel whose forward returns only the per-token loss ``[b, L]`` when labels are given.
 
     BertModel returns ``(lm_loss, binary_logits)``; with no binary head the second is always None,
-    and the training loop's contract (docs/architecture.md) is a single loss tensor.
+    and the training loop's contract (docs/architecture.md) is a single loss tensor. With
+    ``prediction_mask`` and ``sparse_prediction`` the head runs on the masked positions only.
     """
 
+    sparse_prediction: bool = True
+    """Set by ``build_bert_model`` from ``ModelConfig.sparse_prediction``."""
+
     def forward(self, input_ids: Tensor, attention_mask: Tensor, tokentype_ids: Tensor | None = None,
-                lm_labels: Tensor | None = None, **kwargs):
+                lm_labels: Tensor | None = None, prediction_mask: Tensor | None = None, **kwargs):
+        if lm_labels is not None and prediction_mask is not None and self.sparse_prediction:
+            hidden = bert_encoder_states(self, input_ids, attention_mask)
+            return sparse_lm_loss(self, hidden, lm_labels, prediction_mask) if self.post_process else hidden
         out = super().forward(input_ids, attention_mask, tokentype_ids=tokentype_ids, lm_labels=lm_labels,
                               **kwargs)
         if isinstance(out, tuple) and lm_labels is not None:
@@ -52,11 +66,22 @@ def build_bert_model(run_cfg: RunConfig, *, vocab_size: int, max_sequence_length
         raise ValueError("the BERT baseline with sequence_parallel needs NVIDIA apex (megatron's BertLMHead "
                          "uses apex FusedLayerNorm for SP); disable parallel.sequence_parallel for arch=bert")
     spec = encoder_layer_spec(use_te)
-    return BaselineBertModel(
+    model = BaselineBertModel(
         config=config, num_tokentypes=0, transformer_layer_spec=spec, vocab_size=vocab_size,
         max_sequence_length=max_sequence_length, pre_process=pre_process, post_process=post_process,
         parallel_output=True, share_embeddings_and_output_weights=True,
         position_embedding_type="learned_absolute", add_binary_head=False)
+    model.sparse_prediction = run_cfg.model.sparse_prediction
+    return model
+
+
+def bert_encoder_states(model: BertModel, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+    """This stage's encoder output ``[s(/tp), b, h]`` of a learned-position BertModel: the first half
+    of ``BertModel.forward`` (extended mask, position ids and embedding on the first stage, encoder)."""
+    embedded = None
+    if model.pre_process:
+        embedded = model.embedding(input_ids=input_ids, position_ids=model.bert_position_ids(input_ids))
+    return model.encoder(hidden_states=embedded, attention_mask=model.bert_extended_attention_mask(attention_mask))
 
 
 def bert_encode(model: BertModel, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
@@ -65,9 +90,7 @@ def bert_encode(model: BertModel, input_ids: Tensor, attention_mask: Tensor | No
         raise RuntimeError("bert_encode needs the whole encoder on one stage (PP=1)")
     if attention_mask is None:
         attention_mask = torch.ones_like(input_ids)
-    embedded = model.embedding(input_ids=input_ids, position_ids=model.bert_position_ids(input_ids))
-    hidden = model.encoder(hidden_states=embedded,
-                           attention_mask=model.bert_extended_attention_mask(attention_mask))
+    hidden = bert_encoder_states(model, input_ids, attention_mask)
     if model.config.sequence_parallel:
         from megatron.core import tensor_parallel
 

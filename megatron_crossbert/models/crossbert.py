@@ -53,9 +53,11 @@ class CrossBertModel(EncoderLanguageModel):
                 dec_cfg.init_method(self.decoder_position_embedding.weight.data)
         # Not tagged ``sequence_parallel``: queries are built whole on every TP rank and only then
         # scattered, so the scatter's backward (all-gather) already gives each rank the full gradient.
-        self.decoder = TransformerBlock(config=dec_cfg,
-                                        spec=decoder_block_spec(use_te, dec_cfg.num_layers))
-        self.lm_head = LMHead(cfg, use_te, bias=True)
+        # The decoder may be narrower than the encoder: its cross-attention projects keys/values from the
+        # encoder width, and the head maps the decoder width back to the tied embeddings' width.
+        self.decoder = TransformerBlock(config=dec_cfg, spec=decoder_block_spec(
+            use_te, dec_cfg.num_layers, memory_size=cfg.hidden_size))
+        self.lm_head = LMHead(cfg, use_te, bias=True, input_size=dec_cfg.hidden_size)
         self.output_layer = tensor_parallel.ColumnParallelLinear(
             cfg.hidden_size, self.vocab_size, config=cfg, init_method=cfg.init_method, bias=True,
             skip_bias_add=False, gather_output=False,

@@ -136,12 +136,14 @@ class LMHead(MegatronModule):
 
     Keeps megatron BertLMHead's ``dense.*`` / ``layer_norm.*`` keys with an SP-aware norm (megatron's
     hard-wires a norm that refuses sequence parallelism without apex). ``bias`` on the dense layer:
-    BERT has one, ModernBERT (``classifier_bias=False``) has none.
+    BERT has one, ModernBERT (``classifier_bias=False``) has none. ``input_size``: the width it reads
+    (a narrow CrossBERT decoder's); the dense maps it to ``hidden_size``, the tied vocab projection's width.
     """
 
-    def __init__(self, config: TransformerConfig, use_te: bool, bias: bool) -> None:
+    def __init__(self, config: TransformerConfig, use_te: bool, bias: bool, input_size: int | None = None) -> None:
         super().__init__(config=config)
-        self.dense = torch.nn.Linear(config.hidden_size, config.hidden_size, bias=bias, dtype=config.params_dtype)
+        self.dense = torch.nn.Linear(input_size or config.hidden_size, config.hidden_size, bias=bias,
+                                     dtype=config.params_dtype)
         if config.perform_initialization:
             config.init_method(self.dense.weight)
         if bias:

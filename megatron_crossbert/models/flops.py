@@ -9,11 +9,13 @@ Conventions (the usual "model FLOPs", as in the Megatron-LM / PaLM MFU papers):
 - the LM output projection uses the padded vocabulary at the run's TP size (the GEMM that runs).
 
 Per architecture:
-- CrossBERT, per view: encoder over Lv tokens; decoder over T = L - Lv queries (self-attention among
-  queries, cross-attention to the Lv encoder states incl. their K/V projection, MLP); LM head
-  (dense + output projection) over the T targets only. Times the number of views.
-- MLM baselines (megatron BertModel; the modern MlmModel): encoder over all L tokens; LM head over
-  ALL L positions, because both compute logits for every position and mask only the loss.
+- CrossBERT, per view: encoder over Lv tokens; decoder (width d, possibly narrower than the encoder's
+  h) over T = L - Lv queries (self-attention among queries, cross-attention to the Lv encoder states
+  incl. their K/V projection from width h, MLP); LM head (dense d -> h + tied h x V output projection)
+  over the T targets only. Times the number of views.
+- MLM baselines (megatron BertModel; the modern MlmModel): encoder over all L tokens; LM head over the
+  positions it runs on: the ``round(p * L)`` masked ones with ``model.sparse_prediction`` (the
+  default), all L with the dense head (logits everywhere, loss masked).
 - GeGLU (modern family): fc1 is 2*ffn wide, so an MLP costs 6*s*h*ffn instead of 4*s*h*ffn.
 """
 
@@ -30,9 +32,10 @@ def self_attention_flops(seq: int, hidden: int) -> float:
     return 2.0 * seq * hidden * 3 * hidden + 4.0 * seq * seq * hidden + 2.0 * seq * hidden * hidden
 
 
-def cross_attention_flops(queries: int, memory: int, hidden: int) -> float:
-    """Q projection of the queries, K/V projection of the memory, scores, values, output projection."""
-    projections = 2.0 * queries * hidden * hidden * 2 + 2.0 * memory * hidden * 2 * hidden
+def cross_attention_flops(queries: int, memory: int, hidden: int, memory_width: int | None = None) -> float:
+    """Q projection (d x d), K/V projection of the memory (its width -> 2d), scores, values, output (d x d)."""
+    width = hidden if memory_width is None else memory_width
+    projections = 2.0 * queries * hidden * hidden * 2 + 2.0 * memory * width * 2 * hidden
     return projections + 4.0 * queries * memory * hidden
 
 
@@ -50,19 +53,22 @@ def encoder_forward_flops(run_cfg: RunConfig, seq: int) -> float:
 
 
 def decoder_forward_flops(run_cfg: RunConfig, queries: int, memory: int) -> float:
-    """One forward pass of the reconstruction decoder (``queries`` targets over ``memory`` visible states)."""
+    """One forward pass of the reconstruction decoder (``queries`` targets over ``memory`` visible states);
+    its layers are ``dec_hidden`` wide, their cross-attention K/V read the encoder's ``hidden_size``."""
     model = run_cfg.model
     hidden = model.dec_hidden
-    layer = (self_attention_flops(queries, hidden) + cross_attention_flops(queries, memory, hidden)
+    layer = (self_attention_flops(queries, hidden)
+             + cross_attention_flops(queries, memory, hidden, memory_width=model.hidden_size)
              + mlp_flops(queries, hidden, model.dec_ffn, get_encoder(model.encoder).gated_mlp))
     return model.decoder_num_layers * layer
 
 
-def lm_head_forward_flops(run_cfg: RunConfig, positions: int) -> float:
-    """Dense (h x h) plus the tied output projection (h x padded vocab) at ``positions`` tokens."""
+def lm_head_forward_flops(run_cfg: RunConfig, positions: float, input_width: int | None = None) -> float:
+    """Dense (input width -> h) plus the tied output projection (h x padded vocab) at ``positions`` rows."""
     model = run_cfg.model
     vocab = model.padded_vocab_size(run_cfg.parallel.tensor_model_parallel_size)
-    return 2.0 * positions * model.hidden_size * (model.hidden_size + vocab)
+    width = model.hidden_size if input_width is None else input_width
+    return 2.0 * positions * model.hidden_size * (width + vocab)
 
 
 def forward_flops_per_view(run_cfg: RunConfig) -> float:
@@ -71,7 +77,7 @@ def forward_flops_per_view(run_cfg: RunConfig) -> float:
     visible = run_cfg.masking.visible_length(seq)
     targets = seq - visible
     return (encoder_forward_flops(run_cfg, visible) + decoder_forward_flops(run_cfg, targets, visible)
-            + lm_head_forward_flops(run_cfg, targets))
+            + lm_head_forward_flops(run_cfg, targets, input_width=run_cfg.model.dec_hidden))
 
 
 def crossbert_flops_per_sample(run_cfg: RunConfig) -> float:
@@ -79,10 +85,19 @@ def crossbert_flops_per_sample(run_cfg: RunConfig) -> float:
     return BACKWARD_FACTOR * run_cfg.masking.num_views * forward_flops_per_view(run_cfg)
 
 
+def predicted_positions(run_cfg: RunConfig) -> float:
+    """Rows the MLM head runs on: the supervised count with sparse prediction (``ArchSpec.supervised_tokens``,
+    ``round(p * L)``), else all L positions."""
+    if run_cfg.model.sparse_prediction:
+        return get_arch(run_cfg.model.arch).supervised_tokens(run_cfg)
+    return float(run_cfg.data.seq_length)
+
+
 def mlm_flops_per_sample(run_cfg: RunConfig) -> float:
-    """``ArchSpec.flops`` of the MLM baselines: encoder and LM head over all L positions."""
+    """``ArchSpec.flops`` of the MLM baselines: encoder over all L positions, head over the predicted ones."""
     seq = run_cfg.data.seq_length
-    return BACKWARD_FACTOR * (encoder_forward_flops(run_cfg, seq) + lm_head_forward_flops(run_cfg, seq))
+    head = lm_head_forward_flops(run_cfg, predicted_positions(run_cfg))
+    return BACKWARD_FACTOR * (encoder_forward_flops(run_cfg, seq) + head)
 
 
 def model_flops_per_sample(run_cfg: RunConfig) -> float:

@@ -4,7 +4,9 @@ Head: dense (no bias, ModernBERT ``classifier_bias=False``), exact GELU, LayerNo
 projection tied to the word embeddings, with a bias (``decoder_bias=True``). Masking (15-30%, 80/10/10)
 happens in the data (``masking.mlm_sample``), so CrossBERT-modern against MLM-modern differs in the
 objective only. The forward signature mirrors megatron's ``BertModel`` so both MLM baselines share one
-forward step. megatron-core's ``BertModel`` stays the classic family's baseline.
+forward step. megatron-core's ``BertModel`` stays the classic family's baseline. Sparse prediction
+(``model.sparse_prediction``, default on): given a ``prediction_mask`` the head runs on those
+positions only (``models.sparse_head``), as ModernBERT's ``masked_prediction`` does.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from torch import Tensor
 from megatron_crossbert.arch import EncoderLayout, get_encoder
 from megatron_crossbert.config import RunConfig
 from megatron_crossbert.models.encoder import EncoderLanguageModel, LMHead
+from megatron_crossbert.models.sparse_head import sparse_lm_loss
 from megatron_crossbert.models.transformer_config import transformer_config
 
 
@@ -36,13 +39,22 @@ class MlmModel(EncoderLanguageModel):
                 skip_weight_param_allocation=pre_process and self.share_embeddings_and_output_weights)
         self.setup_embeddings_and_output_layer()
 
+    sparse_prediction: bool = True
+    """Set by ``build_mlm_model`` from ``ModelConfig.sparse_prediction``."""
+
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
-                lm_labels: Tensor | None = None) -> Tensor:
-        """Loss ``float32 [b, L]`` with ``lm_labels``, else vocab-parallel logits ``[b, L, V/tp]``."""
+                lm_labels: Tensor | None = None, prediction_mask: Tensor | None = None) -> Tensor:
+        """Loss ``float32 [b, L]`` with ``lm_labels``, else vocab-parallel logits ``[b, L, V/tp]``.
+
+        With ``prediction_mask`` (and ``sparse_prediction``) the head runs on its nonzero positions only
+        and the loss is zero elsewhere.
+        """
         positions = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
         hidden = self.run_encoder(input_ids, positions, self._key_padding_mask(attention_mask))
         if not self.post_process:
             return hidden
+        if lm_labels is not None and prediction_mask is not None and self.sparse_prediction:
+            return sparse_lm_loss(self, hidden, lm_labels, prediction_mask)
         logits, _ = self.output_layer(self.lm_head(hidden), weight=self.shared_embedding_or_output_weight())
         if lm_labels is None:
             return logits.transpose(0, 1).contiguous()
@@ -51,5 +63,7 @@ class MlmModel(EncoderLanguageModel):
 
 def build_mlm_model(run_cfg: RunConfig, **common) -> MlmModel:
     """``ArchSpec.build_model`` of 'mlm'."""
-    return MlmModel(transformer_config(run_cfg), layout=get_encoder(run_cfg.model.encoder),
-                    rotary_base=run_cfg.model.rotary_base, **common)
+    model = MlmModel(transformer_config(run_cfg), layout=get_encoder(run_cfg.model.encoder),
+                     rotary_base=run_cfg.model.rotary_base, **common)
+    model.sparse_prediction = run_cfg.model.sparse_prediction
+    return model

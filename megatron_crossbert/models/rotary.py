@@ -11,9 +11,16 @@ the keys of cross-attention would carry no position. ``RotaryDecoderLayer`` take
 ``rotary_pos_emb=(query_freqs, key_freqs)`` (targets, visible memory): self-attention rotates queries
 and keys at the target positions, cross-attention rotates queries at the targets and keys at the
 visible positions. It hands the pair to its ``RotaryCrossAttention`` for exactly one forward.
+
+A decoder narrower than the encoder (width d < h): ``RotaryCrossAttention(memory_size=h)`` builds its
+key/value projection h -> 2d, so the projection of the encoder output *is* ``linear_kv``: column
+parallel (TP shards it, SP gathers the memory as for any input), no extra module or checkpoint key.
 """
 
 from __future__ import annotations
+
+import dataclasses
+from functools import partial
 
 import torch
 from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
@@ -45,10 +52,26 @@ class RowRotary(torch.nn.Module):
         return torch.cat((angles, angles), dim=-1)[:, :, None, :]
 
 
+def _reading(builder, input_size: int, _layer_input_size: int, output_size: int, **kwargs):
+    """``builder`` with its input size replaced: megatron builds ``linear_kv`` from the layer's width."""
+    return builder(input_size, output_size, **kwargs)
+
+
 class RotaryCrossAttention(CrossAttention):
-    """megatron CrossAttention that applies the (query, key) frequencies its layer set for this forward."""
+    """megatron CrossAttention that applies the (query, key) frequencies its layer set for this forward.
+
+    ``memory_size``: the width of the memory it attends to (the encoder's hidden size) when it differs
+    from the layer's own; keys and values are projected from that width.
+    """
 
     pending_rotary: tuple[Tensor, Tensor] | None = None
+
+    def __init__(self, config: TransformerConfig, submodules, layer_number: int, memory_size: int | None = None,
+                 **kwargs) -> None:
+        if memory_size is not None and memory_size != config.hidden_size:
+            submodules = dataclasses.replace(submodules, linear_kv=partial(_reading, submodules.linear_kv,
+                                                                           memory_size))
+        super().__init__(config, submodules, layer_number, **kwargs)
 
     def forward(self, hidden_states, attention_mask, key_value_states=None, inference_context=None, **kwargs):
         kwargs.setdefault("rotary_pos_emb", self.pending_rotary)

@@ -98,10 +98,10 @@ def _local_self_attention() -> ModuleSpec:
     )
 
 
-def _local_cross_attention() -> ModuleSpec:
+def _local_cross_attention(memory_size: int | None = None) -> ModuleSpec:
     return ModuleSpec(
         module=RotaryCrossAttention,
-        params={"attn_mask_type": AttnMaskType.padding},
+        params={"attn_mask_type": AttnMaskType.padding, "memory_size": memory_size},
         submodules=CrossAttentionSubmodules(
             linear_q=ColumnParallelLinear, linear_kv=ColumnParallelLinear,
             core_attention=DotProductAttention, linear_proj=RowParallelLinear),
@@ -129,12 +129,15 @@ def local_encoder_layer_spec(attention_norm: bool = True) -> ModuleSpec:
     ))
 
 
-def local_decoder_layer_spec() -> ModuleSpec:
-    """The encoder layer plus cross-attention to the encoder output: self-attn, cross-attn, MLP; all pre-LN."""
+def local_decoder_layer_spec(memory_size: int | None = None) -> ModuleSpec:
+    """The encoder layer plus cross-attention to the encoder output: self-attn, cross-attn, MLP; all pre-LN.
+
+    ``memory_size``: the encoder's width when the decoder is narrower (keys/values project from it).
+    """
     layer = local_encoder_layer_spec()
     layer.module = RotaryDecoderLayer
     layer.submodules.pre_cross_attn_layernorm = SequenceParallelLayerNorm
-    layer.submodules.cross_attention = _local_cross_attention()
+    layer.submodules.cross_attention = _local_cross_attention(memory_size)
     layer.submodules.cross_attn_bda = get_bias_dropout_add
     return layer
 
@@ -162,7 +165,7 @@ def te_encoder_layer_spec(attention_norm: bool = True) -> ModuleSpec:
     ))
 
 
-def te_decoder_layer_spec() -> ModuleSpec:
+def te_decoder_layer_spec(memory_size: int | None = None) -> ModuleSpec:
     """TE decoder layer; the cross-attention LayerNorm stays a separate TENorm (q and kv differ in input)."""
     from megatron.core.extensions.transformer_engine import (
         TEColumnParallelLinear,
@@ -174,7 +177,7 @@ def te_decoder_layer_spec() -> ModuleSpec:
     layer.module = RotaryDecoderLayer
     layer.submodules.pre_cross_attn_layernorm = TENorm
     layer.submodules.cross_attention = ModuleSpec(
-        module=RotaryCrossAttention, params={"attn_mask_type": AttnMaskType.no_mask},
+        module=RotaryCrossAttention, params={"attn_mask_type": AttnMaskType.no_mask, "memory_size": memory_size},
         submodules=CrossAttentionSubmodules(
             linear_q=TEColumnParallelLinear, linear_kv=TEColumnParallelLinear,
             core_attention=TEDotProductAttention,
@@ -209,6 +212,7 @@ def encoder_block_spec(use_te: bool, num_layers: int, layout: EncoderLayout | No
     return TransformerBlockSubmodules(layer_specs=layers, layer_norm=final_norm(use_te))
 
 
-def decoder_block_spec(use_te: bool, num_layers: int) -> TransformerBlockSubmodules:
-    layer = te_decoder_layer_spec() if use_te else local_decoder_layer_spec()
+def decoder_block_spec(use_te: bool, num_layers: int, memory_size: int | None = None) -> TransformerBlockSubmodules:
+    """The reconstruction decoder's block; ``memory_size`` = the encoder width its cross-attention reads."""
+    layer = te_decoder_layer_spec(memory_size) if use_te else local_decoder_layer_spec(memory_size)
     return TransformerBlockSubmodules(layer_specs=[layer] * num_layers, layer_norm=final_norm(use_te))

@@ -46,18 +46,21 @@ class IntervalStats:
     steps: int = 0
     loss_sum: float = 0.0
     tokens: float = 0.0
+    samples: int = 0
+    """Sequences of the steps that were applied (the batch may change during a batch-size warmup)."""
     skipped: int = 0
     excluded: float = 0.0
     """Seconds spent on validation, probes and checkpoints: not training throughput."""
     start: float = field(default_factory=time.perf_counter)
 
-    def add(self, loss_sum: float, num_tokens: float, skipped: bool) -> None:
+    def add(self, loss_sum: float, num_tokens: float, skipped: bool, samples: int) -> None:
         self.steps += 1
         if skipped:
             self.skipped += 1
             return
         self.loss_sum += loss_sum
         self.tokens += num_tokens
+        self.samples += samples
 
 
 class MetricsLogger:
@@ -101,8 +104,9 @@ class MetricsLogger:
 
         return tqdm(total=self.cfg.training.train_iters, initial=start_iteration, unit="step", dynamic_ncols=True)
 
-    def record(self, loss_sum: float, num_tokens: float, skipped: bool) -> None:
-        self.interval.add(loss_sum, num_tokens, skipped)
+    def record(self, loss_sum: float, num_tokens: float, skipped: bool, samples: int) -> None:
+        """One step's results; ``samples`` = its global batch."""
+        self.interval.add(loss_sum, num_tokens, skipped, samples)
         if self.bar is not None:
             self.bar.update(1)
 
@@ -114,8 +118,7 @@ class MetricsLogger:
         """Interval metrics; resets the interval. Safe to call on every rank."""
         stats, now = self.interval, time.perf_counter()
         elapsed = max(now - stats.start - stats.excluded, 1e-9)
-        done = stats.steps - stats.skipped
-        samples = done * self.cfg.training.global_batch_size
+        samples = stats.samples
         metrics = {"loss": stats.loss_sum / max(stats.tokens, 1.0), "lr": lr,
                    "samples_per_s": samples / elapsed,
                    "tokens_per_s": samples * self.cfg.data.seq_length / elapsed,

@@ -35,6 +35,10 @@ class LoopState:
 
     losses: list[float] = field(default_factory=list)
     grad_norms: list[float | None] = field(default_factory=list)
+    batch_sizes: list[int] = field(default_factory=list)
+    """Global batch of each step (constant, or the batch-size warmup's)."""
+    lrs: list[float] = field(default_factory=list)
+    """Learning rate each step applied."""
     step_times: list[float] = field(default_factory=list)
     valid_losses: dict[int, float] = field(default_factory=dict)
     nonfinite_in_a_row: int = 0
@@ -100,14 +104,17 @@ def _should_stop(session: Session, stop: StopSignal, state: LoopState, exit_at: 
 
 
 def _one_step(session: Session, train_iter, state: LoopState, logger: MetricsLogger) -> None:
-    """One optimizer step over the global batch, then progress and loss bookkeeping."""
+    """One optimizer step over this step's global batch (the batch schedule's at the samples consumed
+    so far), then progress and loss bookkeeping."""
     cfg, start = session.run_cfg, time.perf_counter()
-    result = train_step(session.ddp, session.optimizer, session.scheduler, train_iter, cfg,
-                        session.num_micro, session.device)
+    batch, num_micro = session.batch_schedule.at(session.progress.consumed_samples)
+    state.lrs.append(current_lr(session.optimizer))
+    result = train_step(session.ddp, session.optimizer, session.scheduler, train_iter, cfg, num_micro, session.device)
     session.progress.iteration += 1
-    session.progress.consumed_samples += cfg.training.global_batch_size
+    session.progress.consumed_samples += batch
     state.step_times.append(time.perf_counter() - start)
-    logger.record(result.loss_sum, result.num_tokens, result.skipped)
+    state.batch_sizes.append(batch)
+    logger.record(result.loss_sum, result.num_tokens, result.skipped, samples=batch)
     _account(result, state, cfg.training.max_nonfinite_steps, session.progress.iteration)
 
 
@@ -164,6 +171,7 @@ def train(run_cfg: RunConfig, *, exit_at_iteration: int | None = None, probe_fn:
         "iteration": session.progress.iteration, "start_iteration": start_iteration,
         "consumed_samples": session.progress.consumed_samples, "losses": state.losses,
         "final_loss": state.losses[-1] if state.losses else None, "grad_norms": state.grad_norms,
+        "batch_sizes": state.batch_sizes, "lrs": state.lrs,
         "valid_losses": state.valid_losses, "skipped_steps": state.skipped_steps,
         "step_times": state.step_times, "checkpoint": state.checkpoint,
         "stopped_by_signal": state.stopped_by_signal,

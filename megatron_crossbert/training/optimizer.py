@@ -64,19 +64,20 @@ def build_optimizer(ddp_model: DistributedDataParallel, run_cfg: RunConfig):
 
 
 def build_scheduler(optimizer, run_cfg: RunConfig) -> OptimizerParamScheduler:
-    """Linear warmup to ``lr``, then cosine/linear/constant decay to ``min_lr`` at ``train_iters``.
+    """Linear warmup to ``lr``, then cosine/linear/constant/WSD decay to ``min_lr`` at ``train_iters``
+    (``TrainingConfig.scheduler_decay_kwargs``: WSD holds ``lr`` until its decay phase).
 
     Steps are counted in optimizer steps (increment 1 per iteration), so the schedule does not
-    depend on the global batch size. Checkpointed values win on resume.
+    depend on the global batch size, which a batch-size warmup changes (Megatron-LM counts samples
+    there: its warmup is linear in samples, ours in steps). Checkpointed values win on resume.
     """
     train = run_cfg.training
-    decay_steps = max(1, train.train_iters)
+    decay = train.scheduler_decay_kwargs()
     return OptimizerParamScheduler(
         optimizer, init_lr=0.0, max_lr=train.lr, min_lr=train.min_lr,
-        lr_warmup_steps=min(train.lr_warmup_iters, decay_steps - 1), lr_decay_steps=decay_steps,
-        lr_decay_style=train.lr_decay_style, start_wd=train.weight_decay, end_wd=train.weight_decay,
-        wd_incr_steps=decay_steps, wd_incr_style="constant",
-        use_checkpoint_opt_param_scheduler=True, override_opt_param_scheduler=False,
+        lr_warmup_steps=min(train.lr_warmup_iters, decay["lr_decay_steps"] - 1), start_wd=train.weight_decay,
+        end_wd=train.weight_decay, wd_incr_steps=decay["lr_decay_steps"], wd_incr_style="constant",
+        use_checkpoint_opt_param_scheduler=True, override_opt_param_scheduler=False, **decay,
     )
 
 

@@ -51,12 +51,3 @@ class PretrainingSampler:
             first = start + self.dp_rank * self.micro_batch_size
             yield list(range(first, first + self.micro_batch_size))
             start += self.round_size
-
-
-def num_microbatches(global_batch_size: int, micro_batch_size: int, dp_size: int) -> int:
-    """Micro-batches per optimizer step on each DP rank; the global batch must split evenly."""
-    per_round = micro_batch_size * dp_size
-    if global_batch_size % per_round:
-        raise ValueError(f"global_batch_size={global_batch_size} is not divisible by "
-                         f"micro_batch_size*data_parallel_size={micro_batch_size}*{dp_size}")
-    return global_batch_size // per_round

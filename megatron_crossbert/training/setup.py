@@ -20,10 +20,11 @@ from megatron_crossbert.checkpoint.save import RunSaves
 from megatron_crossbert.checkpoint.start_guard import StartPlan, apply_plan, plan_start
 from megatron_crossbert.checkpoint.state import Progress
 from megatron_crossbert.checkpoint.tokenizer_record import check_dataset_tokenizers
-from megatron_crossbert.checkpoint.verify import VerifiedCheckpoint
+from megatron_crossbert.checkpoint.verify import VerifiedCheckpoint, schedule_for_resume
 from megatron_crossbert.config import RunConfig
+from megatron_crossbert.training.batch_schedule import BatchSchedule
 from megatron_crossbert.training.optimizer import build_optimizer, build_scheduler, install_schedule_hooks, wrap_ddp
-from megatron_crossbert.training.sampler import PretrainingSampler, num_microbatches
+from megatron_crossbert.training.sampler import PretrainingSampler
 
 
 @dataclass
@@ -37,7 +38,8 @@ class Session:
     scheduler: object
     progress: Progress
     device: torch.device
-    num_micro: int
+    batch_schedule: BatchSchedule
+    """The global batch and micro-batch count of each step (constant, or a batch-size warmup)."""
     dp_size: int
     resumed_from: Path | None = None
     saves: RunSaves = field(default_factory=RunSaves)
@@ -93,23 +95,25 @@ def build_trainable(run_cfg: RunConfig) -> tuple[torch.nn.Module, torch.nn.Modul
 def build_session(run_cfg: RunConfig) -> Session:
     """Initialise the platform and build model, DDP, optimizer and scheduler; restore state."""
     plan = check_sources(run_cfg)
+    run_cfg = schedule_for_resume(run_cfg, plan.source)
     platform.initialize(run_cfg.parallel, run_cfg.training.seed)
     if plan.move_aside:  # the same on every rank; all have planned (initialize is a rendezvous)
         if platform.is_rank_zero():
             apply_plan(plan, run_cfg.checkpoint.save_dir)
         torch.distributed.barrier()
     dp_size = parallel_state.get_data_parallel_world_size()
-    num_micro = num_microbatches(run_cfg.training.global_batch_size, run_cfg.training.micro_batch_size, dp_size)
+    batches = BatchSchedule(run_cfg, dp_size, rank=0 if platform.is_rank_zero() else 1)  # rank 0 logs it
     model, ddp, optimizer, scheduler = build_trainable(run_cfg)
-    session = Session(run_cfg, ddp, model, optimizer, scheduler, Progress(), platform.device(), num_micro, dp_size)
+    session = Session(run_cfg, ddp, model, optimizer, scheduler, Progress(), platform.device(), batches, dp_size)
     restore(session, plan.source)
     return session
 
 
 def dataset_sizes(run_cfg: RunConfig, dp_size: int) -> tuple[int, int, int]:
-    """(train, valid, test) samples to request: the whole schedule, and one fixed validation set."""
+    """(train, valid, test) samples to request: the whole schedule (batch warmup included), and one
+    fixed validation set."""
     train = run_cfg.training
-    n_train = train.train_iters * train.global_batch_size
+    n_train = BatchSchedule(run_cfg, dp_size).total_samples(train.train_iters)
     n_valid = train.eval_iters * train.micro_batch_size * dp_size if train.eval_interval > 0 else 0
     return n_train, n_valid, 0
 

@@ -49,9 +49,11 @@ def crossbert_forward_step(device: torch.device, data_iterator, model):
 
 
 def mlm_forward_step(device: torch.device, data_iterator, model):
-    """MLM baselines (megatron-core BertModel, MlmModel) return the per-token LM loss given lm_labels."""
+    """MLM baselines (megatron-core BertModel, MlmModel) return the per-token LM loss given lm_labels;
+    the loss mask is also where they predict (sparse prediction, unless ``model.sparse_prediction`` is off)."""
     batch = _to_device(next(data_iterator), device)
-    output = model(batch["tokens"], batch["padding_mask"], lm_labels=batch["labels"])
+    output = model(batch["tokens"], batch["padding_mask"], lm_labels=batch["labels"],
+                   prediction_mask=batch["loss_mask"])
     return output, partial(loss_func, batch["loss_mask"])
 
 
