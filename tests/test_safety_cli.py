@@ -53,6 +53,36 @@ def _checkpoint_copy(src: Path, dst: Path) -> Path:
     return dst / "iter_0000002"
 
 
+def _cli(name: str, *argv: str) -> dict:
+    return {"module": f"megatron_crossbert.cli.{name}", "argv": [str(a) for a in argv]}
+
+
+def _user_error_cases(tmp: Path, corpus: str, tokenizer: Path) -> dict[str, tuple[dict, str]]:
+    """Settings this machine cannot honour, and every console script's plain user errors (issue 17:
+    fp8 trained in bf16 with rc 0, TE layers gave a traceback, crossbert-preprocess exited 1)."""
+    done = tmp / "done"
+    done.mkdir()
+    (done / "corpus_preprocess_report.json").write_text("{}")
+    (done / "tok").mkdir()
+    (done / "tok" / "tokenizer.json").write_text("{}")
+    missing = tmp / "missing.jsonl"
+    return {
+        "fp8 on CPU": (_pretrain(corpus, "--precision", "fp8"), "training.precision=fp8 needs CUDA and an importable "
+                                                                 "Transformer Engine, but no CUDA device"),
+        "TE layers on CPU": (_pretrain(corpus, "--set", "model.transformer_impl=transformer_engine"),
+                             "model.transformer_impl=transformer_engine needs CUDA"),
+        "preprocess: missing input": (_cli("preprocess", "--input", missing, "--output-prefix", tmp / "pp",
+                                           "--tokenizer", tokenizer, "--no-progress"), f"{missing}"),
+        "preprocess: existing output": (_cli("preprocess", "--input", missing, "--output-prefix", done / "corpus",
+                                             "--tokenizer", tokenizer, "--no-progress"),
+                                        "refusing to overwrite existing outputs (pass --force)"),
+        "train-tokenizer: existing": (_cli("train_tokenizer", "--input", missing, "--output-dir", done / "tok"),
+                                      f"{done / 'tok'}: already holds a tokenizer"),
+        "probe: no tasks": (_cli("probe", "--model", tmp), "no tasks: give --glue-dir"),
+        "mteb: no tasks": (_cli("mteb", "--model", tmp), "no tasks: give --benchmark"),
+    }
+
+
 def _build_cases(tmp: Path, corpus: str, ckpt: Path) -> dict[str, tuple[dict, str]]:
     """name -> (case, a fragment the single error line must contain)."""
     from test_safety_checkpoint import write_malicious_metadata, write_tokenizer
@@ -73,7 +103,7 @@ def _build_cases(tmp: Path, corpus: str, ckpt: Path) -> dict[str, tuple[dict, st
     empty = _empty_dataset(tmp / "empty")
     binary_tok = tmp / "tokenizer.bin"
     binary_tok.write_bytes(bytes(range(256)) * 4)
-    return {
+    return _user_error_cases(tmp, corpus, write_tokenizer(tmp / "tok")) | {
         "truncated .bin": (_pretrain(short_bin), f"{short_bin}.bin: size"),
         "truncated .idx": (_pretrain(short_idx), f"{short_idx}.idx: truncated: 40 bytes"),
         "0-document dataset": (_pretrain(empty), f"{empty}.idx: the dataset holds 0 documents"),
@@ -83,7 +113,7 @@ def _build_cases(tmp: Path, corpus: str, ckpt: Path) -> dict[str, tuple[dict, st
         "binary --tokenizer": (_pretrain(corpus, "--tokenizer", str(binary_tok)), f"{binary_tok}: not a tokenizer.json"),
         "malicious .metadata (export)": ({"module": "megatron_crossbert.cli.convert_hf",
                                           "argv": ["export", str(evil.parent), str(tmp / "hf"), "--tokenizer",
-                                                   str(write_tokenizer(tmp / "tok"))]},
+                                                   str(tmp / "tok")]},
                                          "refused to unpickle posix.mkdir"),
         "junk latest beside checkpoints": (_pretrain(corpus, save=junk_latest),
                                            f"{junk_latest}/latest: holds 7 bytes that are not text"),

@@ -63,8 +63,7 @@ def main(argv: list[str] | None = None) -> int:
 
     tasks = _gather_tasks(args)
     if not tasks:
-        print("no tasks: give --benchmark, --tasks or --local-task", file=sys.stderr)
-        return 2
+        raise ValueError("no tasks: give --benchmark, --tasks or --local-task")
     encoder = HFEncoder(resolve_model(args.model, cache_dir=cache_dir_arg(args.cache_dir), tokenizer_dir=args.tokenizer_dir),
                         device=args.device,
                         max_len=args.max_len, batch_size=args.batch_size)

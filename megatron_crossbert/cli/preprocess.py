@@ -72,14 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     # pool workers terminated instead of orphaned.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    from megatron_crossbert.data.jsonl import BadInputError
     from megatron_crossbert.data.preprocess import PreprocessOptions, preprocess, report_path
 
-    try:
-        tokenizer, kind = _tokenizer_from_args(args)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    tokenizer, kind = _tokenizer_from_args(args)  # user errors: one line and status 2 via cli_main
     opts = PreprocessOptions(
         inputs=args.input, output_prefix=args.output_prefix, tokenizer=tokenizer, tokenizer_kind=kind,
         backend=args.backend, json_keys=args.json_keys,
@@ -87,11 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         strict=args.strict, force=args.force, log_interval=args.log_interval, progress=not args.no_progress,
         emit_mask_pairs=args.emit_mask_pairs, seq_length=args.seq_length,
         masking=MaskingConfig(mask_ratio=args.mask_ratio, seed=args.seed, complementary=not args.no_complementary))
-    try:
-        report = preprocess(opts)
-    except (BadInputError, FileExistsError, FileNotFoundError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    report = preprocess(opts)
     print(_summary(report, report_path(args.output_prefix)))
     return 0
 

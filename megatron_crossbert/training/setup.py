@@ -53,9 +53,13 @@ def build_model_chunk(run_cfg: RunConfig) -> torch.nn.Module:
 
 
 def check_sources(run_cfg: RunConfig) -> StartPlan:
-    """Before building or writing anything: decide where to start and verify that checkpoint once
+    """Before building or writing anything: refuse settings this machine cannot honour (fp8 or TE
+    layers without CUDA and TE), decide where to start and verify that checkpoint once
     (``checkpoint.start_guard.plan_start``: shapes, optimizer layout, LR schedule, tokenizer), then
     check the datasets' tokenizers. The plan's ``source`` then drives the load."""
+    from megatron_crossbert.models.specs import require_support
+
+    require_support(run_cfg.training.precision, run_cfg.model.transformer_impl)
     plan = plan_start(run_cfg)
     check_dataset_tokenizers(run_cfg)
     return plan
