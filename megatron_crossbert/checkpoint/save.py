@@ -53,6 +53,7 @@ from megatron_crossbert.checkpoint.optimizer_format import (
     SAVE_SHARDING_TYPE,
     save_content_metadata,
 )
+from megatron_crossbert.checkpoint.processes import guard_request, install_results_queue
 from megatron_crossbert.checkpoint.state import Progress, training_state_dict
 from megatron_crossbert.checkpoint.tokenizer_record import write_checkpoint_record
 from megatron_crossbert.config import RunConfig
@@ -74,13 +75,16 @@ class AsyncSaves:
 
     def start(self, state: dict, ckpt_dir: Path, content_metadata: dict | None,
               commit: Callable[[], None]) -> None:
-        """Collective: plan the save of ``state`` into ``ckpt_dir``, fork the writers, queue ``commit``."""
+        """Collective: plan the save of ``state`` into ``ckpt_dir``, fork the writers, queue ``commit``.
+
+        The writers and the results server die with the trainer (``processes``)."""
+        install_results_queue(asynchronous=True)
         request = dist_checkpointing.save(state, str(ckpt_dir), async_sharded_save=True,
                                           async_strategy=ASYNC_STRATEGY, content_metadata=content_metadata)
         request.add_finalize_fn(commit)  # after megatron's own finalizers (metadata.json)
         if self._queue is None:
             self._queue = AsyncCallsQueue(persistent=False)
-        self._queue.schedule_async_request(request)
+        self._queue.schedule_async_request(guard_request(request))
 
     def pending(self) -> int:
         """Saves started but not yet committed on this rank."""
@@ -189,6 +193,7 @@ def save_checkpoint(saves: RunSaves, root: str | Path, model, optimizer, schedul
     if run_cfg.checkpoint.async_save:
         saves.in_flight.start(state, ckpt_dir, content, commit)
     else:
+        install_results_queue(asynchronous=False)  # the writer runs here: no server process
         dist_checkpointing.save(state, str(ckpt_dir), content_metadata=content)
         commit()
     return ckpt_dir
@@ -207,6 +212,7 @@ def save_model_only(model, run_config: RunConfig, root: str | Path, iteration: i
     """Write a model-only checkpoint (no optimizer) under ``root`` and point 'latest' at it."""
     ckpt_dir = Path(root) / iteration_dir_name(iteration)
     ckpt_dir.mkdir(parents=True, exist_ok=True)
+    install_results_queue(asynchronous=False)
     dist_checkpointing.save({"model": model.sharded_state_dict()}, str(ckpt_dir))
     if not dist.is_initialized() or dist.get_rank() == 0:
         _write_tokenizer_record(ckpt_dir, run_config)

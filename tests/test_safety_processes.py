@@ -1,0 +1,134 @@
+"""After SIGKILL of a trainer no process of the run outlives it (sync and async saves).
+
+Before issue 17 a SIGKILLed trainer left megatron's results-queue Manager server (~620 MiB, a
+spawned interpreter) and multiprocessing's resource tracker behind after every save, sync or async,
+and a forked async writer killed mid-save kept writing. The end-to-end test trains two tiny runs at
+once (one saving synchronously, one asynchronously with a writer held alive by a test hook), kills
+both with SIGKILL and looks for survivors 5 s later.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from test_train_support import tiny_overrides
+
+REPO = Path(__file__).resolve().parents[1]
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG and /proc are Linux's")
+
+PARENT = """
+import os, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", '''
+import os, sys, time
+from megatron_crossbert.checkpoint.processes import die_with_parent
+die_with_parent(int(sys.argv[1]))
+print(os.getpid(), flush=True)
+time.sleep(60)
+''', str(os.getpid())], stdout=subprocess.PIPE, text=True)
+print(child.stdout.readline().strip(), flush=True)
+time.sleep(60)
+"""
+
+
+def _alive(pid: int) -> bool:
+    """Running and not a zombie (a zombie has exited; only its parent's wait is missing)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _descendants(pid: int) -> list[int]:
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    parents[int(entry)] = int(handle.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        kids = [child for child, ppid in parents.items() if ppid == parent]
+        found += kids
+        todo += kids
+    return found
+
+
+def _env() -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    return env
+
+
+@linux_only
+def test_a_child_armed_with_die_with_parent_dies_with_a_sigkilled_parent():
+    parent = subprocess.Popen([sys.executable, "-c", PARENT], stdout=subprocess.PIPE, text=True, env=_env())
+    child = int(parent.stdout.readline())
+    assert _alive(child)
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    deadline = time.time() + 5
+    while _alive(child) and time.time() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child)
+
+
+def test_sync_saves_need_no_server_process():
+    from megatron_crossbert.checkpoint.processes import results_queue
+
+    before = set(_descendants(os.getpid()))
+    assert isinstance(results_queue(asynchronous=False), queue.Queue)
+    assert set(_descendants(os.getpid())) == before
+
+
+def _trainer(corpus: str, save: Path, mode: str) -> subprocess.Popen:
+    over = tiny_overrides("crossbert", corpus, save, training__train_iters=400, checkpoint__save_interval=2,
+                          checkpoint__async_save=mode == "async")
+    env = dict(_env(), CROSSBERT_TEST_SLOW_WRITER="60") if mode == "async" else _env()
+    return subprocess.Popen([sys.executable, "-m", "megatron_crossbert.cli.pretrain",
+                             *[a for o in over for a in ("--set", o)]],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def _ready(trainer: subprocess.Popen, save: Path, mode: str) -> bool:
+    """sync: the first save is complete; async: its forked writer is alive (manager, tracker, writer)."""
+    if mode == "sync":
+        return (save / "iter_0000002" / "run_config.json").exists()
+    return len(_descendants(trainer.pid)) >= 3
+
+
+@linux_only
+def test_sigkill_of_a_trainer_leaves_no_process(indexed_corpus, tmp_path):
+    trainers = {mode: _trainer(indexed_corpus, tmp_path / mode, mode) for mode in ("sync", "async")}
+    helpers: dict[str, list[int]] = {}
+    try:
+        deadline = time.time() + 300
+        while len(helpers) < len(trainers):
+            for mode, trainer in trainers.items():
+                if mode not in helpers and _ready(trainer, tmp_path / mode, mode):
+                    helpers[mode] = _descendants(trainer.pid)
+                    trainer.send_signal(signal.SIGKILL)
+                assert trainer.poll() is None or mode in helpers, trainer.stderr.read()[-3000:]
+            assert time.time() < deadline, f"not ready after 300 s: {sorted(helpers)}"
+            time.sleep(0.1)
+    finally:
+        for trainer in trainers.values():
+            trainer.kill()
+            trainer.wait()
+    time.sleep(5)
+    survivors = {mode: [pid for pid in pids if _alive(pid)] for mode, pids in helpers.items()}
+    for pid in sum(survivors.values(), []):
+        os.kill(pid, signal.SIGKILL)  # started by this test's trainers
+    assert len(helpers["async"]) >= 3, helpers
+    assert survivors == {"sync": [], "async": []}, (helpers, survivors)
