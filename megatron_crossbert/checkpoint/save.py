@@ -29,6 +29,7 @@ import logging
 import os
 import shutil
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -36,8 +37,9 @@ from typing import Callable
 import torch.distributed as dist
 from megatron.core import dist_checkpointing
 from megatron.core.dist_checkpointing.strategies.async_utils import AsyncCallsQueue
+from torch.distributed.checkpoint.api import CheckpointException as TorchCheckpointException
 
-from megatron_crossbert.checkpoint.errors import CheckpointError
+from megatron_crossbert.checkpoint.errors import CheckpointError, CheckpointSaveError, DiskFullError
 from megatron_crossbert.checkpoint.layout import (
     ITER_PREFIX,
     RUN_CONFIG_FILE,
@@ -54,6 +56,7 @@ from megatron_crossbert.checkpoint.optimizer_format import (
     save_content_metadata,
 )
 from megatron_crossbert.checkpoint.processes import guard_request, install_results_queue
+from megatron_crossbert.checkpoint.save_errors import SaveTarget, room_problem, save_failure
 from megatron_crossbert.checkpoint.state import Progress, training_state_dict
 from megatron_crossbert.checkpoint.tokenizer_record import write_checkpoint_record
 from megatron_crossbert.config import RunConfig
@@ -72,19 +75,22 @@ class AsyncSaves:
 
     def __init__(self) -> None:
         self._queue: AsyncCallsQueue | None = None  # created by the first async save
+        self._targets: deque[SaveTarget] = deque()  # what each pending save's failure names, in order
 
     def start(self, state: dict, ckpt_dir: Path, content_metadata: dict | None,
-              commit: Callable[[], None]) -> None:
+              commit: Callable[[], None], target: SaveTarget | None = None) -> None:
         """Collective: plan the save of ``state`` into ``ckpt_dir``, fork the writers, queue ``commit``.
 
         The writers and the results server die with the trainer (``processes``)."""
+        target = target or SaveTarget.of(ckpt_dir.parent, iteration_of(ckpt_dir) or 0)
         install_results_queue(asynchronous=True)
-        request = dist_checkpointing.save(state, str(ckpt_dir), async_sharded_save=True,
-                                          async_strategy=ASYNC_STRATEGY, content_metadata=content_metadata)
+        request = _failing_as(target, dist_checkpointing.save, state, str(ckpt_dir), async_sharded_save=True,
+                              async_strategy=ASYNC_STRATEGY, content_metadata=content_metadata)
         request.add_finalize_fn(commit)  # after megatron's own finalizers (metadata.json)
         if self._queue is None:
             self._queue = AsyncCallsQueue(persistent=False)
         self._queue.schedule_async_request(guard_request(request))
+        self._targets.append(target)
 
     def pending(self) -> int:
         """Saves started but not yet committed on this rank."""
@@ -93,12 +99,22 @@ class AsyncSaves:
     def finalize(self, blocking: bool) -> list[int]:
         """Collective: commit every save whose writers finished on all ranks (all of them if ``blocking``).
 
-        Returns the indices of the committed saves; a write error on any rank is raised on every rank
-        (megatron's CheckpointException) and nothing is committed. A no-op when no save was started.
+        Returns the indices of the committed saves. A write error on any rank is raised on every rank
+        as one line naming the failed save (``save_errors``) and nothing is committed. A no-op when no
+        save was started.
         """
         if not self.pending():
             return []
-        return self._queue.maybe_finalize_async_calls(blocking=blocking)
+        try:
+            done = self._queue.maybe_finalize_async_calls(blocking=blocking)
+        except CheckpointError:  # our commit failed: already one line
+            self._targets.popleft()
+            raise
+        except (Exception, TorchCheckpointException) as err:  # DCP's exception is a BaseException
+            raise save_failure(err, self._targets.popleft()) from err
+        for _ in done:
+            self._targets.popleft()
+        return done
 
 
 @dataclass
@@ -120,8 +136,47 @@ def _barrier() -> None:
         dist.barrier()
 
 
-def _prepare_dir(ckpt_dir: Path, written: set[Path]) -> None:
-    """Remove a stale partial save of the same iteration (its shards would clash), then create.
+def _failing_as(target: SaveTarget, fn: Callable, *args, **kwargs):
+    """``fn(*args, **kwargs)``; any failure becomes the one-line error of a failed save (``save_errors``)."""
+    try:
+        return fn(*args, **kwargs)
+    except CheckpointError:
+        raise
+    except (Exception, TorchCheckpointException) as err:  # DCP's CheckpointException is a BaseException
+        raise save_failure(err, target) from err
+
+
+def _from_rank_zero(value):
+    """Rank 0's ``value`` on every rank (a synchronization point, like the barrier it replaces)."""
+    if not dist.is_initialized():
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def _on_rank_zero(work: Callable[[], None], target: SaveTarget) -> None:
+    """Collective: run ``work`` on rank 0 only; if it failed, every rank raises the same one-line error.
+
+    A bare barrier after rank 0's writes would leave the other ranks waiting for a rank 0 that has
+    already raised (a full disk while writing ``run_config.json``, say) until the process-group timeout.
+    """
+    failure: CheckpointSaveError | None = None
+    if is_rank_zero():
+        try:
+            _failing_as(target, work)
+        except CheckpointSaveError as err:
+            failure = err
+    verdict = _from_rank_zero(None if failure is None else (isinstance(failure, DiskFullError), str(failure)))
+    if failure is not None:
+        raise failure
+    if verdict is not None:
+        raise (DiskFullError if verdict[0] else CheckpointSaveError)(verdict[1])
+
+
+def _prepare_dir(ckpt_dir: Path, written: set[Path], target: SaveTarget) -> None:
+    """Remove a stale partial save of the same iteration (its shards would clash), check that the
+    save fits, then create the directory: a save that cannot fit is refused before it writes a byte.
 
     A complete checkpoint that this run did not write (not in ``written``) is never removed
     (start_guard refuses such runs up front; this is the last line of defence).
@@ -129,11 +184,16 @@ def _prepare_dir(ckpt_dir: Path, written: set[Path]) -> None:
     if is_complete(ckpt_dir) and ckpt_dir.resolve() not in written:
         raise CheckpointError(f"{ckpt_dir}: a complete checkpoint from an earlier run is in the way; "
                               f"refusing to overwrite it (move it away or use another --save)")
-    if is_rank_zero():
+
+    def work() -> None:
         if ckpt_dir.exists():
             shutil.rmtree(ckpt_dir)
+        problem = room_problem(target, f"saving {target.name}")
+        if problem:
+            raise DiskFullError(problem)
         ckpt_dir.mkdir(parents=True)
-    _barrier()
+
+    _on_rank_zero(work, target)
 
 
 def prune_checkpoints(root: Path, keep_last: int) -> list[Path]:
@@ -161,17 +221,19 @@ def _test_sleep(iteration: int) -> None:
         time.sleep(float(seconds))
 
 
-def _commit(saves: RunSaves, ckpt_dir: Path, run_cfg: RunConfig, iteration: int) -> None:
+def _commit(saves: RunSaves, ckpt_dir: Path, run_cfg: RunConfig, iteration: int, target: SaveTarget) -> None:
     """Collective, once every rank's shards are on disk: run_config.json, then 'latest', then prune."""
     _test_sleep(iteration)
     _barrier()
-    if is_rank_zero():
+
+    def work() -> None:
         write_checkpoint_record(ckpt_dir, run_cfg)
         run_cfg.save_json(ckpt_dir / RUN_CONFIG_FILE)
         point_latest(ckpt_dir)
         prune_checkpoints(ckpt_dir.parent, run_cfg.checkpoint.keep_last)
+
+    _on_rank_zero(work, target)
     saves.written.add(ckpt_dir.resolve())
-    _barrier()
 
 
 def save_checkpoint(saves: RunSaves, root: str | Path, model, optimizer, scheduler, progress: Progress,
@@ -180,21 +242,24 @@ def save_checkpoint(saves: RunSaves, root: str | Path, model, optimizer, schedul
 
     With ``checkpoint.async_save`` this returns once the shards are handed to background writers;
     the commit happens in ``saves.finalize``. ``sharding_type`` exists so tests can still write
-    the older ``dp_reshardable`` layout (without the content metadata, as it was written).
+    the older ``dp_reshardable`` layout (without the content metadata, as it was written). A save
+    that fails (a full disk above all) raises one line naming it and the last complete checkpoint,
+    on every rank; nothing complete is touched and the partial directory stays ignored.
     """
     root = Path(root)
     saves.finalize(blocking=True)  # one save in flight at a time, committed in order
     ckpt_dir = root / iteration_dir_name(progress.iteration)
-    _prepare_dir(ckpt_dir, saves.written)
+    target = SaveTarget.of(root, progress.iteration)
+    _prepare_dir(ckpt_dir, saves.written, target)
     dist_sharding = sharding_type if run_cfg.parallel.use_distributed_optimizer else None
     state = training_state_dict(model, optimizer, scheduler, progress, dist_sharding, is_loading=False)
     content = None if sharding_type == LEGACY_DP_RESHARDABLE else save_content_metadata(run_cfg)
-    commit = functools.partial(_commit, saves, ckpt_dir, run_cfg, progress.iteration)
+    commit = functools.partial(_commit, saves, ckpt_dir, run_cfg, progress.iteration, target)
     if run_cfg.checkpoint.async_save:
-        saves.in_flight.start(state, ckpt_dir, content, commit)
+        saves.in_flight.start(state, ckpt_dir, content, commit, target)
     else:
         install_results_queue(asynchronous=False)  # the writer runs here: no server process
-        dist_checkpointing.save(state, str(ckpt_dir), content_metadata=content)
+        _failing_as(target, dist_checkpointing.save, state, str(ckpt_dir), content_metadata=content)
         commit()
     return ckpt_dir
 
@@ -211,12 +276,15 @@ def _write_tokenizer_record(ckpt_dir: Path, run_config: RunConfig) -> None:
 def save_model_only(model, run_config: RunConfig, root: str | Path, iteration: int = 0) -> Path:
     """Write a model-only checkpoint (no optimizer) under ``root`` and point 'latest' at it."""
     ckpt_dir = Path(root) / iteration_dir_name(iteration)
+    target = SaveTarget.of(root, iteration)
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     install_results_queue(asynchronous=False)
-    dist_checkpointing.save({"model": model.sharded_state_dict()}, str(ckpt_dir))
-    if not dist.is_initialized() or dist.get_rank() == 0:
+    _failing_as(target, dist_checkpointing.save, {"model": model.sharded_state_dict()}, str(ckpt_dir))
+
+    def work() -> None:
         _write_tokenizer_record(ckpt_dir, run_config)
         run_config.save_json(ckpt_dir / RUN_CONFIG_FILE)
         point_latest(ckpt_dir)
-    _barrier()
+
+    _on_rank_zero(work, target)
     return ckpt_dir

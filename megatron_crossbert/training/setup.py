@@ -17,6 +17,7 @@ from megatron.core import parallel_state
 from megatron_crossbert import platform
 from megatron_crossbert.checkpoint.load import load_checkpoint, read_model_weights
 from megatron_crossbert.checkpoint.save import RunSaves
+from megatron_crossbert.checkpoint.save_errors import check_room_to_start
 from megatron_crossbert.checkpoint.start_guard import StartPlan, apply_plan, plan_start
 from megatron_crossbert.checkpoint.state import Progress
 from megatron_crossbert.checkpoint.tokenizer_record import check_dataset_tokenizers
@@ -55,12 +56,14 @@ def build_model_chunk(run_cfg: RunConfig) -> torch.nn.Module:
 def check_sources(run_cfg: RunConfig) -> StartPlan:
     """Before building or writing anything: refuse settings this machine cannot honour (fp8 or TE
     layers without CUDA and TE), decide where to start and verify that checkpoint once
-    (``checkpoint.start_guard.plan_start``: shapes, optimizer layout, LR schedule, tokenizer), then
-    check the datasets' tokenizers. The plan's ``source`` then drives the load."""
+    (``checkpoint.start_guard.plan_start``: shapes, optimizer layout, LR schedule, tokenizer), refuse
+    a save dir that cannot hold the next checkpoint (before TensorBoard writes its first event),
+    then check the datasets' tokenizers. The plan's ``source`` then drives the load."""
     from megatron_crossbert.models.specs import require_support
 
     require_support(run_cfg.training.precision, run_cfg.model.transformer_impl)
     plan = plan_start(run_cfg)
+    check_room_to_start(run_cfg.checkpoint.save_dir)
     check_dataset_tokenizers(run_cfg)
     return plan
 
