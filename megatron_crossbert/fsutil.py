@@ -16,6 +16,28 @@ from pathlib import Path
 from typing import IO, Iterator, Sequence
 
 
+def pid_start_time(pid: int) -> str:
+    """The pid's start time in clock ticks since boot (``/proc/PID/stat`` field 22); '' if unknown.
+
+    A pid with its start time names one process for the life of the machine (pids are reused)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+def process_is_alive(pid: int, start_time: str) -> bool:
+    """The process ``pid`` runs on this host and (when ``start_time`` is known) started then."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's live process
+    return not start_time or pid_start_time(pid) == start_time
+
+
 def temp_sibling(path: str | Path) -> str:
     """``<path>.tmp-<pid>``: a temporary name beside ``path`` for writers that name files themselves
     (``np.savez`` appends ``.npz``; the indexed writer derives ``.bin``/``.idx`` from one prefix)."""

@@ -1,10 +1,12 @@
-"""After SIGKILL of a trainer no process of the run outlives it (sync and async saves).
+"""After SIGKILL of a trainer no process of the run outlives it (sync and async saves), and while a
+trainer runs a second run into its save directory is refused.
 
 Before issue 17 a SIGKILLed trainer left megatron's results-queue Manager server (~620 MiB, a
 spawned interpreter) and multiprocessing's resource tracker behind after every save, sync or async,
-and a forked async writer killed mid-save kept writing. The end-to-end test trains two tiny runs at
-once (one saving synchronously, one asynchronously with a writer held alive by a test hook), kills
-both with SIGKILL and looks for survivors 5 s later.
+and a forked async writer killed mid-save kept writing; and nothing refused a second run into a live
+run's ``--save``. The end-to-end test trains two tiny runs at once (one saving synchronously, one
+asynchronously with a writer held alive by a test hook), starts a second run into the live sync
+run's directory, kills both trainers with SIGKILL and looks for survivors 5 s later.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import os
 import queue
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -92,13 +95,25 @@ def test_sync_saves_need_no_server_process():
     assert set(_descendants(os.getpid())) == before
 
 
-def _trainer(corpus: str, save: Path, mode: str) -> subprocess.Popen:
+def _pretrain_argv(corpus: str, save: Path, mode: str) -> list[str]:
     over = tiny_overrides("crossbert", corpus, save, training__train_iters=400, checkpoint__save_interval=2,
                           checkpoint__async_save=mode == "async")
+    return [a for o in over for a in ("--set", o)]
+
+
+def _trainer(corpus: str, save: Path, mode: str) -> subprocess.Popen:
     env = dict(_env(), CROSSBERT_TEST_SLOW_WRITER="60") if mode == "async" else _env()
-    return subprocess.Popen([sys.executable, "-m", "megatron_crossbert.cli.pretrain",
-                             *[a for o in over for a in ("--set", o)]],
+    return subprocess.Popen([sys.executable, "-m", "megatron_crossbert.cli.pretrain", *_pretrain_argv(corpus, save, mode)],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def _second_run(corpus: str, save: Path, capfd) -> tuple[int, list[str]]:
+    """The same command again, in this process, while the first run is alive: (status, error lines)."""
+    from megatron_crossbert.cli.pretrain import main
+
+    capfd.readouterr()
+    rc = main(_pretrain_argv(corpus, save, "sync"))
+    return rc, [line for line in capfd.readouterr().err.splitlines() if line.startswith("error: ")]
 
 
 def _ready(trainer: subprocess.Popen, save: Path, mode: str) -> bool:
@@ -109,7 +124,7 @@ def _ready(trainer: subprocess.Popen, save: Path, mode: str) -> bool:
 
 
 @linux_only
-def test_sigkill_of_a_trainer_leaves_no_process(indexed_corpus, tmp_path):
+def test_sigkill_of_a_trainer_leaves_no_process_and_a_second_run_is_refused(indexed_corpus, tmp_path, capfd):
     trainers = {mode: _trainer(indexed_corpus, tmp_path / mode, mode) for mode in ("sync", "async")}
     helpers: dict[str, list[int]] = {}
     try:
@@ -117,6 +132,8 @@ def test_sigkill_of_a_trainer_leaves_no_process(indexed_corpus, tmp_path):
         while len(helpers) < len(trainers):
             for mode, trainer in trainers.items():
                 if mode not in helpers and _ready(trainer, tmp_path / mode, mode):
+                    if mode == "sync":
+                        second = _second_run(indexed_corpus, tmp_path / mode, capfd)
                     helpers[mode] = _descendants(trainer.pid)
                     trainer.send_signal(signal.SIGKILL)
                 assert trainer.poll() is None or mode in helpers, trainer.stderr.read()[-3000:]
@@ -132,3 +149,8 @@ def test_sigkill_of_a_trainer_leaves_no_process(indexed_corpus, tmp_path):
         os.kill(pid, signal.SIGKILL)  # started by this test's trainers
     assert len(helpers["async"]) >= 3, helpers
     assert survivors == {"sync": [], "async": []}, (helpers, survivors)
+    rc, errors = second
+    assert rc == 2 and len(errors) == 1, second
+    assert errors[0].startswith(f"error: {tmp_path / 'sync' / 'run.lock'}: another training run uses this save "
+                                f"directory (host {socket.gethostname()}, pid {trainers['sync'].pid}, started 20"), errors
+    assert errors[0].endswith("); wait for it to finish or pass another --save"), errors
