@@ -25,7 +25,6 @@ waits on, the first one's.
 from __future__ import annotations
 
 import functools
-import logging
 import os
 import shutil
 import time
@@ -39,6 +38,9 @@ from megatron.core import dist_checkpointing
 from megatron.core.dist_checkpointing.strategies.async_utils import AsyncCallsQueue
 from torch.distributed.checkpoint.api import CheckpointException as TorchCheckpointException
 
+from megatron_crossbert.checkpoint.checksums import own_shards
+from megatron_crossbert.checkpoint.checksums import write_record as write_checksums
+from megatron_crossbert.checkpoint.data_record import write_data_record
 from megatron_crossbert.checkpoint.errors import CheckpointError, CheckpointSaveError, DiskFullError
 from megatron_crossbert.checkpoint.layout import (
     ITER_PREFIX,
@@ -56,10 +58,11 @@ from megatron_crossbert.checkpoint.optimizer_format import (
     save_content_metadata,
 )
 from megatron_crossbert.checkpoint.processes import guard_request, install_results_queue
-from megatron_crossbert.checkpoint.save_errors import SaveTarget, room_problem, save_failure
+from megatron_crossbert.checkpoint.save_errors import SaveTarget, checkpoint_bytes, room_problem, save_failure
 from megatron_crossbert.checkpoint.state import Progress, training_state_dict
 from megatron_crossbert.checkpoint.tokenizer_record import write_checkpoint_record
 from megatron_crossbert.config import RunConfig
+from megatron_crossbert.fsutil import atomic_write_text
 from megatron_crossbert.platform import is_rank_zero
 
 SLEEP_IN_SAVE_ENV = "CROSSBERT_TEST_SLEEP_IN_SAVE"
@@ -175,8 +178,9 @@ def _on_rank_zero(work: Callable[[], None], target: SaveTarget) -> None:
 
 
 def _prepare_dir(ckpt_dir: Path, written: set[Path], target: SaveTarget) -> None:
-    """Remove a stale partial save of the same iteration (its shards would clash), check that the
-    save fits, then create the directory: a save that cannot fit is refused before it writes a byte.
+    """Check that the save fits (counting what the stale directory of the same iteration frees), remove
+    that directory (its shards would clash), then create it: a save that cannot fit is refused before
+    it writes or removes a byte.
 
     A complete checkpoint that this run did not write (not in ``written``) is never removed
     (start_guard refuses such runs up front; this is the last line of defence).
@@ -186,11 +190,11 @@ def _prepare_dir(ckpt_dir: Path, written: set[Path], target: SaveTarget) -> None
                               f"refusing to overwrite it (move it away or use another --save)")
 
     def work() -> None:
-        if ckpt_dir.exists():
-            shutil.rmtree(ckpt_dir)
-        problem = room_problem(target, f"saving {target.name}")
+        problem = room_problem(target, f"saving {target.name}", checkpoint_bytes(ckpt_dir) if ckpt_dir.exists() else 0)
         if problem:
             raise DiskFullError(problem)
+        if ckpt_dir.exists():
+            shutil.rmtree(ckpt_dir)
         ckpt_dir.mkdir(parents=True)
 
     _on_rank_zero(work, target)
@@ -221,15 +225,37 @@ def _test_sleep(iteration: int) -> None:
         time.sleep(float(seconds))
 
 
-def _commit(saves: RunSaves, ckpt_dir: Path, run_cfg: RunConfig, iteration: int, target: SaveTarget) -> None:
-    """Collective, once every rank's shards are on disk: run_config.json, then 'latest', then prune."""
-    _test_sleep(iteration)
+def _hashed_shards(ckpt_dir: Path) -> dict[str, dict]:
+    """Collective: every rank hashes the shards it wrote; every rank gets them all (``checksums``)."""
+    if not dist.is_initialized():
+        return own_shards(ckpt_dir, 0)
+    shares: list = [None] * dist.get_world_size()
+    dist.all_gather_object(shares, own_shards(ckpt_dir, dist.get_rank()))
+    return {name: entry for share in shares for name, entry in share.items()}
+
+
+def _seal(ckpt_dir: Path, run_cfg: RunConfig, hashed: dict[str, dict], consumed_samples: int | None) -> None:
+    """Rank 0: the tokenizer and data records (the latter for full checkpoints, ``consumed_samples``
+    given), ``checksums.json`` (covering the run_config.json about to be written), then
+    ``run_config.json``, which marks the save complete, then 'latest'."""
+    write_checkpoint_record(ckpt_dir, run_cfg)
+    if consumed_samples is not None:
+        write_data_record(ckpt_dir, run_cfg, consumed_samples)
+    text = run_cfg.to_json()
+    write_checksums(ckpt_dir, hashed, {RUN_CONFIG_FILE: text.encode()})
+    atomic_write_text(ckpt_dir / RUN_CONFIG_FILE, text)
+    point_latest(ckpt_dir)
+
+
+def _commit(saves: RunSaves, ckpt_dir: Path, run_cfg: RunConfig, progress: Progress, target: SaveTarget) -> None:
+    """Collective, once every rank's shards are on disk: records, checksums and run_config.json, then
+    'latest', then prune."""
+    _test_sleep(progress.iteration)
     _barrier()
+    hashed = _hashed_shards(ckpt_dir)
 
     def work() -> None:
-        write_checkpoint_record(ckpt_dir, run_cfg)
-        run_cfg.save_json(ckpt_dir / RUN_CONFIG_FILE)
-        point_latest(ckpt_dir)
+        _seal(ckpt_dir, run_cfg, hashed, progress.consumed_samples)
         prune_checkpoints(ckpt_dir.parent, run_cfg.checkpoint.keep_last)
 
     _on_rank_zero(work, target)
@@ -254,7 +280,8 @@ def save_checkpoint(saves: RunSaves, root: str | Path, model, optimizer, schedul
     dist_sharding = sharding_type if run_cfg.parallel.use_distributed_optimizer else None
     state = training_state_dict(model, optimizer, scheduler, progress, dist_sharding, is_loading=False)
     content = None if sharding_type == LEGACY_DP_RESHARDABLE else save_content_metadata(run_cfg)
-    commit = functools.partial(_commit, saves, ckpt_dir, run_cfg, progress.iteration, target)
+    commit = functools.partial(_commit, saves, ckpt_dir, run_cfg, Progress(progress.iteration, progress.consumed_samples),
+                               target)
     if run_cfg.checkpoint.async_save:
         saves.in_flight.start(state, ckpt_dir, content, commit, target)
     else:
@@ -264,15 +291,6 @@ def save_checkpoint(saves: RunSaves, root: str | Path, model, optimizer, schedul
     return ckpt_dir
 
 
-def _write_tokenizer_record(ckpt_dir: Path, run_config: RunConfig) -> None:
-    """Best effort for model-only checkpoints (HF import): a tokenizer the data pipeline cannot load
-    is logged and left unrecorded, like a checkpoint of an older version (resume then warns)."""
-    try:
-        write_checkpoint_record(ckpt_dir, run_config)
-    except (ValueError, OSError) as err:
-        logging.getLogger(__name__).warning("%s: no tokenizer record written (%s)", ckpt_dir, err)
-
-
 def save_model_only(model, run_config: RunConfig, root: str | Path, iteration: int = 0) -> Path:
     """Write a model-only checkpoint (no optimizer) under ``root`` and point 'latest' at it."""
     ckpt_dir = Path(root) / iteration_dir_name(iteration)
@@ -280,11 +298,13 @@ def save_model_only(model, run_config: RunConfig, root: str | Path, iteration: i
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     install_results_queue(asynchronous=False)
     _failing_as(target, dist_checkpointing.save, {"model": model.sharded_state_dict()}, str(ckpt_dir))
-
-    def work() -> None:
-        _write_tokenizer_record(ckpt_dir, run_config)
-        run_config.save_json(ckpt_dir / RUN_CONFIG_FILE)
-        point_latest(ckpt_dir)
-
-    _on_rank_zero(work, target)
+    seal_model_only(ckpt_dir, run_config, target)
     return ckpt_dir
+
+
+def seal_model_only(ckpt_dir: Path, run_config: RunConfig, target: SaveTarget | None = None) -> None:
+    """Collective, once a model-only checkpoint's shards are on disk: its records, checksums and
+    run_config.json, then 'latest' (the commit of ``save_model_only``, or of an async model save)."""
+    target = target or SaveTarget.of(ckpt_dir.parent, iteration_of(ckpt_dir) or 0)
+    hashed = _hashed_shards(ckpt_dir)
+    _on_rank_zero(functools.partial(_seal, ckpt_dir, run_config, hashed, None), target)

@@ -21,7 +21,7 @@ from megatron_crossbert.checkpoint.save_errors import check_room_to_start
 from megatron_crossbert.checkpoint.start_guard import StartPlan, apply_plan, plan_start
 from megatron_crossbert.checkpoint.state import Progress
 from megatron_crossbert.checkpoint.tokenizer_record import check_dataset_tokenizers
-from megatron_crossbert.checkpoint.verify import VerifiedCheckpoint
+from megatron_crossbert.checkpoint.verify import VerifiedCheckpoint, verify_contents
 from megatron_crossbert.config import RunConfig
 from megatron_crossbert.training.optimizer import build_optimizer, build_scheduler, install_schedule_hooks, wrap_ddp
 from megatron_crossbert.training.sampler import PretrainingSampler, num_microbatches
@@ -77,7 +77,7 @@ def restore(session: Session, source: VerifiedCheckpoint | None) -> None:
                                            session.run_cfg)
         session.resumed_from = source.directory
         return
-    read_model_weights(session.model, source.directory)
+    read_model_weights(session.model, source)
     # bf16 keeps fp32 main params inside the optimizer; refresh them from the loaded weights.
     reload = getattr(session.optimizer, "reload_model_params", None)
     if reload is not None:
@@ -109,7 +109,8 @@ def build_session(run_cfg: RunConfig) -> Session:
     num_micro = num_microbatches(run_cfg.training.global_batch_size, run_cfg.training.micro_batch_size, dp_size)
     model, ddp, optimizer, scheduler = build_trainable(run_cfg)
     session = Session(run_cfg, ddp, model, optimizer, scheduler, Progress(), platform.device(), num_micro, dp_size)
-    restore(session, plan.source)
+    if plan.source is not None:  # the checksum check, shared by every rank of the job
+        restore(session, verify_contents(plan.source, run_cfg.checkpoint.verify, collective=True))
     return session
 
 
