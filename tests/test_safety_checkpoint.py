@@ -205,6 +205,7 @@ def real(tiny_checkpoint, indexed_corpus) -> tuple[str, Path]:
 
 
 def test_resume_from_and_overwrite_are_explicit_ways_out(real, tmp_path):
+    from megatron_crossbert.fsutil import current_umask
     from megatron_crossbert.training import train
 
     corpus, ckpt = real
@@ -217,6 +218,7 @@ def test_resume_from_and_overwrite_are_explicit_ways_out(real, tmp_path):
                                 checkpoint__lr_schedule_on_resume="config", checkpoint__overwrite=True))
     assert resumed["start_iteration"] == 1 and resumed["iteration"] == 3
     moved = next(root.glob("replaced_*"))  # iter_0000002 was in the way of the resumed run's saves
+    assert moved.stat().st_mode & 0o777 == 0o777 & ~current_umask()  # not mkdtemp's 0700
     assert sorted(p.name for p in moved.iterdir()) == [ITER2, "latest"]
     assert tree_digest(moved / ITER2) == originals[ITER2] and (moved / "latest").read_text() == "garbage"
     fresh = train(tiny_config("crossbert", corpus, root, training__train_iters=1, training__lr_warmup_iters=0,

@@ -35,6 +35,7 @@ from megatron_crossbert.checkpoint.layout import (
 )
 from megatron_crossbert.checkpoint.verify import VerifiedCheckpoint, verify_checkpoint
 from megatron_crossbert.config import RunConfig
+from megatron_crossbert.fsutil import apply_umask_modes
 
 logger = logging.getLogger(__name__)
 
@@ -145,6 +146,7 @@ def apply_plan(plan: StartPlan, save_dir: str | None) -> Path | None:
         return None
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     target = Path(tempfile.mkdtemp(prefix=f"replaced_{stamp}_", dir=save_dir))  # unique, never reused
+    apply_umask_modes(target)  # mkdtemp makes 0700; the moved checkpoints stay readable to whoever could read them
     for path in plan.move_aside:
         path.rename(target / path.name)
     logger.warning("checkpoint.overwrite: moved %s into %s (nothing deleted)",

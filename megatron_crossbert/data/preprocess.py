@@ -16,7 +16,8 @@ Guarantees:
   imports torch (the ``.bin/.idx`` writer is numpy, ``idx_format``), except ``--emit-mask-pairs``.
 * **Atomic outputs.** Everything is written under temporary names and renamed into place only
   after all outputs are complete (``AtomicIndexedWriter``); on an error or Ctrl-C temporaries are
-  removed. Existing outputs are refused unless ``force``.
+  removed, and the next run removes those a killed run left (``fsutil``). Existing outputs are
+  refused unless ``force``.
 
 One input line is one document for every key; sentence-split documents (``split_sentences``) keep
 one sequence per sentence inside the document, as Megatron-LM does, but the file name stays
@@ -50,7 +51,7 @@ from megatron_crossbert.data.preprocess_worker import (
     ChunkResult, WorkerSpec, init_pool_worker, init_worker, process_chunk,
 )
 from megatron_crossbert.data.tokenizer_sources import open_tokenizer
-from megatron_crossbert.fsutil import atomic_write_text
+from megatron_crossbert.fsutil import atomic_write_text, remove_stale_temporaries
 
 logger = logging.getLogger(__name__)
 
@@ -271,8 +272,11 @@ def _start(opts: PreprocessOptions, paths, tokenizer) -> tuple[Iterator[LineChun
 
 
 def preprocess(opts: PreprocessOptions) -> dict:
-    """Run the whole conversion; returns the report dict (also written next to the outputs)."""
+    """Run the whole conversion; returns the report dict (also written next to the outputs).
+
+    Temporaries of these outputs that a killed run (SIGKILL, OOM) left on this host are removed first."""
     _check_options(opts)
+    remove_stale_temporaries(planned_outputs(opts))
     paths = expand_inputs(opts.inputs)
     tokenizer = open_tokenizer(opts.tokenizer, opts.tokenizer_kind)
     splitter = _splitter(opts, paths)
