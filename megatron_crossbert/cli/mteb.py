@@ -9,6 +9,9 @@ Offline, with local file-backed tasks (``KIND:NAME:PATH``; KIND is classificatio
 
     crossbert-mteb --model hf_dir --local-task classification:bbc:../shared/data/probe/bbc_news \\
         --local-task sts:stsb-dev:../shared/data/glue/STS-B/dev.tsv
+
+Exit status 2 with one ``error:`` line for bad input (a damaged checkpoint, no tasks); 1 when every
+task failed (a failed run, not bad input).
 """
 
 from __future__ import annotations
