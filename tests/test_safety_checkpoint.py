@@ -194,7 +194,7 @@ def test_a_save_never_replaces_a_checkpoint_it_did_not_write(tmp_path):
         _prepare_dir(root / ITER2, set(), SaveTarget.of(root, 2))
     assert tree_digest(root / ITER2) == before
     (root / "iter_0000003" / "half.distcp").write_bytes(b"x")
-    _prepare_dir(root / "iter_0000003", set(), SaveTarget.of(root, 3))  # a partial save is not a checkpoint: cleared for the retry
+    _prepare_dir(root / "iter_0000003", set(), SaveTarget.of(root, 3))  # a partial save: cleared for the retry
     assert list((root / "iter_0000003").iterdir()) == []
 
 

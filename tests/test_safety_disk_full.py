@@ -69,7 +69,8 @@ def test_a_lost_cause_with_too_little_free_space_is_disk_full(tmp_path, monkeypa
     monkeypatch.setattr(save_errors, "free_bytes", lambda path: 10)
     err = save_failure(_megatron_lost_cause(), SaveTarget(tmp_path, "iter_0000004", None, 1000))
     assert isinstance(err, DiskFullError)
-    assert str(err) == f"{tmp_path}: no space left on device while saving iter_0000004; there is no complete checkpoint yet"
+    assert str(err) == (f"{tmp_path}: no space left on device while saving iter_0000004; "
+                        f"there is no complete checkpoint yet")
 
 
 def test_a_save_that_cannot_fit_is_refused_before_it_starts(tmp_path, monkeypatch):
@@ -175,8 +176,9 @@ def test_a_full_disk_during_a_save_is_one_line_and_loses_nothing(indexed_corpus,
         assert results[name]["rc"] == 0, (name, results[name]["stderr"][-3000:])
     for mode in ("sync", "async"):
         save = mnt / f"ckpt_{mode}"
-        _one_error_line(results[f"save hits ENOSPC, {mode}"], f"error: {save}: no space left on device while saving "
-                                                               f"iter_0000004; the last complete checkpoint is iter_0000002")
+        _one_error_line(results[f"save hits ENOSPC, {mode}"],
+                        f"error: {save}: no space left on device while saving iter_0000004; "
+                        f"the last complete checkpoint is iter_0000002")
         _one_error_line(results[f"rerun on the full disk, {mode}"],
                         f"error: {save}: no space left on device for this run's next checkpoint: ")
     ranks = json.loads(results["save hits ENOSPC, 2 ranks"]["stdout"].splitlines()[-1])

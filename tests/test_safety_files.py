@@ -36,7 +36,8 @@ def _name_of_a_dead_process(target: str) -> str:
 def test_only_dead_runs_temporaries_of_these_outputs_are_removed(tmp_path, caplog):
     prefix = str(tmp_path / "corpus_text_document")
     dead_tag = _name_of_a_dead_process(prefix)
-    dead = [dead_tag + ".bin", dead_tag + ".idx", str(tmp_path / f".corpus_text_document.idx{dead_tag[len(prefix):]}-x1y2")]
+    atomic = str(tmp_path / f".corpus_text_document.idx{dead_tag[len(prefix):]}-x1y2")  # atomic_open's mkstemp
+    dead = [dead_tag + ".bin", dead_tag + ".idx", atomic]
     keep = [temp_sibling(prefix) + ".bin",  # a live run (this one)
             _name_of_a_dead_process(str(tmp_path / "other_text_document")) + ".bin",  # another output
             f"{prefix}.tmp-node42-123-456.bin",  # another host: whose pid? unknowable here

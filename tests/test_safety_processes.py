@@ -103,8 +103,9 @@ def _pretrain_argv(corpus: str, save: Path, mode: str) -> list[str]:
 
 def _trainer(corpus: str, save: Path, mode: str) -> subprocess.Popen:
     env = dict(_env(), CROSSBERT_TEST_SLOW_WRITER="60") if mode == "async" else _env()
-    return subprocess.Popen([sys.executable, "-m", "megatron_crossbert.cli.pretrain", *_pretrain_argv(corpus, save, mode)],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    argv = _pretrain_argv(corpus, save, mode)
+    return subprocess.Popen([sys.executable, "-m", "megatron_crossbert.cli.pretrain", *argv], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
 def _second_run(corpus: str, save: Path, capfd) -> tuple[int, list[str]]:
@@ -151,6 +152,7 @@ def test_sigkill_of_a_trainer_leaves_no_process_and_a_second_run_is_refused(inde
     assert survivors == {"sync": [], "async": []}, (helpers, survivors)
     rc, errors = second
     assert rc == 2 and len(errors) == 1, second
+    holder = f"host {socket.gethostname()}, pid {trainers['sync'].pid}, started 20"
     assert errors[0].startswith(f"error: {tmp_path / 'sync' / 'run.lock'}: another training run uses this save "
-                                f"directory (host {socket.gethostname()}, pid {trainers['sync'].pid}, started 20"), errors
+                                f"directory ({holder}"), errors
     assert errors[0].endswith("); wait for it to finish or pass another --save"), errors

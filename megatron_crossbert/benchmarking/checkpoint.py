@@ -13,8 +13,8 @@ For async saves two times are reported: *blocking* (until training may continue)
 (until the checkpoint is committed). Loads are always synchronous and verify the checkpoint's
 checksums first unless ``verify="off"``. Two parts are timed on their own: *record* (hashing every
 file of the written checkpoint the way the commit does, part of every save) and *verify* (the
-checksum check inside the load), so their share of a save and a load can be read off one run. Every case runs once untimed at
-the ``tiny`` size first. The optimizer state is primed
+checksum check inside the load), so their share of a save and a load can be read off one run.
+Every case runs once untimed at the ``tiny`` size first. The optimizer state is primed
 (zero moments) instead of trained: the bytes written do not depend on the values. Each case writes
 into a fresh directory under ``work_dir`` created by this run and removes it after measuring.
 Wall time on a shared CPU also counts other jobs; ``cpu_s`` (this process's CPU time, writer
@@ -67,7 +67,7 @@ class CheckpointBenchOptions:
     """``checkpoint.verify`` of the loads: full (checksums checked before reading) or off."""
 
     def __post_init__(self) -> None:
-        if self.verify not in ("full", "off"):
+        if self.verify not in ("full", "off"):  # CheckpointConfig.verify's values
             raise ValueError(f"verify must be 'full' or 'off', got {self.verify!r}")
         unknown = [s for s in self.sizes if s not in SIZES]
         if unknown or not self.sizes:

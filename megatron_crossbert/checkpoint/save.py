@@ -1,16 +1,18 @@
 """Save checkpoints: the full training state (``save_checkpoint``) and model-only (``save_model_only``).
 
-A save is complete only once every rank has written its shards AND rank 0 has written
-``run_config.json``; 'latest' is replaced atomically after that. A crash (or SIGKILL) mid-save
-therefore leaves the previous checkpoint as the one readers resolve. The partial directory is
-removed by the next save of the same iteration or pruned later.
+A save is complete only once every rank has written its shards AND rank 0 has written the records
+(tokenizer, data), ``checksums.json`` and then ``run_config.json``; 'latest' is replaced atomically
+after that. A crash (or SIGKILL) mid-save therefore leaves the previous checkpoint as the one
+readers resolve. The partial directory is removed by the next save of the same iteration or pruned
+later. A save that fails (a full disk above all) raises one line on every rank (``save_errors``);
+its helper processes die with the trainer (``processes``).
 
 With ``checkpoint.async_save`` (:class:`AsyncSaves`, megatron-core's ``mcore`` async strategy) the
 save is planned collectively as a synchronous one is, then one forked writer process per rank
 writes that rank's shards while training continues. A forked child sees the parameters and
 optimizer state as they were at the fork (copy-on-write), so later optimizer steps cannot leak into
 the checkpoint; on a GPU megatron copies the tensors to host memory first. The same commit
-(``metadata.json``, then ``run_config.json`` and ``latest``) runs in ``finalize``, which every rank
+(``metadata.json``, then the records, ``run_config.json`` and ``latest``) runs in ``finalize``, which every rank
 calls at each step boundary: megatron-core runs it only once the writers of *all* ranks have
 finished, so a crash before it leaves the previous checkpoint as the one readers resolve, and a save
 still pending when training raises is never committed. NVIDIA Resiliency Extension (``nvrx``) is
@@ -134,11 +136,6 @@ class RunSaves:
         return self.in_flight.finalize(blocking)
 
 
-def _barrier() -> None:
-    if dist.is_initialized():
-        dist.barrier()
-
-
 def _failing_as(target: SaveTarget, fn: Callable, *args, **kwargs):
     """``fn(*args, **kwargs)``; any failure becomes the one-line error of a failed save (``save_errors``)."""
     try:
@@ -251,8 +248,7 @@ def _commit(saves: RunSaves, ckpt_dir: Path, run_cfg: RunConfig, progress: Progr
     """Collective, once every rank's shards are on disk: records, checksums and run_config.json, then
     'latest', then prune."""
     _test_sleep(progress.iteration)
-    _barrier()
-    hashed = _hashed_shards(ckpt_dir)
+    hashed = _hashed_shards(ckpt_dir)  # an all-gather: every rank's shards are on disk past it
 
     def work() -> None:
         _seal(ckpt_dir, run_cfg, hashed, progress.consumed_samples)
@@ -280,8 +276,8 @@ def save_checkpoint(saves: RunSaves, root: str | Path, model, optimizer, schedul
     dist_sharding = sharding_type if run_cfg.parallel.use_distributed_optimizer else None
     state = training_state_dict(model, optimizer, scheduler, progress, dist_sharding, is_loading=False)
     content = None if sharding_type == LEGACY_DP_RESHARDABLE else save_content_metadata(run_cfg)
-    commit = functools.partial(_commit, saves, ckpt_dir, run_cfg, Progress(progress.iteration, progress.consumed_samples),
-                               target)
+    at_save = Progress(progress.iteration, progress.consumed_samples)  # an async commit runs steps later
+    commit = functools.partial(_commit, saves, ckpt_dir, run_cfg, at_save, target)
     if run_cfg.checkpoint.async_save:
         saves.in_flight.start(state, ckpt_dir, content, commit, target)
     else:

@@ -61,9 +61,6 @@ class VerifiedCheckpoint:
     """The reference as the user gave it (a root, an ``iter_*`` directory), for messages."""
     contents: ContentsVerdict = "pending"
     """What the checksum check found (``checksums.ContentsVerdict``); loads refuse ``"pending"``."""
-    data_changes: tuple[str, ...] = ()
-    """How a resume's data differs from the checkpoint's, as ``checkpoint.allow_data_change`` let it
-    through (``data_record``); empty when the same, and for weights-only uses (nothing compared)."""
 
     def __post_init__(self) -> None:
         if self.weights_only and self.sharding_type is not None:
@@ -159,12 +156,12 @@ def verify_checkpoint(ckpt_dir: Path, current: RunConfig, *, weights_only: bool 
         diffs += reshard_refusal(ckpt_dir, saved, sharding_type, current)
     if diffs:
         raise CheckpointError(f"checkpoint {ckpt_dir} is incompatible with this run:\n  " + "\n  ".join(diffs))
-    data_changes = () if weights_only else check_resume_data(ckpt_dir, saved, current)
     if not weights_only:
+        check_resume_data(ckpt_dir, saved, current)
         check_schedule(ckpt_dir, saved, current)
     verdict = check_checkpoint_tokenizer(ckpt_dir, current)
     return VerifiedCheckpoint(ckpt_dir, saved, sharding_type, verdict, weights_only,
-                              str(ckpt_dir if reference is None else reference), contents, data_changes)
+                              str(ckpt_dir if reference is None else reference), contents)
 
 
 def open_checkpoint(reference: str | Path, verify: str = "full") -> VerifiedCheckpoint:

@@ -17,7 +17,9 @@ def quiet_library_warnings() -> None:
 def add_verify_flag(parser: argparse.ArgumentParser) -> None:
     """--verify for the tools that read native checkpoints (export, probe, MTEB); training has
     --checkpoint-verify (checkpoint.verify)."""
-    parser.add_argument("--verify", choices=("full", "off"), default="full",
+    from megatron_crossbert.config import CheckpointConfig, field_choices
+
+    parser.add_argument("--verify", choices=field_choices(CheckpointConfig, "verify"), default="full",
                         help="native checkpoints: check every file against the hashes recorded when it was saved "
                              "(checksums.json) before reading it; 'off' skips that, and a flipped bit then goes "
                              "unnoticed")

@@ -67,8 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     tasks = _gather_tasks(args)
     if not tasks:
         raise ValueError("no tasks: give --benchmark, --tasks or --local-task")
-    encoder = HFEncoder(resolve_model(args.model, cache_dir=cache_dir_arg(args.cache_dir), tokenizer_dir=args.tokenizer_dir,
-                                      verify=args.verify),
+    resolved = resolve_model(args.model, cache_dir=cache_dir_arg(args.cache_dir), tokenizer_dir=args.tokenizer_dir,
+                             verify=args.verify)
+    encoder = HFEncoder(resolved,
                         device=args.device,
                         max_len=args.max_len, batch_size=args.batch_size)
     summary = run_mteb(encoder, tasks, args.out, pooling=args.pooling, normalize=args.normalize,
