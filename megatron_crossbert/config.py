@@ -416,6 +416,15 @@ class CheckpointConfig:
     min_lr, the WSD fields, the batch-size schedule, the masking-rate schedule; ``verify.SCHEDULE_FIELDS``):
     'refuse' stops with the differences listed; 'checkpoint' keeps the saved schedules; 'config' applies
     this run's values from the resumed step on. Every change is logged."""
+    allow_data_change: bool = False
+    """Resume on data that differs from the checkpoint's (datasets, blend weights, split, seq_length):
+    logged with where the new sample stream starts, instead of refused. The stream continues at the
+    checkpoint's consumed-sample count in the new data's order."""
+    verify: Literal["full", "off"] = "full"
+    """Check every file of a checkpoint against the hashes recorded when it was saved (checksums.json)
+    before resuming or init_from. 'off' skips it: a flipped bit in a shard then trains on a changed
+    weight without a word; use it only where the storage checksums data itself and load time matters.
+    Checksums are recorded at every save either way."""
 
     def __post_init__(self) -> None:
         _require(self.save_interval >= 0 and self.keep_last >= 0, "save_interval and keep_last must be >= 0")
@@ -464,9 +473,13 @@ class RunConfig:
             parts[f.name] = _build_section(section_cls, raw.get(f.name) or {}, f.name)
         return cls(**parts)
 
+    def to_json(self) -> str:
+        """The text ``save_json`` writes (a checkpoint's checksum record hashes it before it is written)."""
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+
     def save_json(self, path: str | Path) -> None:
         """Atomically: a checkpoint's run_config.json marks its save complete, so never half-written."""
-        atomic_write_text(path, json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+        atomic_write_text(path, self.to_json())
 
     @classmethod
     def load_json(cls, path: str | Path) -> RunConfig:

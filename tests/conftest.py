@@ -76,6 +76,21 @@ def indexed_corpus(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory, indexed_corpus) -> Path:
+    """A checkpoint root of a 2-step CrossBERT run on ``indexed_corpus`` (``test_train_support.tiny_config``),
+    saved at steps 1 and 2 (``iter_0000001``, ``iter_0000002``, ``latest``). Read-only: copy it first to
+    damage or resume it."""
+    from megatron_crossbert import platform
+    from megatron_crossbert.training import train
+    from test_train_support import tiny_config
+
+    root = tmp_path_factory.mktemp("tiny_checkpoint") / "ckpt"
+    train(tiny_config("crossbert", indexed_corpus, root, training__train_iters=2, checkpoint__save_interval=1))
+    platform.destroy()
+    return root
+
+
+@pytest.fixture(scope="session")
 def word_tokenizer(tmp_path_factory) -> Path:
     """The conversion and evaluation tests' HF WordPiece tokenizer over w0..w119
     (``test_convert_support.make_tokenizer``). Read-only."""

@@ -25,11 +25,15 @@ def setup(tmp_path_factory, word_tokenizer):
 
 
 def _edited_checkpoint(src: Path, dst: Path, edit) -> Path:
+    """A copy whose run_config.json is edited, as if saved that way (its checksums rewritten to match)."""
+    from megatron_crossbert.checkpoint.checksums import write_record
+
     shutil.copytree(src, dst)
     cfg_path = dst / "iter_0000000" / "run_config.json"
     raw = json.loads(cfg_path.read_text())
     edit(raw)
     cfg_path.write_text(json.dumps(raw))
+    write_record(cfg_path.parent, {}, {})
     return dst
 
 
@@ -40,8 +44,10 @@ def test_missing_and_corrupt_checkpoints(setup, tmp_path):
     broken = shutil.copytree(ckpt, tmp_path / "broken")
     for shard in (broken / "iter_0000000").glob("*.distcp"):
         shard.write_bytes(b"\0" * 64)
-    with pytest.raises(ConversionError, match="cannot load model weights"):
+    with pytest.raises(ConversionError, match=r"__0_0\.distcp: 64 bytes, but \d+ were saved"):
         export_to_hf(broken, tmp_path / "b")
+    with pytest.raises(ConversionError, match="cannot load model weights"):  # behind the checksums, too
+        export_to_hf(broken, tmp_path / "b", verify="off")
     (broken / "latest").write_text("iter_0000042")
     with pytest.raises(ConversionError, match="missing or incomplete"):
         export_to_hf(broken, tmp_path / "c")

@@ -63,7 +63,7 @@ def test_layer_implementation_is_resolved_in_one_place():
         pytest.skip("CPU-only expectations")
     assert not use_transformer_engine(tiny_config().model)
     assert not use_transformer_engine(tiny_config("model.transformer_impl=auto").model)
-    with pytest.raises(RuntimeError, match="needs CUDA"):
+    with pytest.raises(ValueError, match="needs CUDA"):
         use_transformer_engine(tiny_config("model.transformer_impl=transformer_engine").model)
 
 

@@ -112,7 +112,7 @@ def test_refuses_overwrite_without_force(setup, capsys):
     args = ["--input", str(corpus), "--output-prefix", str(root / "f"), "--tokenizer", str(tok), "--no-progress"]
     assert cli.main(args) == 0
     before = (root / "f_text_document.idx").stat().st_mtime_ns
-    assert cli.main(args) == 1 and "--force" in capsys.readouterr().err
+    assert cli.main(args) == 2 and "--force" in capsys.readouterr().err
     assert (root / "f_text_document.idx").stat().st_mtime_ns == before
     assert cli.main(args + ["--force"]) == 0
 

@@ -75,7 +75,7 @@ def test_cli_one_error_line_nonzero_exit_no_traceback(setup, name, needle):
     run = subprocess.run([sys.executable, str(ROOT / "tools" / "preprocess_data.py"), "--input", str(root / name),
                           "--output-prefix", str(root / "cli"), "--tokenizer", str(tok), "--no-progress"],
                          capture_output=True, text=True, timeout=120)
-    assert run.returncode != 0
+    assert run.returncode == 2  # every CLI: user errors exit 2 (1 before issue 17)
     assert "Traceback" not in run.stderr
     errors = [line for line in run.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and needle in errors[0] and name in errors[0]

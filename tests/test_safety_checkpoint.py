@@ -21,14 +21,24 @@ from test_train_support import tiny_config, write_corpus
 ITER2 = "iter_0000002"
 
 
+def reseal(ckpt_dir: Path) -> None:
+    """Rewrite ``checksums.json`` for the files as they are now, as whoever crafts a checkpoint can:
+    checksums catch storage faults, not attackers; the guards behind them must hold on their own."""
+    from megatron_crossbert.checkpoint.checksums import write_record
+
+    write_record(ckpt_dir, {}, {})
+
+
 def write_malicious_metadata(path: Path, marker: Path) -> None:
-    """A pickle that calls os.mkdir(marker) when loaded: harmless, and visible if it ever runs."""
+    """A pickle that calls os.mkdir(marker) when loaded: harmless, and visible if it ever runs
+    (the checkpoint's checksums are rewritten to match, as an attacker would)."""
 
     class Payload:
         def __reduce__(self):
             return os.mkdir, (str(marker),)
 
     path.write_bytes(pickle.dumps(Payload()))
+    reseal(path.parent)
 
 
 def write_tokenizer(directory: Path, reverse: bool = False) -> Path:
@@ -48,9 +58,12 @@ def write_tokenizer(directory: Path, reverse: bool = False) -> Path:
 
 
 def tree_digest(root: Path) -> str:
-    """Hash of every path, file content and mtime under root (any change shows)."""
+    """Hash of every path, file content and mtime under root (any change shows), except the run lock's
+    holder record: every start rewrites it, a refused one included (``checkpoint.run_lock``)."""
     digest = hashlib.sha256()
     for path in sorted(root.rglob("*")):
+        if path.name == "run.lock":
+            continue
         stat = path.stat()
         digest.update(f"{path.relative_to(root)}:{stat.st_mtime_ns}".encode())
         if path.is_file():
@@ -125,9 +138,12 @@ def test_refused_runs_touch_nothing(tmp_path):
     from megatron_crossbert.checkpoint.errors import CheckpointError
     from megatron_crossbert.training import train
 
+    from megatron_crossbert.checkpoint.run_lock import RunLock
+
     root = _fake_root(tmp_path, complete=(2, 4))
     other = _fake_root(tmp_path / "other", complete=(6,))
     (other / "latest").write_text("iter_0000006")
+    RunLock(root).acquire().release()  # left by the run that wrote them
     attempts = [({}, b"junk"), ({}, None), ({"checkpoint__load_dir": str(other)}, b"iter_0000004")]
     for extra, latest in attempts:
         if latest is None:
@@ -170,28 +186,26 @@ def test_prune_touches_only_older_complete_checkpoints(tmp_path):
 def test_a_save_never_replaces_a_checkpoint_it_did_not_write(tmp_path):
     from megatron_crossbert.checkpoint.errors import CheckpointError
     from megatron_crossbert.checkpoint.save import _prepare_dir
+    from megatron_crossbert.checkpoint.save_errors import SaveTarget
 
     root = _fake_root(tmp_path, complete=(2,), partial=(3,))
     before = tree_digest(root / ITER2)
     with pytest.raises(CheckpointError, match="a complete checkpoint from an earlier run is in the way"):
-        _prepare_dir(root / ITER2, written=set())
+        _prepare_dir(root / ITER2, set(), SaveTarget.of(root, 2))
     assert tree_digest(root / ITER2) == before
     (root / "iter_0000003" / "half.distcp").write_bytes(b"x")
-    _prepare_dir(root / "iter_0000003", written=set())  # a partial save is not a checkpoint: cleared for the retry
+    _prepare_dir(root / "iter_0000003", set(), SaveTarget.of(root, 3))  # a partial save: cleared for the retry
     assert list((root / "iter_0000003").iterdir()) == []
 
 
 @pytest.fixture(scope="module")
-def real(tmp_path_factory, indexed_corpus) -> tuple[str, Path]:
+def real(tiny_checkpoint, indexed_corpus) -> tuple[str, Path]:
     """(corpus prefix, checkpoint root with iter_0000001 and iter_0000002) from a 2-step run."""
-    from megatron_crossbert.training import train
-
-    base = tmp_path_factory.mktemp("real")
-    train(tiny_config("crossbert", indexed_corpus, base / "ckpt", training__train_iters=2, checkpoint__save_interval=1))
-    return indexed_corpus, base / "ckpt"
+    return indexed_corpus, tiny_checkpoint
 
 
 def test_resume_from_and_overwrite_are_explicit_ways_out(real, tmp_path):
+    from megatron_crossbert.fsutil import current_umask
     from megatron_crossbert.training import train
 
     corpus, ckpt = real
@@ -204,6 +218,7 @@ def test_resume_from_and_overwrite_are_explicit_ways_out(real, tmp_path):
                                 checkpoint__lr_schedule_on_resume="config", checkpoint__overwrite=True))
     assert resumed["start_iteration"] == 1 and resumed["iteration"] == 3
     moved = next(root.glob("replaced_*"))  # iter_0000002 was in the way of the resumed run's saves
+    assert moved.stat().st_mode & 0o777 == 0o777 & ~current_umask()  # not mkdtemp's 0700
     assert sorted(p.name for p in moved.iterdir()) == [ITER2, "latest"]
     assert tree_digest(moved / ITER2) == originals[ITER2] and (moved / "latest").read_text() == "garbage"
     fresh = train(tiny_config("crossbert", corpus, root, training__train_iters=1, training__lr_warmup_iters=0,

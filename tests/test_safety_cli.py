@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from test_train_support import tiny_config, tiny_overrides
+from test_train_support import tiny_overrides
 
 REPO = Path(__file__).resolve().parents[1]
 PRETRAIN = "megatron_crossbert.cli.pretrain"
@@ -53,6 +53,63 @@ def _checkpoint_copy(src: Path, dst: Path) -> Path:
     return dst / "iter_0000002"
 
 
+def _cli(name: str, *argv: str) -> dict:
+    return {"module": f"megatron_crossbert.cli.{name}", "argv": [str(a) for a in argv]}
+
+
+def _user_error_cases(tmp: Path, corpus: str, tokenizer: Path) -> dict[str, tuple[dict, str]]:
+    """Settings this machine cannot honour, and every console script's plain user errors (issue 17:
+    fp8 trained in bf16 with rc 0, TE layers gave a traceback, crossbert-preprocess exited 1)."""
+    done = tmp / "done"
+    done.mkdir()
+    (done / "corpus_preprocess_report.json").write_text("{}")
+    (done / "tok").mkdir()
+    (done / "tok" / "tokenizer.json").write_text("{}")
+    missing = tmp / "missing.jsonl"
+    return {
+        "fp8 on CPU": (_pretrain(corpus, "--precision", "fp8"), "training.precision=fp8 needs CUDA and an importable "
+                                                                 "Transformer Engine, but no CUDA device"),
+        "TE layers on CPU": (_pretrain(corpus, "--set", "model.transformer_impl=transformer_engine"),
+                             "model.transformer_impl=transformer_engine needs CUDA"),
+        "preprocess: missing input": (_cli("preprocess", "--input", missing, "--output-prefix", tmp / "pp",
+                                           "--tokenizer", tokenizer, "--no-progress"), f"{missing}"),
+        "preprocess: existing output": (_cli("preprocess", "--input", missing, "--output-prefix", done / "corpus",
+                                             "--tokenizer", tokenizer, "--no-progress"),
+                                        "refusing to overwrite existing outputs (pass --force)"),
+        "train-tokenizer: existing": (_cli("train_tokenizer", "--input", missing, "--output-dir", done / "tok"),
+                                      f"{done / 'tok'}: already holds a tokenizer"),
+        "probe: no tasks": (_cli("probe", "--model", tmp), "no tasks: give --glue-dir"),
+        "mteb: no tasks": (_cli("mteb", "--model", tmp), "no tasks: give --benchmark"),
+    }
+
+
+def flip_byte(path: Path) -> None:
+    """One bit flipped in the middle of ``path``: a storage fault that keeps every size."""
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def _checksum_cases(tmp: Path, corpus: str, ckpt: Path) -> dict[str, tuple[dict, str]]:
+    """One flipped byte in a shard: every reader names the file (before issue 17 all of them read the
+    changed weight silently: only sizes were checked)."""
+    from synthetic_eval import write_jsonl_task
+
+    flipped = _checkpoint_copy(ckpt, tmp / "flipped")
+    flip_byte(flipped / "__0_0.distcp")
+    line = f"{flipped}/__0_0.distcp: content changed since it was saved (xxh3_128 "
+    task = write_jsonl_task(tmp / "task", n_train=8, n_test=8)
+    cache = ("--cache-dir", "none")
+    return {
+        "flipped byte: resume": (_pretrain(corpus, "--load", str(flipped.parent)), line),
+        "flipped byte: init_from": (_pretrain(corpus, "--init-from", str(flipped.parent)), line),
+        "flipped byte: export": (_cli("convert_hf", "export", flipped.parent, tmp / "hf_flipped"), line),
+        "flipped byte: probe": (_cli("probe", "--model", flipped.parent, "--jsonl", task, *cache), line),
+        "flipped byte: mteb": (_cli("mteb", "--model", flipped.parent, "--local-task", f"classification:t:{task}",
+                                    *cache), line),
+    }
+
+
 def _build_cases(tmp: Path, corpus: str, ckpt: Path) -> dict[str, tuple[dict, str]]:
     """name -> (case, a fragment the single error line must contain)."""
     from test_safety_checkpoint import write_malicious_metadata, write_tokenizer
@@ -73,17 +130,20 @@ def _build_cases(tmp: Path, corpus: str, ckpt: Path) -> dict[str, tuple[dict, st
     empty = _empty_dataset(tmp / "empty")
     binary_tok = tmp / "tokenizer.bin"
     binary_tok.write_bytes(bytes(range(256)) * 4)
-    return {
+    return _user_error_cases(tmp, corpus, write_tokenizer(tmp / "tok")) | _checksum_cases(tmp, corpus, ckpt) | {
         "truncated .bin": (_pretrain(short_bin), f"{short_bin}.bin: size"),
         "truncated .idx": (_pretrain(short_idx), f"{short_idx}.idx: truncated: 40 bytes"),
         "0-document dataset": (_pretrain(empty), f"{empty}.idx: the dataset holds 0 documents"),
         "missing .metadata": (_pretrain(corpus, "--load", str(no_meta.parent)), f"{no_meta}/.metadata: missing"),
         "truncated .distcp": (_pretrain(corpus, "--load", str(short_shard.parent)),
-                              f"{short_shard}/__0_0.distcp: truncated: 5000 bytes"),
+                              f"{short_shard}/__0_0.distcp: 5000 bytes, but "),
+        "truncated .distcp, no checksums": (_pretrain(corpus, "--load", str(short_shard.parent),
+                                                      "--checkpoint-verify", "off"),
+                                            f"{short_shard}/__0_0.distcp: truncated: 5000 bytes"),
         "binary --tokenizer": (_pretrain(corpus, "--tokenizer", str(binary_tok)), f"{binary_tok}: not a tokenizer.json"),
         "malicious .metadata (export)": ({"module": "megatron_crossbert.cli.convert_hf",
                                           "argv": ["export", str(evil.parent), str(tmp / "hf"), "--tokenizer",
-                                                   str(write_tokenizer(tmp / "tok"))]},
+                                                   str(tmp / "tok")]},
                                          "refused to unpickle posix.mkdir"),
         "junk latest beside checkpoints": (_pretrain(corpus, save=junk_latest),
                                            f"{junk_latest}/latest: holds 7 bytes that are not text"),
@@ -91,12 +151,8 @@ def _build_cases(tmp: Path, corpus: str, ckpt: Path) -> dict[str, tuple[dict, st
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory, indexed_corpus) -> tuple[str, Path]:
-    from megatron_crossbert.training import train
-
-    root = tmp_path_factory.mktemp("cli_safety")
-    train(tiny_config("crossbert", indexed_corpus, root / "ckpt", training__train_iters=2))
-    return indexed_corpus, root / "ckpt"
+def trained(tiny_checkpoint, indexed_corpus) -> tuple[str, Path]:
+    return indexed_corpus, tiny_checkpoint
 
 
 def run_cases(cases: list[dict], tmp: Path) -> list[dict]:
@@ -108,10 +164,42 @@ def run_cases(cases: list[dict], tmp: Path) -> list[dict]:
     return json.loads((tmp / "results.json").read_text())
 
 
+def _accepted_cases(tmp: Path, corpus: str, ckpt: Path) -> dict[str, tuple[dict, str]]:
+    """Starts that must succeed: name -> (case, a fragment stderr must contain)."""
+    from test_train_support import write_corpus
+
+    other = write_corpus(tmp / "other_data", seed=1)
+    locked = tmp / "locked"
+    shutil.copytree(ckpt, locked)
+    return {
+        "export of a checkpoint whose run holds the lock": (_cli(
+            "convert_hf", "export", locked, tmp / "hf_locked", "--tokenizer", tmp / "tok"), ""),
+        "resume on other data, allowed": (_pretrain(other, "--load", str(ckpt), "--allow-data-change"),
+                                          "on changed data, allowed by checkpoint.allow_data_change (dataset 1 ("),
+    }
+
+
+def _data_change_cases(tmp: Path, ckpt: Path) -> dict[str, tuple[dict, str]]:
+    """Resuming on other data (before issue 17: silently, from the old sample count)."""
+    other = str(tmp / "other_data" / "corpus_text_document")  # written by _accepted_cases
+    return {"resume on other data": (_pretrain(other, "--load", str(ckpt)),
+                                     f"{ckpt / 'iter_0000002'}: this run's data differs from the checkpoint's "
+                                     f"(dataset 1 (")}
+
+
 def test_each_bad_input_is_one_error_line(trained, tmp_path):
+    from megatron_crossbert.checkpoint.run_lock import RunLock
+
     corpus, ckpt = trained
-    cases = _build_cases(tmp_path, corpus, ckpt)
-    results = dict(zip(cases, run_cases([case for case, _ in cases.values()], tmp_path)))
+    accepted = _accepted_cases(tmp_path, corpus, ckpt)
+    cases = _build_cases(tmp_path, corpus, ckpt) | _data_change_cases(tmp_path, ckpt)
+    with RunLock(tmp_path / "locked"):  # a live run in that directory: readers never take its lock
+        outputs = run_cases([case for case, _ in (cases | accepted).values()], tmp_path)
+    results = dict(zip(cases | accepted, outputs))
+    assert "the new data's sample stream starts at sample 8" in results["resume on other data, allowed"]["stderr"]
+    for name, (_, fragment) in accepted.items():
+        result = results.pop(name)
+        assert result["rc"] == 0 and fragment in result["stderr"], (name, result["stderr"][-3000:])
     for name, result in results.items():
         errors = [line for line in result["stderr"].splitlines() if line.startswith("error: ")]
         assert result["rc"] == 2, (name, result)

@@ -94,7 +94,7 @@ def write_corpus(out_path: str | Path, max_bytes: int = 8_000_000,
     out_path.parent.mkdir(parents=True, exist_ok=True)
     roots = package_roots(packages)
     if not roots:
-        raise RuntimeError(f"none of the packages {packages} is installed; pass a corpus file instead")
+        raise ValueError(f"none of the packages {packages} is installed; pass a corpus file instead")
     share = max_bytes // len(roots) if per_package_share else max_bytes
     counts: dict[str, dict[str, int]] = {}
     seen: set[str] = set()

@@ -2,7 +2,9 @@
 
 The device has torch and most of the stack but no network and no megatron-core or nltk (nor
 nltk's own dependency defusedxml), so those travel as cp312 manylinux x86_64 wheels, at the
-versions this machine's tests ran with (each checked against pyproject's requirement). The data the
+versions this machine's tests ran with (each checked against pyproject's requirement). A new
+runtime dependency joins prepare's wheels: xxhash (checkpoint checksums) is in the device's image
+too, but travels at the version the tests here ran with. The data the
 claims run needs (corpus ``*.jsonl.gz``, GLUE train/dev TSVs) is copied from the shared folder: it
 must travel too, and it is never committed (the carry folder is git-ignored). Everything that
 travels (the checkout plus this folder) must stay under 64 MiB: ``check_travel_size`` refuses past it.
@@ -21,7 +23,7 @@ from pathlib import Path
 
 from .plan import CALLS, CARRY_LIMIT_BYTES, DEFAULT_CARRY_DIR, GLUE_TASKS, call_timeout_s
 
-DEVICE_WHEELS = ("megatron-core", "nltk", "defusedxml")
+DEVICE_WHEELS = ("megatron-core", "nltk", "defusedxml", "xxhash")
 """Packages the project imports that the device's image lacks (KINDS.md lists what it has)."""
 MANYLINUX_TAGS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x86_64",
                   "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64")

@@ -10,8 +10,11 @@ full-state numbers include the ``fully_reshardable`` gather. Cases per size:
 * ``full`` sync / async ``fully_reshardable``: the format written now.
 
 For async saves two times are reported: *blocking* (until training may continue) and *total*
-(until the checkpoint is committed). Loads are always synchronous. Every case runs once untimed at
-the ``tiny`` size first. The optimizer state is primed
+(until the checkpoint is committed). Loads are always synchronous and verify the checkpoint's
+checksums first unless ``verify="off"``. Two parts are timed on their own: *record* (hashing every
+file of the written checkpoint the way the commit does, part of every save) and *verify* (the
+checksum check inside the load), so their share of a save and a load can be read off one run.
+Every case runs once untimed at the ``tiny`` size first. The optimizer state is primed
 (zero moments) instead of trained: the bytes written do not depend on the values. Each case writes
 into a fresh directory under ``work_dir`` created by this run and removes it after measuring.
 Wall time on a shared CPU also counts other jobs; ``cpu_s`` (this process's CPU time, writer
@@ -60,8 +63,12 @@ class CheckpointBenchOptions:
     work_dir: str | None = None
     """Where the temporary checkpoints go (default: the system temp dir)."""
     seed: int = 1234
+    verify: str = "full"
+    """``checkpoint.verify`` of the loads: full (checksums checked before reading) or off."""
 
     def __post_init__(self) -> None:
+        if self.verify not in ("full", "off"):  # CheckpointConfig.verify's values
+            raise ValueError(f"verify must be 'full' or 'off', got {self.verify!r}")
         unknown = [s for s in self.sizes if s not in SIZES]
         if unknown or not self.sizes:
             raise ValueError(f"unknown or no sizes {unknown}; choose from {sorted(SIZES)}")
@@ -97,12 +104,13 @@ class _Clock:
 
 MODEL_DIR = "iter_0000000"
 """Where both model-only saves put the weights (``save_model_only`` at iteration 0)."""
+FULL_DIR = "iter_0000001"
+"""Where the full-state saves go (``save_checkpoint`` at iteration 1)."""
 
 
 def _save_model(trainable, ckpt_root: Path, mode: str) -> float | None:
     """Weights only; returns the blocking seconds of an async save (None when sync)."""
-    from megatron_crossbert.checkpoint.save import AsyncSaves, save_model_only
-    from megatron_crossbert.checkpoint.layout import RUN_CONFIG_FILE
+    from megatron_crossbert.checkpoint.save import AsyncSaves, save_model_only, seal_model_only
 
     if mode == "sync":
         save_model_only(trainable.model, trainable.run_cfg, ckpt_root)
@@ -112,7 +120,7 @@ def _save_model(trainable, ckpt_root: Path, mode: str) -> float | None:
     saves = AsyncSaves()
     with _Clock() as blocking:
         saves.start({"model": trainable.model.sharded_state_dict()}, ckpt_dir, None,
-                    lambda: trainable.run_cfg.save_json(ckpt_dir / RUN_CONFIG_FILE))
+                    lambda: seal_model_only(ckpt_dir, trainable.run_cfg))
     saves.finalize(blocking=True)
     return blocking.wall
 
@@ -132,16 +140,35 @@ def _save_full(trainable, ckpt_root: Path, mode: str, sharding_type: str) -> flo
     return blocking.wall if mode == "async" else None
 
 
-def _load(trainable, ckpt_root: Path, state: str) -> None:
+def _load(trainable, ckpt_root: Path, state: str, verify: str) -> _Clock:
+    """Verify, then load, as resume and export do; returns the clock of the checksum check alone."""
     from megatron_crossbert.checkpoint.layout import resolve_checkpoint_dir
     from megatron_crossbert.checkpoint.load import load_checkpoint, read_model_weights
-    from megatron_crossbert.checkpoint.verify import verify_checkpoint
+    from megatron_crossbert.checkpoint.verify import open_checkpoint, verify_checkpoint, verify_contents
 
+    cfg = trainable.run_cfg
+    cfg.checkpoint.verify = verify
     if state == "model":
-        read_model_weights(trainable.model, ckpt_root / MODEL_DIR)
+        with _Clock() as check:  # also resolves the directory and parses run_config.json (~1 ms)
+            source = open_checkpoint(ckpt_root / MODEL_DIR, verify)
+        read_model_weights(trainable.model, source)
     else:
-        source = verify_checkpoint(resolve_checkpoint_dir(ckpt_root), trainable.run_cfg)
-        load_checkpoint(source, trainable.model, trainable.optimizer, trainable.scheduler, trainable.run_cfg)
+        source = verify_checkpoint(resolve_checkpoint_dir(ckpt_root), cfg, defer_contents=True)
+        with _Clock() as check:
+            source = verify_contents(source, verify)
+        load_checkpoint(source, trainable.model, trainable.optimizer, trainable.scheduler, cfg)
+    return check
+
+
+def _record(ckpt_dir: Path) -> _Clock:
+    """Hash the written checkpoint the way the commit does (world size 1: every file), timed."""
+    from megatron_crossbert.checkpoint.checksums import own_shards, write_record
+    from megatron_crossbert.checkpoint.layout import RUN_CONFIG_FILE
+
+    with _Clock() as clock:
+        pending = {RUN_CONFIG_FILE: (ckpt_dir / RUN_CONFIG_FILE).read_bytes()}
+        write_record(ckpt_dir, own_shards(ckpt_dir, 0), pending)
+    return clock
 
 
 def _median(values: list[float | None]) -> float | None:
@@ -149,10 +176,15 @@ def _median(values: list[float | None]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def measure_case(trainable, work_dir: Path, case: tuple[str, str, str], repeats: int) -> dict:
+RUN_KEYS = ("save_s", "save_cpu_s", "blocking_s", "record_s", "record_cpu_s", "load_s", "load_cpu_s",
+            "verify_s", "verify_cpu_s")
+"""Per-repeat measurements of a case (the report gives their medians)."""
+
+
+def measure_case(trainable, work_dir: Path, case: tuple[str, str, str], repeats: int, verify: str = "full") -> dict:
     """Median save/load times of one (state, mode, format) case, and the bytes it wrote."""
     state, mode, fmt = case
-    runs: dict[str, list] = {key: [] for key in ("save_s", "save_cpu_s", "blocking_s", "load_s", "load_cpu_s")}
+    runs: dict[str, list] = {key: [] for key in RUN_KEYS}
     size = 0
     for _ in range(repeats):
         root = Path(tempfile.mkdtemp(prefix="ckpt_bench_", dir=work_dir))
@@ -161,12 +193,13 @@ def measure_case(trainable, work_dir: Path, case: tuple[str, str, str], repeats:
                 blocking = (_save_model(trainable, root, mode) if state == "model"
                             else _save_full(trainable, root, mode, fmt))
             size = disk_bytes(root)
+            record = _record(root / (MODEL_DIR if state == "model" else FULL_DIR))
             with _Clock() as load:
-                _load(trainable, root, state)
+                check = _load(trainable, root, state, verify)
         finally:
             shutil.rmtree(root, ignore_errors=True)  # created by this run, above
-        for key, value in (("save_s", save.wall), ("save_cpu_s", save.cpu), ("blocking_s", blocking),
-                           ("load_s", load.wall), ("load_cpu_s", load.cpu)):
+        for key, value in zip(RUN_KEYS, (save.wall, save.cpu, blocking, record.wall, record.cpu, load.wall, load.cpu,
+                                         check.wall, check.cpu)):
             runs[key].append(value)
     result = {"state": state, "mode": mode, "format": fmt, "bytes": size, "runs": runs}
     result.update({key: _median(values) for key, values in runs.items()})
@@ -200,17 +233,17 @@ def measure_size(name: str, options: CheckpointBenchOptions, work_dir: Path, pro
     cases = []
     for case in CASES:
         progress.set_postfix_str(f"{name} {'/'.join(case)}")
-        cases.append(measure_case(trainable, work_dir, case, options.repeats))
+        cases.append(measure_case(trainable, work_dir, case, options.repeats, options.verify))
         progress.update()
     del trainable
     return {"size": name, "shape": SIZES[name], "num_parameters": params, "cases": cases}
 
 
-def warm_up(work_dir: Path) -> None:
+def warm_up(work_dir: Path, options: CheckpointBenchOptions) -> None:
     """Every case once at the tiny size, untimed: first use of the writer paths costs seconds."""
     trainable = build_size("tiny")
     for case in CASES:
-        measure_case(trainable, work_dir, case, 1)
+        measure_case(trainable, work_dir, case, 1, options.verify)
 
 
 def growth_exponents(sizes: list[dict]) -> dict[str, dict[str, float]]:
@@ -235,7 +268,7 @@ def run_checkpoint_bench(options: CheckpointBenchOptions) -> dict:
     work_dir = Path(options.work_dir or tempfile.gettempdir())
     work_dir.mkdir(parents=True, exist_ok=True)
     with tqdm(total=len(options.sizes) * len(CASES), desc="checkpoint bench", unit="case") as progress:
-        warm_up(work_dir)
+        warm_up(work_dir, options)
         sizes = [measure_size(name, options, work_dir, progress) for name in options.sizes]
     meta = {"benchmark": "checkpoint", "options": asdict(options), "torch_threads": torch.get_num_threads(),
             "device": "cuda" if torch.cuda.is_available() else "cpu", "host": py_platform.processor() or "cpu",

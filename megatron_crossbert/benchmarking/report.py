@@ -78,7 +78,15 @@ def write_json(path: str | Path, payload: dict) -> Path:
 
 
 CHECKPOINT_HEADERS = ["size", "params M", "state", "mode", "optimizer format", "MB on disk", "save s",
-                      "blocking s", "save MB/s", "save CPU s", "load s", "load MB/s", "load CPU s"]
+                      "blocking s", "save MB/s", "save CPU s", "record s", "load s", "load MB/s", "load CPU s",
+                      "verify s"]
+
+
+def _share(part: float | None, whole: float | None) -> str:
+    """``part`` seconds and its share of ``whole``, e.g. '0.05 (2%)'."""
+    if part is None or not whole:
+        return "-"
+    return f"{fmt(part, 2)} ({100 * part / whole:.0f}%)"
 
 
 def checkpoint_rows(sizes: list[dict]) -> list[list[str]]:
@@ -88,8 +96,8 @@ def checkpoint_rows(sizes: list[dict]) -> list[list[str]]:
             blocking = c["blocking_s"] if c["mode"] == "async" else c["save_s"]
             rows.append([size["size"], fmt(size["num_parameters"], 1, 1e-6), c["state"], c["mode"], c["format"],
                          fmt(c["bytes"], 1, 1e-6), fmt(c["save_s"], 2), fmt(blocking, 2), fmt(c["save_MBps"], 0),
-                         fmt(c["save_cpu_s"], 2), fmt(c["load_s"], 2), fmt(c["load_MBps"], 0),
-                         fmt(c["load_cpu_s"], 2)])
+                         fmt(c["save_cpu_s"], 2), _share(c.get("record_s"), c["save_s"]), fmt(c["load_s"], 2),
+                         fmt(c["load_MBps"], 0), fmt(c["load_cpu_s"], 2), _share(c.get("verify_s"), c["load_s"])])
     return rows
 
 
@@ -99,7 +107,9 @@ def checkpoint_markdown(report: dict) -> str:
     header = (f"Checkpoint cost on {meta['device']} ({meta['host']}, {meta['torch_threads']} torch threads), "
               f"{meta['layout']}; median of {meta['options']['repeats']} saves and loads per case. "
               "save s = until committed; blocking s = until training may continue (async: the writer "
-              "processes keep going); CPU s = this process only (async writers excluded).")
+              "processes keep going); CPU s = this process only (async writers excluded); record s = hashing "
+              "every file for checksums.json, part of every save (share of save s); verify s = the checksum check "
+              f"inside the load (checkpoint.verify={meta['options'].get('verify', 'full')}; share of load s).")
     growth = [[case, fmt(g.get("save_s"), 2), fmt(g.get("load_s"), 2), fmt(g.get("bytes"), 2)]
               for case, g in report["growth"].items()]
     parts = [header, markdown_table(CHECKPOINT_HEADERS, checkpoint_rows(report["sizes"]))]

@@ -1,9 +1,10 @@
 """Load checkpoints that ``checkpoint.verify`` has already checked: a full resume or the weights only.
 
 Nothing here resolves a reference or parses ``run_config.json``: a :class:`VerifiedCheckpoint`
-carries the directory, the saved config and the optimizer layout, and every read goes through
+carries the directory, the saved config, the optimizer layout and the verdict of the checksum
+check (a load refuses a checkpoint whose contents were not checked), and every read goes through
 ``safe_pickle.checked_read``. The one exception is :func:`load_model_weights`, the convenience for
-callers holding only a path (tests, benchmarks), which resolves it first.
+callers holding only a path (tests, benchmarks), which opens (and so verifies) it first.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from megatron.core import dist_checkpointing
 from torch.distributed.checkpoint.api import CheckpointException as TorchCheckpointException
 
 from megatron_crossbert.checkpoint.errors import CheckpointError
-from megatron_crossbert.checkpoint.layout import resolve_checkpoint_dir
 from megatron_crossbert.checkpoint.optimizer_format import (
     SAVE_SHARDING_TYPE,
     model_space_load,
@@ -24,13 +24,22 @@ from megatron_crossbert.checkpoint.optimizer_format import (
 )
 from megatron_crossbert.checkpoint.safe_pickle import checked_read
 from megatron_crossbert.checkpoint.state import Progress, set_rng_state, training_state_dict
-from megatron_crossbert.checkpoint.verify import VerifiedCheckpoint
+from megatron_crossbert.checkpoint.verify import VerifiedCheckpoint, open_checkpoint
 from megatron_crossbert.config import RunConfig
 from megatron_crossbert.platform import seed_everything
 
 
-def read_model_weights(model, ckpt_dir: Path) -> Path:
-    """Load the 'model' entry of the resolved checkpoint ``ckpt_dir`` into ``model`` (any TP/PP layout)."""
+def _checked(source: VerifiedCheckpoint) -> Path:
+    """The directory to read; ValueError (a bug, not bad input) when its contents were never checked."""
+    if source.contents == "pending":
+        raise ValueError(f"{source.directory}: its files were not checked against checksums.json; "
+                         f"pass it through checkpoint.verify.verify_contents first")
+    return source.directory
+
+
+def read_model_weights(model, source: VerifiedCheckpoint) -> Path:
+    """Load the 'model' entry of a verified checkpoint into ``model`` (any TP/PP layout)."""
+    ckpt_dir = _checked(source)
     try:
         with checked_read(ckpt_dir):
             state = dist_checkpointing.load({"model": model.sharded_state_dict()}, str(ckpt_dir))
@@ -45,9 +54,10 @@ def read_model_weights(model, ckpt_dir: Path) -> Path:
     return ckpt_dir
 
 
-def load_model_weights(model, path: str | Path) -> Path:
-    """:func:`read_model_weights` for a root or ``iter_*`` reference (resolved here); returns the dir read."""
-    return read_model_weights(model, resolve_checkpoint_dir(path))
+def load_model_weights(model, path: str | Path, verify: str = "full") -> Path:
+    """:func:`read_model_weights` for a root or ``iter_*`` reference (opened and verified here); returns
+    the directory read."""
+    return read_model_weights(model, open_checkpoint(path, verify))
 
 
 def _same_layout(saved: RunConfig, current: RunConfig) -> bool:
@@ -94,7 +104,7 @@ def load_checkpoint(source: VerifiedCheckpoint, model, optimizer, scheduler, run
         sharding_type = source.sharding_type or SAVE_SHARDING_TYPE
     request = training_state_dict(model, optimizer, scheduler, Progress(), sharding_type, is_loading=True,
                                   with_rng=same_layout)
-    loaded = _read(source.directory, request, model, optimizer)
+    loaded = _read(_checked(source), request, model, optimizer)
     # verify.check_schedule already refused or logged any difference; 'config' applies this run's.
     scheduler.override_opt_param_scheduler = run_cfg.checkpoint.lr_schedule_on_resume == "config"
     if not scheduler.override_opt_param_scheduler:

@@ -1,16 +1,18 @@
 """Save checkpoints: the full training state (``save_checkpoint``) and model-only (``save_model_only``).
 
-A save is complete only once every rank has written its shards AND rank 0 has written
-``run_config.json``; 'latest' is replaced atomically after that. A crash (or SIGKILL) mid-save
-therefore leaves the previous checkpoint as the one readers resolve. The partial directory is
-removed by the next save of the same iteration or pruned later.
+A save is complete only once every rank has written its shards AND rank 0 has written the records
+(tokenizer, data), ``checksums.json`` and then ``run_config.json``; 'latest' is replaced atomically
+after that. A crash (or SIGKILL) mid-save therefore leaves the previous checkpoint as the one
+readers resolve. The partial directory is removed by the next save of the same iteration or pruned
+later. A save that fails (a full disk above all) raises one line on every rank (``save_errors``);
+its helper processes die with the trainer (``processes``).
 
 With ``checkpoint.async_save`` (:class:`AsyncSaves`, megatron-core's ``mcore`` async strategy) the
 save is planned collectively as a synchronous one is, then one forked writer process per rank
 writes that rank's shards while training continues. A forked child sees the parameters and
 optimizer state as they were at the fork (copy-on-write), so later optimizer steps cannot leak into
 the checkpoint; on a GPU megatron copies the tensors to host memory first. The same commit
-(``metadata.json``, then ``run_config.json`` and ``latest``) runs in ``finalize``, which every rank
+(``metadata.json``, then the records, ``run_config.json`` and ``latest``) runs in ``finalize``, which every rank
 calls at each step boundary: megatron-core runs it only once the writers of *all* ranks have
 finished, so a crash before it leaves the previous checkpoint as the one readers resolve, and a save
 still pending when training raises is never committed. NVIDIA Resiliency Extension (``nvrx``) is
@@ -25,10 +27,10 @@ waits on, the first one's.
 from __future__ import annotations
 
 import functools
-import logging
 import os
 import shutil
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -36,8 +38,12 @@ from typing import Callable
 import torch.distributed as dist
 from megatron.core import dist_checkpointing
 from megatron.core.dist_checkpointing.strategies.async_utils import AsyncCallsQueue
+from torch.distributed.checkpoint.api import CheckpointException as TorchCheckpointException
 
-from megatron_crossbert.checkpoint.errors import CheckpointError
+from megatron_crossbert.checkpoint.checksums import own_shards
+from megatron_crossbert.checkpoint.checksums import write_record as write_checksums
+from megatron_crossbert.checkpoint.data_record import write_data_record
+from megatron_crossbert.checkpoint.errors import CheckpointError, CheckpointSaveError, DiskFullError
 from megatron_crossbert.checkpoint.layout import (
     ITER_PREFIX,
     RUN_CONFIG_FILE,
@@ -53,9 +59,12 @@ from megatron_crossbert.checkpoint.optimizer_format import (
     SAVE_SHARDING_TYPE,
     save_content_metadata,
 )
+from megatron_crossbert.checkpoint.processes import guard_request, install_results_queue
+from megatron_crossbert.checkpoint.save_errors import SaveTarget, checkpoint_bytes, room_problem, save_failure
 from megatron_crossbert.checkpoint.state import Progress, training_state_dict
 from megatron_crossbert.checkpoint.tokenizer_record import write_checkpoint_record
 from megatron_crossbert.config import RunConfig
+from megatron_crossbert.fsutil import atomic_write_text
 from megatron_crossbert.platform import is_rank_zero
 
 SLEEP_IN_SAVE_ENV = "CROSSBERT_TEST_SLEEP_IN_SAVE"
@@ -71,16 +80,22 @@ class AsyncSaves:
 
     def __init__(self) -> None:
         self._queue: AsyncCallsQueue | None = None  # created by the first async save
+        self._targets: deque[SaveTarget] = deque()  # what each pending save's failure names, in order
 
     def start(self, state: dict, ckpt_dir: Path, content_metadata: dict | None,
-              commit: Callable[[], None]) -> None:
-        """Collective: plan the save of ``state`` into ``ckpt_dir``, fork the writers, queue ``commit``."""
-        request = dist_checkpointing.save(state, str(ckpt_dir), async_sharded_save=True,
-                                          async_strategy=ASYNC_STRATEGY, content_metadata=content_metadata)
+              commit: Callable[[], None], target: SaveTarget | None = None) -> None:
+        """Collective: plan the save of ``state`` into ``ckpt_dir``, fork the writers, queue ``commit``.
+
+        The writers and the results server die with the trainer (``processes``)."""
+        target = target or SaveTarget.of(ckpt_dir.parent, iteration_of(ckpt_dir) or 0)
+        install_results_queue(asynchronous=True)
+        request = _failing_as(target, dist_checkpointing.save, state, str(ckpt_dir), async_sharded_save=True,
+                              async_strategy=ASYNC_STRATEGY, content_metadata=content_metadata)
         request.add_finalize_fn(commit)  # after megatron's own finalizers (metadata.json)
         if self._queue is None:
             self._queue = AsyncCallsQueue(persistent=False)
-        self._queue.schedule_async_request(request)
+        self._queue.schedule_async_request(guard_request(request))
+        self._targets.append(target)
 
     def pending(self) -> int:
         """Saves started but not yet committed on this rank."""
@@ -89,12 +104,22 @@ class AsyncSaves:
     def finalize(self, blocking: bool) -> list[int]:
         """Collective: commit every save whose writers finished on all ranks (all of them if ``blocking``).
 
-        Returns the indices of the committed saves; a write error on any rank is raised on every rank
-        (megatron's CheckpointException) and nothing is committed. A no-op when no save was started.
+        Returns the indices of the committed saves. A write error on any rank is raised on every rank
+        as one line naming the failed save (``save_errors``) and nothing is committed. A no-op when no
+        save was started.
         """
         if not self.pending():
             return []
-        return self._queue.maybe_finalize_async_calls(blocking=blocking)
+        try:
+            done = self._queue.maybe_finalize_async_calls(blocking=blocking)
+        except CheckpointError:  # our commit failed: already one line
+            self._targets.popleft()
+            raise
+        except (Exception, TorchCheckpointException) as err:  # DCP's exception is a BaseException
+            raise save_failure(err, self._targets.popleft()) from err
+        for _ in done:
+            self._targets.popleft()
+        return done
 
 
 @dataclass
@@ -111,13 +136,48 @@ class RunSaves:
         return self.in_flight.finalize(blocking)
 
 
-def _barrier() -> None:
-    if dist.is_initialized():
-        dist.barrier()
+def _failing_as(target: SaveTarget, fn: Callable, *args, **kwargs):
+    """``fn(*args, **kwargs)``; any failure becomes the one-line error of a failed save (``save_errors``)."""
+    try:
+        return fn(*args, **kwargs)
+    except CheckpointError:
+        raise
+    except (Exception, TorchCheckpointException) as err:  # DCP's CheckpointException is a BaseException
+        raise save_failure(err, target) from err
 
 
-def _prepare_dir(ckpt_dir: Path, written: set[Path]) -> None:
-    """Remove a stale partial save of the same iteration (its shards would clash), then create.
+def _from_rank_zero(value):
+    """Rank 0's ``value`` on every rank (a synchronization point, like the barrier it replaces)."""
+    if not dist.is_initialized():
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def _on_rank_zero(work: Callable[[], None], target: SaveTarget) -> None:
+    """Collective: run ``work`` on rank 0 only; if it failed, every rank raises the same one-line error.
+
+    A bare barrier after rank 0's writes would leave the other ranks waiting for a rank 0 that has
+    already raised (a full disk while writing ``run_config.json``, say) until the process-group timeout.
+    """
+    failure: CheckpointSaveError | None = None
+    if is_rank_zero():
+        try:
+            _failing_as(target, work)
+        except CheckpointSaveError as err:
+            failure = err
+    verdict = _from_rank_zero(None if failure is None else (isinstance(failure, DiskFullError), str(failure)))
+    if failure is not None:
+        raise failure
+    if verdict is not None:
+        raise (DiskFullError if verdict[0] else CheckpointSaveError)(verdict[1])
+
+
+def _prepare_dir(ckpt_dir: Path, written: set[Path], target: SaveTarget) -> None:
+    """Check that the save fits (counting what the stale directory of the same iteration frees), remove
+    that directory (its shards would clash), then create it: a save that cannot fit is refused before
+    it writes or removes a byte.
 
     A complete checkpoint that this run did not write (not in ``written``) is never removed
     (start_guard refuses such runs up front; this is the last line of defence).
@@ -125,11 +185,16 @@ def _prepare_dir(ckpt_dir: Path, written: set[Path]) -> None:
     if is_complete(ckpt_dir) and ckpt_dir.resolve() not in written:
         raise CheckpointError(f"{ckpt_dir}: a complete checkpoint from an earlier run is in the way; "
                               f"refusing to overwrite it (move it away or use another --save)")
-    if is_rank_zero():
+
+    def work() -> None:
+        problem = room_problem(target, f"saving {target.name}", checkpoint_bytes(ckpt_dir) if ckpt_dir.exists() else 0)
+        if problem:
+            raise DiskFullError(problem)
         if ckpt_dir.exists():
             shutil.rmtree(ckpt_dir)
         ckpt_dir.mkdir(parents=True)
-    _barrier()
+
+    _on_rank_zero(work, target)
 
 
 def prune_checkpoints(root: Path, keep_last: int) -> list[Path]:
@@ -157,17 +222,40 @@ def _test_sleep(iteration: int) -> None:
         time.sleep(float(seconds))
 
 
-def _commit(saves: RunSaves, ckpt_dir: Path, run_cfg: RunConfig, iteration: int) -> None:
-    """Collective, once every rank's shards are on disk: run_config.json, then 'latest', then prune."""
-    _test_sleep(iteration)
-    _barrier()
-    if is_rank_zero():
-        write_checkpoint_record(ckpt_dir, run_cfg)
-        run_cfg.save_json(ckpt_dir / RUN_CONFIG_FILE)
-        point_latest(ckpt_dir)
+def _hashed_shards(ckpt_dir: Path) -> dict[str, dict]:
+    """Collective: every rank hashes the shards it wrote; every rank gets them all (``checksums``)."""
+    if not dist.is_initialized():
+        return own_shards(ckpt_dir, 0)
+    shares: list = [None] * dist.get_world_size()
+    dist.all_gather_object(shares, own_shards(ckpt_dir, dist.get_rank()))
+    return {name: entry for share in shares for name, entry in share.items()}
+
+
+def _seal(ckpt_dir: Path, run_cfg: RunConfig, hashed: dict[str, dict], consumed_samples: int | None) -> None:
+    """Rank 0: the tokenizer and data records (the latter for full checkpoints, ``consumed_samples``
+    given), ``checksums.json`` (covering the run_config.json about to be written), then
+    ``run_config.json``, which marks the save complete, then 'latest'."""
+    write_checkpoint_record(ckpt_dir, run_cfg)
+    if consumed_samples is not None:
+        write_data_record(ckpt_dir, run_cfg, consumed_samples)
+    text = run_cfg.to_json()
+    write_checksums(ckpt_dir, hashed, {RUN_CONFIG_FILE: text.encode()})
+    atomic_write_text(ckpt_dir / RUN_CONFIG_FILE, text)
+    point_latest(ckpt_dir)
+
+
+def _commit(saves: RunSaves, ckpt_dir: Path, run_cfg: RunConfig, progress: Progress, target: SaveTarget) -> None:
+    """Collective, once every rank's shards are on disk: records, checksums and run_config.json, then
+    'latest', then prune."""
+    _test_sleep(progress.iteration)
+    hashed = _hashed_shards(ckpt_dir)  # an all-gather: every rank's shards are on disk past it
+
+    def work() -> None:
+        _seal(ckpt_dir, run_cfg, hashed, progress.consumed_samples)
         prune_checkpoints(ckpt_dir.parent, run_cfg.checkpoint.keep_last)
+
+    _on_rank_zero(work, target)
     saves.written.add(ckpt_dir.resolve())
-    _barrier()
 
 
 def save_checkpoint(saves: RunSaves, root: str | Path, model, optimizer, scheduler, progress: Progress,
@@ -176,41 +264,43 @@ def save_checkpoint(saves: RunSaves, root: str | Path, model, optimizer, schedul
 
     With ``checkpoint.async_save`` this returns once the shards are handed to background writers;
     the commit happens in ``saves.finalize``. ``sharding_type`` exists so tests can still write
-    the older ``dp_reshardable`` layout (without the content metadata, as it was written).
+    the older ``dp_reshardable`` layout (without the content metadata, as it was written). A save
+    that fails (a full disk above all) raises one line naming it and the last complete checkpoint,
+    on every rank; nothing complete is touched and the partial directory stays ignored.
     """
     root = Path(root)
     saves.finalize(blocking=True)  # one save in flight at a time, committed in order
     ckpt_dir = root / iteration_dir_name(progress.iteration)
-    _prepare_dir(ckpt_dir, saves.written)
+    target = SaveTarget.of(root, progress.iteration)
+    _prepare_dir(ckpt_dir, saves.written, target)
     dist_sharding = sharding_type if run_cfg.parallel.use_distributed_optimizer else None
     state = training_state_dict(model, optimizer, scheduler, progress, dist_sharding, is_loading=False)
     content = None if sharding_type == LEGACY_DP_RESHARDABLE else save_content_metadata(run_cfg)
-    commit = functools.partial(_commit, saves, ckpt_dir, run_cfg, progress.iteration)
+    at_save = Progress(progress.iteration, progress.consumed_samples)  # an async commit runs steps later
+    commit = functools.partial(_commit, saves, ckpt_dir, run_cfg, at_save, target)
     if run_cfg.checkpoint.async_save:
-        saves.in_flight.start(state, ckpt_dir, content, commit)
+        saves.in_flight.start(state, ckpt_dir, content, commit, target)
     else:
-        dist_checkpointing.save(state, str(ckpt_dir), content_metadata=content)
+        install_results_queue(asynchronous=False)  # the writer runs here: no server process
+        _failing_as(target, dist_checkpointing.save, state, str(ckpt_dir), content_metadata=content)
         commit()
     return ckpt_dir
-
-
-def _write_tokenizer_record(ckpt_dir: Path, run_config: RunConfig) -> None:
-    """Best effort for model-only checkpoints (HF import): a tokenizer the data pipeline cannot load
-    is logged and left unrecorded, like a checkpoint of an older version (resume then warns)."""
-    try:
-        write_checkpoint_record(ckpt_dir, run_config)
-    except (ValueError, OSError) as err:
-        logging.getLogger(__name__).warning("%s: no tokenizer record written (%s)", ckpt_dir, err)
 
 
 def save_model_only(model, run_config: RunConfig, root: str | Path, iteration: int = 0) -> Path:
     """Write a model-only checkpoint (no optimizer) under ``root`` and point 'latest' at it."""
     ckpt_dir = Path(root) / iteration_dir_name(iteration)
+    target = SaveTarget.of(root, iteration)
     ckpt_dir.mkdir(parents=True, exist_ok=True)
-    dist_checkpointing.save({"model": model.sharded_state_dict()}, str(ckpt_dir))
-    if not dist.is_initialized() or dist.get_rank() == 0:
-        _write_tokenizer_record(ckpt_dir, run_config)
-        run_config.save_json(ckpt_dir / RUN_CONFIG_FILE)
-        point_latest(ckpt_dir)
-    _barrier()
+    install_results_queue(asynchronous=False)
+    _failing_as(target, dist_checkpointing.save, {"model": model.sharded_state_dict()}, str(ckpt_dir))
+    seal_model_only(ckpt_dir, run_config, target)
     return ckpt_dir
+
+
+def seal_model_only(ckpt_dir: Path, run_config: RunConfig, target: SaveTarget | None = None) -> None:
+    """Collective, once a model-only checkpoint's shards are on disk: its records, checksums and
+    run_config.json, then 'latest' (the commit of ``save_model_only``, or of an async model save)."""
+    target = target or SaveTarget.of(ckpt_dir.parent, iteration_of(ckpt_dir) or 0)
+    hashed = _hashed_shards(ckpt_dir)
+    _on_rank_zero(functools.partial(_seal, ckpt_dir, run_config, hashed, None), target)

@@ -7,8 +7,9 @@ Rules (all checked before anything is built or written, on every rank):
   directory is an error (``layout.read_latest``), never a silent fresh start. Without one of
   those, ``checkpoint.init_from`` names a checkpoint whose weights alone are loaded.
 - The checkpoint found is resolved here once and verified once (``verify.verify_checkpoint``: model
-  shape, optimizer layout, LR-schedule policy, tokenizer); the :class:`StartPlan` carries the result
-  to the load.
+  shape, optimizer layout, LR-schedule policy, tokenizer; the files' checksums follow once the
+  process group exists, ``verify.verify_contents``); the :class:`StartPlan` carries the result to
+  the load.
 - A save_dir holding complete checkpoints that this run would not continue from (no valid
   'latest', a checkpoint newer than the one resumed, or a run resumed from elsewhere) refuses to
   start. The message names the newest complete checkpoint and the two ways out: ``--resume-from``
@@ -34,6 +35,7 @@ from megatron_crossbert.checkpoint.layout import (
 )
 from megatron_crossbert.checkpoint.verify import VerifiedCheckpoint, verify_checkpoint
 from megatron_crossbert.config import RunConfig
+from megatron_crossbert.fsutil import apply_umask_modes
 
 logger = logging.getLogger(__name__)
 
@@ -130,11 +132,11 @@ def plan_start(run_cfg: RunConfig) -> StartPlan:
     source = _source(run_cfg)
     move_aside = _move_aside(run_cfg, source)
     if source is not None:
-        return StartPlan(verify_checkpoint(source, run_cfg), move_aside)
+        return StartPlan(verify_checkpoint(source, run_cfg, defer_contents=True), move_aside)
     if ckpt.init_from:
         init_dir = resolve_checkpoint_dir(ckpt.init_from)
-        return StartPlan(verify_checkpoint(init_dir, run_cfg, weights_only=True, reference=ckpt.init_from),
-                         move_aside)
+        return StartPlan(verify_checkpoint(init_dir, run_cfg, weights_only=True, reference=ckpt.init_from,
+                                           defer_contents=True), move_aside)
     return StartPlan(None, move_aside)
 
 
@@ -144,6 +146,7 @@ def apply_plan(plan: StartPlan, save_dir: str | None) -> Path | None:
         return None
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     target = Path(tempfile.mkdtemp(prefix=f"replaced_{stamp}_", dir=save_dir))  # unique, never reused
+    apply_umask_modes(target)  # mkdtemp makes 0700; the moved checkpoints stay readable to whoever could read them
     for path in plan.move_aside:
         path.rename(target / path.name)
     logger.warning("checkpoint.overwrite: moved %s into %s (nothing deleted)",

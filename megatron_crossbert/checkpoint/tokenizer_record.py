@@ -54,8 +54,14 @@ def run_record(run_cfg: RunConfig) -> dict | None:
 
 
 def write_checkpoint_record(ckpt_dir: Path, run_cfg: RunConfig) -> None:
-    """Rank 0, before run_config.json marks the save complete."""
-    record = run_record(run_cfg)
+    """Rank 0, before run_config.json marks the save complete. A tokenizer the data pipeline cannot
+    load (an HF import's, say) is logged and left unrecorded, like a checkpoint of an older version
+    (resume then warns); a failed write (a full disk) is raised."""
+    try:
+        record = run_record(run_cfg)
+    except (ValueError, OSError) as err:
+        logger.warning("%s: no tokenizer record written (%s)", ckpt_dir, err)
+        return
     if record is not None:
         atomic_write_text(record_path(ckpt_dir / RECORD_PREFIX), json.dumps(record, indent=2) + "\n")
 

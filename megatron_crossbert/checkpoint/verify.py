@@ -1,19 +1,31 @@
 """Verify a checkpoint once, before anything is built, and let the result drive the load.
 
 megatron-core's idiom (``verify_checkpoint_and_load_strategy``, then load): the directory is
-resolved once, ``run_config.json`` parsed once, the model shape, optimizer format, LR schedule and
-tokenizer are checked once, and everything a later step needs travels in one frozen
-:class:`VerifiedCheckpoint`. Resume and ``init_from`` (``checkpoint.start_guard.plan_start``),
-HF export (``convert``) and evaluation take that object and never resolve the reference again.
+resolved once, its files' contents checked once against ``checksums.json`` (``checkpoint.verify``),
+``run_config.json`` parsed once, the model shape, optimizer format, data, LR schedule and tokenizer
+are checked once, and everything a later step needs travels in one frozen :class:`VerifiedCheckpoint`.
+Resume and ``init_from`` (``checkpoint.start_guard.plan_start``), HF export (``convert``) and
+evaluation take that object and never resolve the reference again; the loads in ``checkpoint.load``
+refuse one whose contents were not checked. A training start checks the contents once the process
+group exists (:func:`verify_contents`, ``collective=True``), so every rank hashes only its share.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from megatron_crossbert.checkpoint.checksums import (
+    ContentsVerdict,
+    files_for_rank,
+    problems,
+    raise_first,
+    read_record,
+    warn_unrecorded,
+)
+from megatron_crossbert.checkpoint.data_record import check_resume_data
 from megatron_crossbert.checkpoint.errors import CheckpointError
 from megatron_crossbert.checkpoint.layout import iteration_of, load_saved_config, resolve_checkpoint_dir
 from megatron_crossbert.checkpoint.optimizer_format import reshard_refusal, saved_sharding_type
@@ -62,6 +74,8 @@ class VerifiedCheckpoint:
     """True when only the ``"model"`` entry is read (init_from, export, evaluation)."""
     reference: str
     """The reference as the user gave it (a root, an ``iter_*`` directory), for messages."""
+    contents: ContentsVerdict = "pending"
+    """What the checksum check found (``checksums.ContentsVerdict``); loads refuse ``"pending"``."""
 
     def __post_init__(self) -> None:
         if self.weights_only and self.sharding_type is not None:
@@ -69,13 +83,11 @@ class VerifiedCheckpoint:
                              f"so it has no sharding type (got {self.sharding_type!r})")
 
 
-def config_mismatches(saved: RunConfig, current: RunConfig, *, weights_only: bool = False) -> list[str]:
-    """Human-readable differences that make ``saved`` unusable for ``current``."""
-    diffs = [f"model.{name}: checkpoint {getattr(saved.model, name)!r} vs run {getattr(current.model, name)!r}"
-             for name in _MODEL_FIELDS if getattr(saved.model, name) != getattr(current.model, name)]
-    if not weights_only and saved.data.seq_length != current.data.seq_length:
-        diffs.append(f"data.seq_length: checkpoint {saved.data.seq_length} vs run {current.data.seq_length}")
-    return diffs
+def config_mismatches(saved: RunConfig, current: RunConfig) -> list[str]:
+    """Human-readable model differences that make ``saved`` unusable for ``current`` (the data,
+    ``seq_length`` included, is ``data_record``'s to compare)."""
+    return [f"model.{name}: checkpoint {getattr(saved.model, name)!r} vs run {getattr(current.model, name)!r}"
+            for name in _MODEL_FIELDS if getattr(saved.model, name) != getattr(current.model, name)]
 
 
 def schedule_changes(saved: RunConfig, current: RunConfig) -> list[str]:
@@ -121,30 +133,71 @@ def _stored_sharding_type(ckpt_dir: Path, saved: RunConfig, current: RunConfig) 
     return saved_sharding_type(ckpt_dir, saved)
 
 
+def _contents(ckpt_dir: Path, mode: str, collective: bool) -> ContentsVerdict:
+    """The checksum check of ``ckpt_dir``: ChecksumMismatchError naming the first damaged file.
+
+    ``collective``: every rank of the initialised process group hashes its share of the files and
+    the problems are gathered, so all ranks raise the same line (each byte is read once per job).
+    """
+    if mode == "off":
+        return "off"
+    files = read_record(ckpt_dir)
+    if files is None:
+        warn_unrecorded(ckpt_dir)
+        return "unrecorded"
+    rank, world = 0, 1
+    if collective:
+        import torch.distributed as dist
+
+        rank, world = dist.get_rank(), dist.get_world_size()
+    found = problems(ckpt_dir, files, files_for_rank({n: e["bytes"] for n, e in files.items()}, rank, world))
+    if world > 1:
+        shares: list = [None] * world
+        dist.all_gather_object(shares, found)
+        found = [line for share in shares for line in share]
+    raise_first(found)
+    return "verified"
+
+
+def verify_contents(source: VerifiedCheckpoint, mode: str, *, collective: bool = False) -> VerifiedCheckpoint:
+    """``source`` with its files checked against their recorded hashes (``checkpoint.verify``:
+    ``full`` or ``off``); a no-op when already checked. Collective when ``collective``."""
+    if source.contents != "pending":
+        return source
+    return replace(source, contents=_contents(source.directory, mode, collective))
+
+
 def verify_checkpoint(ckpt_dir: Path, current: RunConfig, *, weights_only: bool = False,
-                      reference: str | Path | None = None) -> VerifiedCheckpoint:
+                      reference: str | Path | None = None, defer_contents: bool = False) -> VerifiedCheckpoint:
     """Check a resolved checkpoint directory against this run; CheckpointError naming every problem.
 
-    A full resume (``weights_only=False``) checks model shape and sequence length, that the stored
-    optimizer state can be read at this TP/PP, and the LR-schedule policy; ``init_from`` checks the
-    model shape only. Both check the tokenizer.
+    The files' contents are checked first (``checkpoint.verify``), unless ``defer_contents`` (a
+    training start, before its process group exists: :func:`verify_contents` follows). A full resume
+    (``weights_only=False``) then checks the model shape, that the stored optimizer state can be read
+    at this TP/PP, the data (``data_record``: datasets, weights, split, seq_length) and the
+    LR-schedule policy; ``init_from`` checks the model shape only. Both check the tokenizer.
     """
+    contents = "pending" if defer_contents else _contents(ckpt_dir, current.checkpoint.verify, False)
     saved = load_saved_config(ckpt_dir)
-    diffs = config_mismatches(saved, current, weights_only=weights_only)
+    diffs = config_mismatches(saved, current)
     sharding_type = None if weights_only else _stored_sharding_type(ckpt_dir, saved, current)
     if not weights_only:
         diffs += reshard_refusal(ckpt_dir, saved, sharding_type, current)
     if diffs:
         raise CheckpointError(f"checkpoint {ckpt_dir} is incompatible with this run:\n  " + "\n  ".join(diffs))
     if not weights_only:
+        check_resume_data(ckpt_dir, saved, current)
         check_schedule(ckpt_dir, saved, current)
     verdict = check_checkpoint_tokenizer(ckpt_dir, current)
     return VerifiedCheckpoint(ckpt_dir, saved, sharding_type, verdict, weights_only,
-                              str(ckpt_dir if reference is None else reference))
+                              str(ckpt_dir if reference is None else reference), contents)
 
 
-def open_checkpoint(reference: str | Path) -> VerifiedCheckpoint:
-    """Resolve a root or ``iter_*`` directory and read its config once, for a weights-only reader with
-    no run of its own to compare against (HF export, evaluation)."""
+def open_checkpoint(reference: str | Path, verify: str = "full") -> VerifiedCheckpoint:
+    """Resolve a root or ``iter_*`` directory, check its files (``verify``: full or off) and read its
+    config once, for a weights-only reader with no run of its own to compare against (HF export,
+    evaluation). It never takes the save directory's run lock: a live run's checkpoints are readable."""
     ckpt_dir = resolve_checkpoint_dir(reference)
-    return VerifiedCheckpoint(ckpt_dir, load_saved_config(ckpt_dir), None, "not checked", True, str(reference))
+    contents = _contents(ckpt_dir, verify, False)
+    return VerifiedCheckpoint(ckpt_dir, load_saved_config(ckpt_dir), None, "not checked", True, str(reference),
+                              contents)

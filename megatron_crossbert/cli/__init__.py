@@ -14,6 +14,17 @@ def quiet_library_warnings() -> None:
         warnings.filterwarnings("ignore", category=category)
 
 
+def add_verify_flag(parser: argparse.ArgumentParser) -> None:
+    """--verify for the tools that read native checkpoints (export, probe, MTEB); training has
+    --checkpoint-verify (checkpoint.verify)."""
+    from megatron_crossbert.config import CheckpointConfig, field_choices
+
+    parser.add_argument("--verify", choices=field_choices(CheckpointConfig, "verify"), default="full",
+                        help="native checkpoints: check every file against the hashes recorded when it was saved "
+                             "(checksums.json) before reading it; 'off' skips that, and a flipped bit then goes "
+                             "unnoticed")
+
+
 def add_encoder_arguments(parser: argparse.ArgumentParser, *, max_len: int) -> None:
     """Options shared by the tools that embed text with an encoder (crossbert-probe, crossbert-mteb)."""
     from megatron_crossbert.evaluation.encoders import Pooling
@@ -28,6 +39,7 @@ def add_encoder_arguments(parser: argparse.ArgumentParser, *, max_len: int) -> N
     parser.add_argument("--device", help="torch device (default: cuda if available)")
     parser.add_argument("--cache-dir", help="feature / export cache (default $CROSSBERT_EVAL_CACHE or "
                                             "~/.cache/megatron_crossbert/eval); 'none' disables")
+    add_verify_flag(parser)
 
 
 def cache_dir_arg(value: str | None) -> str | None:

@@ -13,7 +13,7 @@ import sys
 
 from megatron_crossbert.benchmarking.choices import CLOCKS, EXPORT_DEVICES, GPU_CHECK_PRECISIONS, GPU_DTYPES
 from megatron_crossbert.cli.errors import add_debug_flag, cli_main
-from megatron_crossbert.config import ModelConfig, TrainingConfig, field_choices
+from megatron_crossbert.config import CheckpointConfig, ModelConfig, TrainingConfig, field_choices
 
 
 def _add_throughput(sub) -> None:
@@ -82,6 +82,8 @@ def _add_checkpoint(sub) -> None:
     p.add_argument("--sizes", nargs="+", default=["10M", "50M", "200M"],
                    help="model sizes (10M, 50M, 200M; tiny for smoke tests)")
     p.add_argument("--repeats", type=int, default=2, help="saves and loads per case (median reported)")
+    p.add_argument("--verify", choices=field_choices(CheckpointConfig, "verify"), default="full",
+                   help="checkpoint.verify of the loads: check the checksums before reading (full) or not (off)")
     p.add_argument("--work-dir", default=None, help="where temporary checkpoints go (default: system temp dir)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
     p.add_argument("--out", default="benchmarks/out/checkpoint.json",
@@ -182,7 +184,8 @@ def run_checkpoint_command(args) -> int:
     from megatron_crossbert.benchmarking.checkpoint import CheckpointBenchOptions, run_checkpoint_bench
     from megatron_crossbert.benchmarking.report import checkpoint_markdown, write_json
 
-    options = CheckpointBenchOptions(sizes=args.sizes, repeats=args.repeats, work_dir=args.work_dir)
+    options = CheckpointBenchOptions(sizes=args.sizes, repeats=args.repeats, work_dir=args.work_dir,
+                                     verify=args.verify)
     report = run_checkpoint_bench(options)
     write_json(args.out, report)
     table = checkpoint_markdown(report)

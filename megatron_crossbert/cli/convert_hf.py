@@ -19,6 +19,7 @@ import argparse
 import logging
 import sys
 
+from megatron_crossbert.cli import add_verify_flag
 from megatron_crossbert.cli.errors import add_debug_flag, cli_main
 
 
@@ -40,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--force", action="store_true", help="replace OUT_DIR if it exists")
     export.add_argument("--format", dest="format_name", default=None, choices=_format_names(),
                         help="HF target (default: the first exact one, in this order)")
+    add_verify_flag(export)
     imp = sub.add_parser("import", help="HF directory -> native model-only checkpoint")
     imp.add_argument("hf_dir", help="HF directory of a supported format (config.json + model.safetensors)")
     imp.add_argument("out_root", help="checkpoint root to write (use as checkpoint.init_from)")
@@ -54,7 +56,7 @@ def run(args: argparse.Namespace) -> str:
 
     if args.command == "export":
         out = export_to_hf(args.checkpoint, args.out_dir, tokenizer_dir=args.tokenizer, force=args.force,
-                           format_name=args.format_name)
+                           format_name=args.format_name, verify=args.verify)
         return f"exported {args.checkpoint} -> {out}"
     ckpt_dir = import_from_hf(args.hf_dir, args.out_root, force=args.force)
     return f"imported {args.hf_dir} -> {ckpt_dir}"

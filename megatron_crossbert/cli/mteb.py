@@ -9,6 +9,9 @@ Offline, with local file-backed tasks (``KIND:NAME:PATH``; KIND is classificatio
 
     crossbert-mteb --model hf_dir --local-task classification:bbc:../shared/data/probe/bbc_news \\
         --local-task sts:stsb-dev:../shared/data/glue/STS-B/dev.tsv
+
+Exit status 2 with one ``error:`` line for bad input (a damaged checkpoint, no tasks); 1 when every
+task failed (a failed run, not bad input).
 """
 
 from __future__ import annotations
@@ -63,9 +66,10 @@ def main(argv: list[str] | None = None) -> int:
 
     tasks = _gather_tasks(args)
     if not tasks:
-        print("no tasks: give --benchmark, --tasks or --local-task", file=sys.stderr)
-        return 2
-    encoder = HFEncoder(resolve_model(args.model, cache_dir=cache_dir_arg(args.cache_dir), tokenizer_dir=args.tokenizer_dir),
+        raise ValueError("no tasks: give --benchmark, --tasks or --local-task")
+    resolved = resolve_model(args.model, cache_dir=cache_dir_arg(args.cache_dir), tokenizer_dir=args.tokenizer_dir,
+                             verify=args.verify)
+    encoder = HFEncoder(resolved,
                         device=args.device,
                         max_len=args.max_len, batch_size=args.batch_size)
     summary = run_mteb(encoder, tasks, args.out, pooling=args.pooling, normalize=args.normalize,

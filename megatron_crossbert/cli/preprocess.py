@@ -27,6 +27,7 @@ MASK_FLAGS = (ConfigFlag("--mask-ratio", ("masking.mask_ratio",), "masking ratio
 
 def build_parser() -> argparse.ArgumentParser:
     from megatron_crossbert.data.encoding import BACKENDS
+    from megatron_crossbert.data.jsonl import MAX_DOCUMENT_BYTES
 
     p = argparse.ArgumentParser(prog="crossbert-preprocess", description=__doc__,
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -43,6 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="one sequence per sentence (nltk Punkt; punkt_tab if installed, else trained on the input)")
     p.add_argument("--append-eod", action="store_true", help="append the end-of-document token to each document")
     p.add_argument("--strict", action="store_true", help="fail on the first bad line (file:line) instead of skipping")
+    p.add_argument("--max-document-bytes", type=int, default=MAX_DOCUMENT_BYTES,
+                   help="skip (and count as too_long) any line longer than this, without ever holding it: "
+                        "the per-document memory bound")
     p.add_argument("--force", action="store_true", help="overwrite existing outputs")
     p.add_argument("--log-interval", type=int, default=10000, help="documents between progress updates")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (log lines instead)")
@@ -72,26 +76,18 @@ def main(argv: list[str] | None = None) -> int:
     # pool workers terminated instead of orphaned.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    from megatron_crossbert.data.jsonl import BadInputError
     from megatron_crossbert.data.preprocess import PreprocessOptions, preprocess, report_path
 
-    try:
-        tokenizer, kind = _tokenizer_from_args(args)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    tokenizer, kind = _tokenizer_from_args(args)  # user errors: one line and status 2 via cli_main
     opts = PreprocessOptions(
         inputs=args.input, output_prefix=args.output_prefix, tokenizer=tokenizer, tokenizer_kind=kind,
         backend=args.backend, json_keys=args.json_keys,
         workers=args.workers, split_sentences=args.split_sentences, append_eod=args.append_eod,
         strict=args.strict, force=args.force, log_interval=args.log_interval, progress=not args.no_progress,
+        max_document_bytes=args.max_document_bytes,
         emit_mask_pairs=args.emit_mask_pairs, seq_length=args.seq_length,
         masking=MaskingConfig(mask_ratio=args.mask_ratio, seed=args.seed, complementary=not args.no_complementary))
-    try:
-        report = preprocess(opts)
-    except (BadInputError, FileExistsError, FileNotFoundError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    report = preprocess(opts)
     print(_summary(report, report_path(args.output_prefix)))
     return 0
 

@@ -51,10 +51,16 @@ SHORTHANDS: tuple[ConfigFlag, ...] = (
     ConfigFlag("--allow-tokenizer-change", ("checkpoint.allow_tokenizer_change",),
                "warn instead of refusing when the tokenizer fingerprint differs from the checkpoint's or the "
                "dataset's"),
+    ConfigFlag("--allow-data-change", ("checkpoint.allow_data_change",),
+               "resume on other data than the checkpoint's (datasets, weights, split, seq_length): logged with where "
+               "the new sample stream starts, instead of refused"),
     ConfigFlag("--lr-schedule-on-resume", ("checkpoint.lr_schedule_on_resume",),
                "when a schedule (LR incl. WSD, batch-size warmup, masking rate) differs from the resumed "
                "checkpoint's: refuse (default), keep the checkpoint's schedule, or apply this run's config from the "
                "resumed step on (logged either way)"),
+    ConfigFlag("--checkpoint-verify", ("checkpoint.verify",),
+               "check the resumed (or init_from) checkpoint's files against the hashes recorded when it was saved; "
+               "'off' skips it, and a flipped bit then trains on a changed weight"),
     ConfigFlag("--data-path", ("data.data_path",), "indexed-dataset prefix(es), optionally weighted"),
     ConfigFlag("--tokenizer", ("data.tokenizer",), "tokenizer directory"),
 )

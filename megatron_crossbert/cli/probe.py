@@ -55,12 +55,11 @@ def main(argv: list[str] | None = None) -> int:
     tasks = collect_tasks(glue_dir=args.glue_dir, glue_tasks=_split_list(args.glue_tasks) or None,
                           jsonl=args.jsonl, hf_glue=_split_list(args.hf_glue))
     if not tasks:
-        print("no tasks: give --glue-dir, --jsonl or --hf-glue", file=sys.stderr)
-        return 2
+        raise ValueError("no tasks: give --glue-dir, --jsonl or --hf-glue")
     config = ProbeRunConfig(pooling=args.pooling, layers=args.layers, max_len=args.max_len,
                             batch_size=args.batch_size, max_train=args.max_train, max_test=args.max_test,
                             seed=args.seed, cache_dir=cache_dir_arg(args.cache_dir), device=args.device,
-                            tokenizer_dir=args.tokenizer_dir,
+                            tokenizer_dir=args.tokenizer_dir, verify=args.verify,
                             probe=ProbeConfig(folds=args.cv_folds, seed=args.seed))
     report = run_probing(args.model, tasks, config)
     paths = write_report(report, args.out)

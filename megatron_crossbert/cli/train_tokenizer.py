@@ -40,8 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     out = Path(args.output_dir)
     if (out / "tokenizer.json").exists() and not args.force:
-        print(f"error: {out} already holds a tokenizer; pass --force to overwrite", file=sys.stderr)
-        return 2
+        raise FileExistsError(f"{out}: already holds a tokenizer; pass --force to overwrite")
     from megatron_crossbert.data.tokenizer_training import train_tokenizer
 
     tokenizer = train_tokenizer(args.input, out, model_type=args.model, vocab_size=args.vocab_size,

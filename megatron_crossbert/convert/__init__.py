@@ -14,11 +14,12 @@ from __future__ import annotations
 from megatron_crossbert.convert.errors import ConversionError
 
 
-def export_to_hf(checkpoint, out_dir, *, tokenizer_dir=None, force=False, format_name=None):
+def export_to_hf(checkpoint, out_dir, *, tokenizer_dir=None, force=False, format_name=None, verify="full"):
     """See :func:`megatron_crossbert.convert.export.export_to_hf`."""
     from megatron_crossbert.convert.export import export_to_hf as _export
 
-    return _export(checkpoint, out_dir, tokenizer_dir=tokenizer_dir, force=force, format_name=format_name)
+    return _export(checkpoint, out_dir, tokenizer_dir=tokenizer_dir, force=force, format_name=format_name,
+                   verify=verify)
 
 
 def import_from_hf(hf_dir, out_root, *, force=False):

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from megatron_crossbert.convert.errors import ConversionError
+from megatron_crossbert.fsutil import apply_umask_modes
 
 WEIGHTS_FILE = "model.safetensors"
 WEIGHTS_INDEX_FILE = "model.safetensors.index.json"
@@ -177,6 +178,7 @@ def staged_output(out_dir: str | Path, force: bool, protected: list[Path] = ()):
     stage = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.tmp-"))
     try:
         yield stage
+        apply_umask_modes(stage)  # mkdtemp makes 0700 and safetensors 0600: a shared model must be readable
         if out_dir.exists():
             shutil.rmtree(out_dir) if out_dir.is_dir() else out_dir.unlink()
         stage.rename(out_dir)

@@ -54,15 +54,16 @@ def _write_export(stage: Path, run_cfg: RunConfig, fmt: HfFormat, hf_state: dict
 
 def export_to_hf(checkpoint: str | Path | VerifiedCheckpoint, out_dir: str | Path, *,
                  tokenizer_dir: str | Path | None = None, force: bool = False,
-                 format_name: str | None = None) -> Path:
+                 format_name: str | None = None, verify: str = "full") -> Path:
     """Export the encoder of a checkpoint (root or ``iter_*`` dir, any TP/PP) to an HF directory.
 
     ``checkpoint`` may also be one already opened (``native.open_export_source``); it is then not
     resolved again. ``format_name``: a ``formats.format_names()`` entry, or None for the model's
     default. A reconstruction decoder is discarded; an encoder MLM head is exported with the format's
-    MLM class when it maps exactly. Must run in a single process, or one whose megatron state is TP=1/PP=1.
+    MLM class when it maps exactly. ``verify`` (full or off): check the checkpoint's files against
+    their recorded hashes first. Must run in a single process, or one whose megatron state is TP=1/PP=1.
     """
-    source = open_export_source(checkpoint)
+    source = open_export_source(checkpoint, verify)
     run_cfg = source.saved
     fmt = resolve_format(run_cfg, format_name)
     tok = _resolve_tokenizer(run_cfg, tokenizer_dir)

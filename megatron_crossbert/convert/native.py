@@ -23,8 +23,9 @@ from megatron_crossbert.config import CheckpointConfig, ParallelConfig, RunConfi
 from megatron_crossbert.convert.errors import ConversionError
 
 
-def open_export_source(checkpoint: str | Path | VerifiedCheckpoint) -> VerifiedCheckpoint:
-    """The checkpoint to export, opened once; checkpoint-layout problems become ``ConversionError``.
+def open_export_source(checkpoint: str | Path | VerifiedCheckpoint, verify: str = "full") -> VerifiedCheckpoint:
+    """The checkpoint to export, opened (and its files checked, ``verify``: full or off) once;
+    checkpoint-layout problems become ``ConversionError``.
 
     A caller that already opened it (evaluation, which also hashes the directory) passes the
     :class:`VerifiedCheckpoint` itself, so the reference is never resolved twice.
@@ -32,7 +33,7 @@ def open_export_source(checkpoint: str | Path | VerifiedCheckpoint) -> VerifiedC
     if isinstance(checkpoint, VerifiedCheckpoint):
         return checkpoint
     try:
-        return open_checkpoint(checkpoint)
+        return open_checkpoint(checkpoint, verify)
     except CheckpointError as err:
         raise ConversionError(f"cannot export {checkpoint}: {err}") from err
 
@@ -89,7 +90,7 @@ def _load_weights(model: torch.nn.Module, source: VerifiedCheckpoint) -> None:
     from megatron_crossbert.checkpoint.load import read_model_weights
 
     try:
-        read_model_weights(model, source.directory)
+        read_model_weights(model, source)
     except Exception as err:
         summary = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
         raise ConversionError(f"cannot load model weights from {source.reference}: {summary}") from err

@@ -24,6 +24,7 @@ from typing import Protocol
 
 import numpy as np
 
+from megatron_crossbert.data.pieces import PiecewiseEncoder, cap_sample, with_pieces
 from megatron_crossbert.data.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
@@ -163,7 +164,14 @@ def _try_gigatoken(tokenizer: Tokenizer, threads: int, sample: list[str]) -> tup
 
 def choose_encoder(tokenizer: Tokenizer, backend: str, threads: int, sample: list[str]) -> Encoder:
     """The one place a backend is picked. ``auto``: gigatoken if it loads and verifies, else
-    tokenizers. ``gigatoken``: the same check, but a failure is an error."""
+    tokenizers. ``gigatoken``: the same check, but a failure is an error. Either way very long
+    documents are then encoded in pieces where that is verified to give the same ids (``pieces``);
+    the sample is cut to ``pieces.SAMPLE_CHARS`` per text first."""
+    sample = cap_sample(sample)
+    return with_pieces(_pick(tokenizer, backend, threads, sample), sample)
+
+
+def _pick(tokenizer: Tokenizer, backend: str, threads: int, sample: list[str]) -> Encoder:
     if backend not in BACKENDS:
         raise ValueError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     set_threads(threads)
@@ -180,6 +188,8 @@ def choose_encoder(tokenizer: Tokenizer, backend: str, threads: int, sample: lis
     return encoder
 
 
-def make_encoder(tokenizer: Tokenizer, backend: str, threads: int) -> Encoder:
-    """An encoder by name, without verification (pool workers rebuild the parent's verified choice)."""
-    return GigatokenEncoder(tokenizer, threads) if backend == "gigatoken" else TokenizersEncoder(tokenizer)
+def make_encoder(tokenizer: Tokenizer, backend: str, threads: int, pieces: bool = False) -> Encoder:
+    """An encoder by name, without verification (pool workers rebuild the parent's verified choice,
+    ``pieces`` included)."""
+    encoder = GigatokenEncoder(tokenizer, threads) if backend == "gigatoken" else TokenizersEncoder(tokenizer)
+    return PiecewiseEncoder(encoder) if pieces else encoder

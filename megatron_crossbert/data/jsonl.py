@@ -5,14 +5,24 @@ here raises on bad input: each physical line becomes either texts or a skip *kin
 caller decides whether to count it or (under ``--strict``) fail with ``file:line``.
 
 Skip kinds: ``invalid_utf8``, ``invalid_json``, ``not_object`` (valid JSON that is not an object),
-``missing_key``, ``not_string``, ``empty_text`` (empty or whitespace only), ``blank_line``, ``no_tokens``
-(the tokenizer produced nothing), ``truncated_gzip`` (a .gz stream that ends early or is corrupt;
-the rest of that file is lost and counted as one skipped document at the line where reading
-stopped), ``not_gzip`` (a ``.gz`` file that is not gzip at all) and ``empty_file`` (a file of
-0 bytes); each of the last two counts as one skipped document at line 1 of that file.
+``missing_key``, ``not_string``, ``empty_text`` (empty or whitespace only), ``blank_line``,
+``too_deep`` (JSON nested deeper than Python's recursion limit), ``invalid_unicode`` (a ``\\ud800``-style
+escape of a lone surrogate: valid JSON, but no UTF-8 text, and both encoders fail the whole batch on
+it), ``too_long`` (a line longer than ``max_document_bytes``), ``no_tokens`` (the tokenizer produced
+nothing), ``truncated_gzip`` (a .gz stream that ends early or is corrupt; the rest of that file is
+lost and counted as one skipped document at the line where reading stopped), ``not_gzip`` (a ``.gz``
+file that is not gzip at all) and ``empty_file`` (a file of 0 bytes); each of the last two counts as
+one skipped document at line 1 of that file.
 
-Files are read in chunks of lines (:func:`iter_line_chunks`), never line objects one by one, so
-reading costs little more than gzip's own decompression.
+Memory per line is bounded: a line is read with ``readline(max_document_bytes + 1)``, and a longer
+one is consumed in 1 MiB blocks and stands in its chunk as an :class:`OversizedLine` (its size only),
+so line numbers and byte counts stay right and no line above the limit is ever held. The default,
+:data:`MAX_DOCUMENT_BYTES` (64 MiB), is far above real documents (all of Moby-Dick is ~1.2 MB) and
+is raised with ``--max-document-bytes``. Chunks end at ``size`` lines or :data:`CHUNK_BYTES` of text,
+whichever comes first.
+
+Files are read in chunks of lines (:func:`iter_line_chunks`), so reading costs little more than
+gzip's own decompression.
 """
 
 from __future__ import annotations
@@ -27,8 +37,26 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SKIP_KINDS = ("invalid_utf8", "invalid_json", "not_object", "missing_key", "not_string", "empty_text",
-              "blank_line", "no_tokens", "truncated_gzip", "not_gzip", "empty_file")
+              "blank_line", "too_deep", "invalid_unicode", "too_long", "no_tokens", "truncated_gzip", "not_gzip",
+              "empty_file")
 GZIP_MAGIC = b"\x1f\x8b"
+MAX_DOCUMENT_BYTES = 64 << 20
+"""Default per-line limit (all keys of one document together), ``--max-document-bytes``."""
+CHUNK_BYTES = 64 << 20
+"""A chunk ends once its lines hold this many bytes, even before its line count is reached."""
+_BLOCK = 1 << 20
+
+
+class OversizedLine:
+    """Stands in a chunk for a line longer than the limit; ``len()`` is its size (for byte counts)."""
+
+    __slots__ = ("size",)
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
 
 
 class BadInputError(ValueError):
@@ -62,7 +90,7 @@ class LineChunk:
 
     path: str
     first_line: int
-    lines: list[bytes]
+    lines: list[bytes | OversizedLine]
     error: str | None = None
     detail: str = ""
 
@@ -77,7 +105,21 @@ def _open(path: Path):
     return gzip.open(path, "rb")
 
 
-def _file_chunks(path: Path, size: int) -> Iterator[LineChunk]:
+def bounded_lines(handle, max_bytes: int) -> Iterator[bytes | OversizedLine]:
+    """Lines of a binary stream, none held longer than ``max_bytes`` (plus its newline): longer ones
+    are read past in blocks and yielded as :class:`OversizedLine`."""
+    readline = handle.readline
+    while line := readline(max_bytes + 1):
+        if len(line) <= max_bytes or line.endswith(b"\n"):
+            yield line
+            continue
+        size = len(line)
+        while not line.endswith(b"\n") and (line := readline(_BLOCK)):
+            size += len(line)
+        yield OversizedLine(size)
+
+
+def _file_chunks(path: Path, size: int, max_bytes: int) -> Iterator[LineChunk]:
     if os.path.getsize(path) == 0:
         yield LineChunk(str(path), 1, [], "empty_file", "the file is empty (0 bytes)")
         return
@@ -85,14 +127,15 @@ def _file_chunks(path: Path, size: int) -> Iterator[LineChunk]:
     if handle is None:
         yield LineChunk(str(path), 1, [], "not_gzip", "named .gz but does not start with the gzip magic bytes")
         return
-    first, lines = 1, []
+    first, lines, nbytes = 1, [], 0
     with handle:
         try:
-            for line in handle:
+            for line in bounded_lines(handle, max_bytes):
                 lines.append(line)
-                if len(lines) >= size:
+                nbytes += len(line)
+                if len(lines) >= size or nbytes >= CHUNK_BYTES:
                     yield LineChunk(str(path), first, lines)
-                    first, lines = first + len(lines), []
+                    first, lines, nbytes = first + len(lines), [], 0
         except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
             yield LineChunk(str(path), first, lines, "truncated_gzip", f"{type(exc).__name__}: {exc}")
             return
@@ -100,18 +143,33 @@ def _file_chunks(path: Path, size: int) -> Iterator[LineChunk]:
         yield LineChunk(str(path), first, lines)
 
 
-def iter_line_chunks(paths: Iterable[Path], size: int = 4096) -> Iterator[LineChunk]:
+def iter_line_chunks(paths: Iterable[Path], size: int = 4096,
+                     max_bytes: int = MAX_DOCUMENT_BYTES) -> Iterator[LineChunk]:
     """Every line of every file, at most ``size`` lines per chunk; chunks never span files."""
     for path in paths:
-        yield from _file_chunks(path, size)
+        yield from _file_chunks(path, size, max_bytes)
 
 
-def parse_line(data: bytes, keys: Sequence[str]) -> tuple[dict[str, str] | None, str | None]:
-    """Bytes of one line -> ``({key: text}, None)`` or ``(None, skip_kind)``.
+def _has_lone_surrogate(data: bytes, texts: dict[str, str]) -> bool:
+    """Only a line with a ``\\ud8..``-``\\udf..`` escape can decode to a lone surrogate: one byte search first."""
+    if b"\\ud" not in data and b"\\uD" not in data:
+        return False
+    try:
+        for text in texts.values():
+            text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def parse_line(data: bytes | OversizedLine, keys: Sequence[str]) -> tuple[dict[str, str] | None, str | None]:
+    """Bytes of one line -> ``({key: text}, None)`` or ``(None, skip_kind)``; never raises.
 
     A line is one document for all keys together: if any key is bad the whole line is skipped, so
     the per-key outputs stay aligned document for document.
     """
+    if isinstance(data, OversizedLine):
+        return None, "too_long"
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
@@ -120,6 +178,8 @@ def parse_line(data: bytes, keys: Sequence[str]) -> tuple[dict[str, str] | None,
         return None, "blank_line"
     try:
         record = json.loads(text)
+    except RecursionError:
+        return None, "too_deep"
     except ValueError:
         return None, "invalid_json"
     if not isinstance(record, dict):
@@ -134,6 +194,8 @@ def parse_line(data: bytes, keys: Sequence[str]) -> tuple[dict[str, str] | None,
         if not value.strip():
             return None, "empty_text"
         out[key] = value
+    if _has_lone_surrogate(data, out):
+        return None, "invalid_unicode"
     return out, None
 
 

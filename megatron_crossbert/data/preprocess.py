@@ -10,11 +10,14 @@ Guarantees:
   threads (or, with ``--split-sentences``, a process pool); the parent writes chunk results in
   input order. The backend (``encoding.choose_encoder``) gives HF ``tokenizers``' ids by contract.
 * **Bounded memory, light process.** Lines are read, encoded and written chunk by chunk (at most
-  ``4 * workers`` chunks in flight); the writer keeps only per-sequence lengths. Nothing here
+  ``4 * workers`` chunks in flight); the writer keeps only per-sequence lengths. No line longer than
+  ``max_document_bytes`` is ever held (``too_long``), and long documents are encoded in pieces with
+  the same ids (``pieces``). Nothing here
   imports torch (the ``.bin/.idx`` writer is numpy, ``idx_format``), except ``--emit-mask-pairs``.
 * **Atomic outputs.** Everything is written under temporary names and renamed into place only
   after all outputs are complete (``AtomicIndexedWriter``); on an error or Ctrl-C temporaries are
-  removed. Existing outputs are refused unless ``force``.
+  removed, and the next run removes those a killed run left (``fsutil``). Existing outputs are
+  refused unless ``force``.
 
 One input line is one document for every key; sentence-split documents (``split_sentences``) keep
 one sequence per sentence inside the document, as Megatron-LM does, but the file name stays
@@ -41,13 +44,14 @@ from megatron_crossbert.data.encoding import choose_encoder
 from megatron_crossbert.data.fingerprint import record_path, write_dataset_record
 from megatron_crossbert.data.idx_format import AtomicIndexedWriter
 from megatron_crossbert.data.jsonl import (
-    BadInputError, LineChunk, expand_inputs, iter_line_chunks, iter_texts, parse_line,
+    MAX_DOCUMENT_BYTES, BadInputError, LineChunk, expand_inputs, iter_line_chunks, iter_texts, parse_line,
 )
+from megatron_crossbert.data.pieces import PiecewiseEncoder
 from megatron_crossbert.data.preprocess_worker import (
     ChunkResult, WorkerSpec, init_pool_worker, init_worker, process_chunk,
 )
 from megatron_crossbert.data.tokenizer_sources import open_tokenizer
-from megatron_crossbert.fsutil import atomic_write_text
+from megatron_crossbert.fsutil import atomic_write_text, remove_stale_temporaries
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +82,8 @@ class PreprocessOptions:
     """How to read ``tokenizer``: auto (directory/tokenizer.json), bert-lower/bert-cased (a BERT vocab.txt)."""
     backend: str = "auto"
     """Encoding backend: auto (gigatoken where verified identical, else tokenizers), gigatoken, tokenizers."""
+    max_document_bytes: int = MAX_DOCUMENT_BYTES
+    """Longer lines are skipped (``too_long``) without ever being held: the per-document memory bound."""
 
 
 def document_prefix(output_prefix: str, key: str) -> str:
@@ -108,6 +114,8 @@ def planned_outputs(opts: PreprocessOptions) -> list[str]:
 def _check_options(opts: PreprocessOptions) -> None:
     if opts.workers < 1:
         raise ValueError(f"--workers must be >= 1, got {opts.workers}")
+    if opts.max_document_bytes < 1:
+        raise ValueError(f"--max-document-bytes must be >= 1, got {opts.max_document_bytes}")
     if opts.emit_mask_pairs and not opts.seq_length:
         raise ValueError("--emit-mask-pairs needs --seq-length")
     existing = [p for p in planned_outputs(opts) if os.path.exists(p)]
@@ -257,21 +265,24 @@ def _commit(opts: PreprocessOptions, writers: list[AtomicIndexedWriter], metas: 
 
 def _start(opts: PreprocessOptions, paths, tokenizer) -> tuple[Iterator[LineChunk], object]:
     """The chunk stream and the encoder, verified on the stream's first chunk (put back in front)."""
-    chunks = iter_line_chunks(paths, opts.chunk_lines)
+    chunks = iter_line_chunks(paths, opts.chunk_lines, opts.max_document_bytes)
     first = next(chunks, None)
     encoder = choose_encoder(tokenizer, opts.backend, opts.workers, _sample_texts(first, opts.json_keys[0]))
     return (chain([first], chunks) if first is not None else chunks), encoder
 
 
 def preprocess(opts: PreprocessOptions) -> dict:
-    """Run the whole conversion; returns the report dict (also written next to the outputs)."""
+    """Run the whole conversion; returns the report dict (also written next to the outputs).
+
+    Temporaries of these outputs that a killed run (SIGKILL, OOM) left on this host are removed first."""
     _check_options(opts)
+    remove_stale_temporaries(planned_outputs(opts))
     paths = expand_inputs(opts.inputs)
     tokenizer = open_tokenizer(opts.tokenizer, opts.tokenizer_kind)
     splitter = _splitter(opts, paths)
     chunks, encoder = _start(opts, paths, tokenizer)
     spec = WorkerSpec(str(opts.tokenizer), opts.tokenizer_kind, tuple(opts.json_keys), splitter, opts.append_eod,
-                      tokenizer.eod_id, encoder.name)
+                      tokenizer.eod_id, encoder.name, isinstance(encoder, PiecewiseEncoder))
     tally = _Tally(opts)
     writers = {key: AtomicIndexedWriter(document_prefix(opts.output_prefix, key), tokenizer.vocab_size)
                for key in opts.json_keys}
@@ -282,7 +293,7 @@ def preprocess(opts: PreprocessOptions) -> dict:
         if opts.emit_mask_pairs:
             extra, metas = _emit_mask_pairs(opts, writers, tokenizer)
             all_writers += extra
-        report = _report(opts, tokenizer, splitter, tally, writers, metas, encoder.name)
+        report = _report(opts, tokenizer, splitter, tally, writers, metas, encoder)
         _commit(opts, all_writers, metas, report, tokenizer)
         return report
     except BaseException:
@@ -292,12 +303,13 @@ def preprocess(opts: PreprocessOptions) -> dict:
         raise
 
 
-def _report(opts: PreprocessOptions, tokenizer, splitter, tally: _Tally, writers, metas, backend: str) -> dict:
+def _report(opts: PreprocessOptions, tokenizer, splitter, tally: _Tally, writers, metas, encoder) -> dict:
     return {"inputs": opts.inputs, "output_prefix": opts.output_prefix, "tokenizer": str(opts.tokenizer),
             "tokenizer_kind": opts.tokenizer_kind,
             "vocab_size": tokenizer.vocab_size, "json_keys": opts.json_keys, "workers": opts.workers,
-            "backend": backend,
+            "backend": encoder.name,
             "split_sentences": opts.split_sentences, "append_eod": opts.append_eod,
+            "max_document_bytes": opts.max_document_bytes, "pieces": isinstance(encoder, PiecewiseEncoder),
             "sentence_splitter": splitter.describe() if splitter else None,
             "dtype": np.dtype(next(iter(writers.values())).dtype).name,
             "outputs": {key: w.prefix for key, w in writers.items()}, "mask_pairs": metas or None,

@@ -35,6 +35,8 @@ class WorkerSpec:
     append_eod: bool = False
     eod_id: int = 0
     backend: str = "tokenizers"
+    pieces: bool = False
+    """Encode very long documents in pieces (verified exact for this tokenizer by the parent)."""
 
 
 @dataclass
@@ -69,7 +71,7 @@ def init_worker(spec: WorkerSpec, encoder: Encoder | None = None) -> None:
     """Set the chunk context (also called inline with the parent's verified encoder)."""
     _STATE["spec"] = spec
     _STATE["encoder"] = encoder if encoder is not None else make_encoder(
-        open_tokenizer(spec.tokenizer_path, spec.tokenizer_kind), spec.backend, threads=1)
+        open_tokenizer(spec.tokenizer_path, spec.tokenizer_kind), spec.backend, threads=1, pieces=spec.pieces)
 
 
 def init_pool_worker(spec: WorkerSpec) -> None:

@@ -87,15 +87,16 @@ def default_cache_dir() -> Path:
 
 
 def export_native(checkpoint: str | Path, cache_dir: str | Path | None = None,
-                  tokenizer_dir: str | Path | None = None) -> ResolvedModel:
+                  tokenizer_dir: str | Path | None = None, verify: str = "full") -> ResolvedModel:
     """Export a native checkpoint to an HF dir under the cache (reused when the checkpoint is unchanged).
 
-    The checkpoint is opened once; its identity and the export both read that one resolution.
+    The checkpoint is opened once, its files checked against their recorded hashes (``verify``: full
+    or off) even when the export is cached; its identity and the export both read that one resolution.
     """
     from megatron_crossbert.checkpoint.verify import open_checkpoint
     from megatron_crossbert.convert import export_to_hf
 
-    source = open_checkpoint(checkpoint)
+    source = open_checkpoint(checkpoint, verify)
     identity = native_checkpoint_identity(source)
     if tokenizer_dir is not None:
         identity += f":tok={Path(tokenizer_dir).resolve()}"
@@ -106,11 +107,12 @@ def export_native(checkpoint: str | Path, cache_dir: str | Path | None = None,
 
 
 def resolve_model(ref: str | Path, cache_dir: str | Path | None = None,
-                  tokenizer_dir: str | Path | None = None) -> ResolvedModel:
-    """Map a checkpoint / HF directory / hub name to an HF-loadable path and an identity."""
+                  tokenizer_dir: str | Path | None = None, verify: str = "full") -> ResolvedModel:
+    """Map a checkpoint / HF directory / hub name to an HF-loadable path and an identity
+    (``verify``: the checksum check of a native checkpoint, full or off)."""
     path = Path(ref)
     if is_native_checkpoint(path):
-        return export_native(path, cache_dir, tokenizer_dir)
+        return export_native(path, cache_dir, tokenizer_dir, verify)
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise FileNotFoundError(f"{path} is neither a native checkpoint (run_config.json / latest) "

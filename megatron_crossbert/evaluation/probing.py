@@ -43,6 +43,7 @@ class ProbeRunConfig:
     cache_dir: str | None = None
     device: str | None = None
     tokenizer_dir: str | None = None  # native checkpoints only: overrides the run config's tokenizer
+    verify: str = "full"  # native checkpoints only: the checksum check (full or off)
     probe: ProbeConfig = field(default_factory=ProbeConfig)
 
 
@@ -100,7 +101,8 @@ def run_probing(model_ref: str | Path, tasks: Sequence[ProbeTask], config: Probe
     """Probe ``model_ref`` (or an already-built ``encoder``) on ``tasks``; returns the report dict."""
     config = config or ProbeRunConfig()
     if encoder is None:
-        resolved = resolve_model(model_ref, cache_dir=config.cache_dir, tokenizer_dir=config.tokenizer_dir)
+        resolved = resolve_model(model_ref, cache_dir=config.cache_dir, tokenizer_dir=config.tokenizer_dir,
+                                 verify=config.verify)
         encoder = HFEncoder(resolved, device=config.device, max_len=config.max_len, batch_size=config.batch_size)
     cache = FeatureCache(config.cache_dir)
     entries = {}

@@ -15,7 +15,7 @@ from megatron_crossbert.models.bert_baseline import BaselineBertModel, bert_enco
 from megatron_crossbert.models.crossbert import CrossBertModel
 from megatron_crossbert.models.flops import model_flops_per_sample
 from megatron_crossbert.models.mlm import MlmModel
-from megatron_crossbert.models.specs import use_transformer_engine
+from megatron_crossbert.models.specs import require_support, use_transformer_engine
 from megatron_crossbert.models.transformer_config import transformer_config
 
 
@@ -27,6 +27,7 @@ def build_model(run_cfg: RunConfig, pre_process: bool = True, post_process: bool
     and the loss is already float32. On a GPU the chunk is moved to the current device.
     """
     model_cfg = run_cfg.model
+    require_support(run_cfg.training.precision, model_cfg.transformer_impl)
     use_te = use_transformer_engine(model_cfg)
     common = dict(vocab_size=model_cfg.padded_vocab_size(run_cfg.parallel.tensor_model_parallel_size),
                   max_sequence_length=model_cfg.max_position_embeddings, use_te=use_te,

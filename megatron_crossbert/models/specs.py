@@ -43,15 +43,71 @@ from megatron_crossbert.config import ModelConfig
 from megatron_crossbert.models.rotary import RotaryCrossAttention, RotaryDecoderLayer
 
 
-def transformer_engine_available() -> bool:
-    """TE is usable only with CUDA present and the package importable (never imported on CPU)."""
+FP8_MIN_CAPABILITY = (8, 9)
+"""FP8 tensor cores: Ada (8.9), Hopper (9.0) and newer; an A100 (8.0) has none."""
+
+
+class UnsupportedSettingError(ValueError):
+    """A valid setting this machine cannot honour (a ValueError: one line, exit 2 from every CLI)."""
+
+
+def transformer_engine_problem() -> str | None:
+    """Why Transformer Engine cannot be used here; None when it can (never imported without CUDA)."""
     if not torch.cuda.is_available():
-        return False
+        return "no CUDA device is available"
     try:
         import transformer_engine  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    except Exception as err:  # noqa: BLE001 - a broken TE install raises more than ImportError
+        return f"transformer_engine does not import ({type(err).__name__}: {(str(err).splitlines() or [''])[0][:80]})"
+    return None
+
+
+def transformer_engine_available() -> bool:
+    """TE is usable only with CUDA present and the package importable (never imported on CPU)."""
+    return transformer_engine_problem() is None
+
+
+def _fp8_device_problem() -> str | None:
+    capability = torch.cuda.get_device_capability()
+    if tuple(capability) < FP8_MIN_CAPABILITY:
+        return (f"{torch.cuda.get_device_name()} (compute capability {capability[0]}.{capability[1]}) has no FP8 "
+                f"tensor cores (needs {FP8_MIN_CAPABILITY[0]}.{FP8_MIN_CAPABILITY[1]}+)")
+    return None
+
+
+def support_problems(precision: str, transformer_impl: str) -> list[str]:
+    """Every reason (precision, transformer_impl) cannot run as asked here.
+
+    megatron-core's FP8 context is a no-op without TE, and the local spec never runs FP8 GEMMs, so
+    fp8 without TE layers would train in bf16 while run_config.json says fp8.
+    """
+    problems = []
+    if transformer_impl == "transformer_engine" or precision == "fp8":
+        te = transformer_engine_problem()
+        if te is not None:
+            setting = "training.precision=fp8" if precision == "fp8" else "model.transformer_impl=transformer_engine"
+            problems.append(f"{setting} needs CUDA and an importable Transformer Engine, but {te}")
+    if precision == "fp8" and transformer_impl == "local":
+        problems.append("training.precision=fp8 runs FP8 GEMMs only in Transformer Engine layers; "
+                        "model.transformer_impl=local would silently train in bf16")
+    if precision == "fp8" and not problems:
+        device = _fp8_device_problem()
+        if device is not None:
+            problems.append(f"training.precision=fp8: {device}")
+    return problems
+
+
+def require_support(precision: str, transformer_impl: str) -> None:
+    """UnsupportedSettingError naming every problem and the way out; silent when all is well.
+
+    Not in ``RunConfig.__post_init__``: configs of fp8 runs must still load on CPU machines (export,
+    probe, MTEB), and config.py imports no torch. Called where a run is about to build a model:
+    ``training.setup.check_sources`` and ``models.build_model``.
+    """
+    problems = support_problems(precision, transformer_impl)
+    if problems:
+        raise UnsupportedSettingError("; ".join(problems) + "; use precision bf16 (GPU) or fp32 (CPU), and "
+                                      "transformer_impl auto or local")
 
 
 def use_transformer_engine(model_cfg: ModelConfig) -> bool:
@@ -59,9 +115,7 @@ def use_transformer_engine(model_cfg: ModelConfig) -> bool:
     if model_cfg.transformer_impl == "local":
         return False
     if model_cfg.transformer_impl == "transformer_engine":
-        if not transformer_engine_available():
-            raise RuntimeError("transformer_impl='transformer_engine' needs CUDA and an importable "
-                               "transformer_engine; use 'local' or 'auto' on this machine")
+        require_support("fp32", "transformer_engine")
         return True
     return transformer_engine_available()
 

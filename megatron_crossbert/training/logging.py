@@ -8,6 +8,7 @@ all targets of every view for CrossBERT, the 15% for BERT) and MFU when a peak i
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -156,9 +157,10 @@ class MetricsLogger:
 
     def _write(self, iteration: int, metrics: dict[str, float], prefix: str) -> None:
         if self.tb is not None:
-            for name, value in metrics.items():
-                self.tb.add_scalar(f"{prefix}/{name}", value, iteration)
-            self.tb.flush()
+            with self._tensorboard_io():
+                for name, value in metrics.items():
+                    self.tb.add_scalar(f"{prefix}/{name}", value, iteration)
+                self.tb.flush()
         if self.wandb is not None:
             self.wandb.log({f"{prefix}/{k}": v for k, v in metrics.items()}, step=iteration)
 
@@ -170,10 +172,22 @@ class MetricsLogger:
         else:
             print(line, flush=True)
 
+    @contextlib.contextmanager
+    def _tensorboard_io(self):
+        """A TensorBoard write that fails (a full disk) stops TensorBoard logging with one warning; it
+        never ends the run, nor hides the error that does (a failed checkpoint save says why)."""
+        try:
+            yield
+        except OSError as err:
+            print(f"warning: TensorBoard logging stopped: {self.tb.log_dir}: {err}", file=sys.stderr, flush=True)
+            self.tb = None
+
     def close(self) -> None:
-        for closer in (self.bar, self.tb):
-            if closer is not None:
-                closer.close()
+        if self.bar is not None:
+            self.bar.close()
+        if self.tb is not None:
+            with self._tensorboard_io():
+                self.tb.close()
         if self.wandb is not None:
             self.wandb.finish()
 

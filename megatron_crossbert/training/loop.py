@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch.distributed as dist
 
+from megatron_crossbert.checkpoint.run_lock import run_lock_for
 from megatron_crossbert.checkpoint.save import save_checkpoint
 from megatron_crossbert.config import RunConfig
 from megatron_crossbert.platform import is_rank_zero
@@ -163,10 +164,13 @@ def train(run_cfg: RunConfig, *, exit_at_iteration: int | None = None, probe_fn:
     ``exit_at_iteration`` stops (with a checkpoint) after that many total steps without changing
     the LR schedule, like a preemption. ``probe_fn`` runs the in-training probes of
     ``training.probe_tasks`` (see ``hooks.py``). Returns a summary dict (identical on every rank).
+    Rank 0 holds ``save_dir``'s run lock for the whole run: a second run into the same directory is
+    refused before it reads or writes anything there.
     """
-    session = build_session(run_cfg)
-    start_iteration = session.progress.iteration
-    state = run_loop(session, exit_at_iteration, probe_fn)
+    with run_lock_for(run_cfg):
+        session = build_session(run_cfg)
+        start_iteration = session.progress.iteration
+        state = run_loop(session, exit_at_iteration, probe_fn)
     return {
         "iteration": session.progress.iteration, "start_iteration": start_iteration,
         "consumed_samples": session.progress.consumed_samples, "losses": state.losses,

@@ -17,10 +17,11 @@ from megatron.core import parallel_state
 from megatron_crossbert import platform
 from megatron_crossbert.checkpoint.load import load_checkpoint, read_model_weights
 from megatron_crossbert.checkpoint.save import RunSaves
+from megatron_crossbert.checkpoint.save_errors import check_room_to_start
 from megatron_crossbert.checkpoint.start_guard import StartPlan, apply_plan, plan_start
 from megatron_crossbert.checkpoint.state import Progress
 from megatron_crossbert.checkpoint.tokenizer_record import check_dataset_tokenizers
-from megatron_crossbert.checkpoint.verify import VerifiedCheckpoint, schedule_for_resume
+from megatron_crossbert.checkpoint.verify import VerifiedCheckpoint, schedule_for_resume, verify_contents
 from megatron_crossbert.config import RunConfig
 from megatron_crossbert.training.batch_schedule import BatchSchedule
 from megatron_crossbert.training.optimizer import build_optimizer, build_scheduler, install_schedule_hooks, wrap_ddp
@@ -55,10 +56,16 @@ def build_model_chunk(run_cfg: RunConfig) -> torch.nn.Module:
 
 
 def check_sources(run_cfg: RunConfig) -> StartPlan:
-    """Before building or writing anything: decide where to start and verify that checkpoint once
-    (``checkpoint.start_guard.plan_start``: shapes, optimizer layout, LR schedule, tokenizer), then
-    check the datasets' tokenizers. The plan's ``source`` then drives the load."""
+    """Before building or writing anything: refuse settings this machine cannot honour (fp8 or TE
+    layers without CUDA and TE), decide where to start and verify that checkpoint once
+    (``checkpoint.start_guard.plan_start``: shapes, optimizer layout, LR schedule, tokenizer), refuse
+    a save dir that cannot hold the next checkpoint (before TensorBoard writes its first event),
+    then check the datasets' tokenizers. The plan's ``source`` then drives the load."""
+    from megatron_crossbert.models.specs import require_support
+
+    require_support(run_cfg.training.precision, run_cfg.model.transformer_impl)
     plan = plan_start(run_cfg)
+    check_room_to_start(run_cfg.checkpoint.save_dir)
     check_dataset_tokenizers(run_cfg)
     return plan
 
@@ -72,7 +79,7 @@ def restore(session: Session, source: VerifiedCheckpoint | None) -> None:
                                            session.run_cfg)
         session.resumed_from = source.directory
         return
-    read_model_weights(session.model, source.directory)
+    read_model_weights(session.model, source)
     # bf16 keeps fp32 main params inside the optimizer; refresh them from the loaded weights.
     reload = getattr(session.optimizer, "reload_model_params", None)
     if reload is not None:
@@ -105,7 +112,8 @@ def build_session(run_cfg: RunConfig) -> Session:
     batches = BatchSchedule(run_cfg, dp_size, rank=0 if platform.is_rank_zero() else 1)  # rank 0 logs it
     model, ddp, optimizer, scheduler = build_trainable(run_cfg)
     session = Session(run_cfg, ddp, model, optimizer, scheduler, Progress(), platform.device(), batches, dp_size)
-    restore(session, plan.source)
+    if plan.source is not None:  # the checksum check, shared by every rank of the job
+        restore(session, verify_contents(plan.source, run_cfg.checkpoint.verify, collective=True))
     return session
 
 

@@ -1,0 +1,134 @@
+"""Content hashes for every file of a checkpoint: recorded at commit, verified before any use.
+
+DCP's ``.metadata`` records only where each item lies (offset, length), so before issue 17 one
+flipped byte in a ``.distcp`` shard loaded silently, and export and resume ran on the changed
+weight. ``iter_*/checksums.json`` records, for every other file of the directory, its size and a
+streaming xxh3-128 digest: xxhash runs at ~20 GB/s on one core here, against ~1.1 for blake2b and
+~1.6 for SHA-256 (megatron-core's own ``integrity.json``, which also makes rank 0 hash every file).
+It is a checksum against storage faults, not a signature: whoever can flip a byte can rewrite it.
+
+Recording (``save._commit``), after every rank's shards are on disk and before ``run_config.json``
+marks the save complete: each rank hashes the shards it wrote (``__<rank>_*.distcp``), rank 0
+gathers them, hashes the rest (``.metadata``, ``metadata.json``, the records) and the text of
+``run_config.json`` about to be written, so the completeness marker is covered too. Verifying
+(``verify.verify_contents``): sizes first, then hashes, split across the ranks of a job
+(:func:`files_for_rank`) and gathered, so every rank raises the same one line naming the file. A
+checkpoint without a record (older versions) loads with one warning per directory.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from pathlib import Path
+from typing import Literal
+
+import xxhash
+
+from megatron_crossbert.checkpoint.errors import CheckpointError, ChecksumMismatchError
+from megatron_crossbert.fsutil import atomic_write_text
+
+logger = logging.getLogger(__name__)
+
+CHECKSUMS_FILE = "checksums.json"
+ALGORITHM = "xxh3_128"
+CHUNK = 8 << 20
+"""Bytes read per step: streaming with one reused buffer, so memory is bounded for any file size."""
+
+ContentsVerdict = Literal["verified", "unrecorded", "off", "pending"]
+"""What the content check of a checkpoint found: every recorded file matches; no record (saved by
+an older version); not checked (``checkpoint.verify=off``); or not yet checked (a training start
+checks after the process group exists, so the ranks can share the work)."""
+
+_warned: set[str] = set()
+
+
+def hash_bytes(data: bytes) -> str:
+    return xxhash.xxh3_128_hexdigest(data)
+
+
+def hash_file(path: Path) -> str:
+    state = xxhash.xxh3_128()
+    buffer = bytearray(CHUNK)
+    view = memoryview(buffer)
+    with open(path, "rb", buffering=0) as handle:
+        while size := handle.readinto(buffer):
+            state.update(view[:size])
+    return state.hexdigest()
+
+
+def _entry(path: Path) -> dict:
+    return {"bytes": path.stat().st_size, "hash": hash_file(path)}
+
+
+def own_shards(ckpt_dir: Path, rank: int) -> dict[str, dict]:
+    """This rank's share of a commit's hashing: the shard files it wrote (``__<rank>_<n>.distcp``)."""
+    mine = re.compile(rf"__{rank}_\d+\.distcp")
+    return {p.name: _entry(p) for p in sorted(ckpt_dir.iterdir()) if p.is_file() and mine.fullmatch(p.name)}
+
+
+def write_record(ckpt_dir: Path, hashed: dict[str, dict], pending: dict[str, bytes]) -> None:
+    """Rank 0 at commit: ``hashed`` (every rank's shards), every other file of the directory, and
+    ``pending`` (name -> bytes of a file about to be written: ``run_config.json``)."""
+    files = dict(hashed)
+    for path in sorted(ckpt_dir.iterdir()):
+        if path.is_file() and path.name not in files and path.name != CHECKSUMS_FILE:
+            files[path.name] = _entry(path)
+    for name, data in pending.items():
+        files[name] = {"bytes": len(data), "hash": hash_bytes(data)}
+    payload = {"version": 1, "algorithm": ALGORITHM, "files": dict(sorted(files.items()))}
+    atomic_write_text(ckpt_dir / CHECKSUMS_FILE, json.dumps(payload, indent=1) + "\n")
+
+
+def read_record(ckpt_dir: Path) -> dict[str, dict] | None:
+    """name -> {bytes, hash}; None for a checkpoint saved before checksums (CheckpointError if damaged)."""
+    path = ckpt_dir / CHECKSUMS_FILE
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text())
+        files, algorithm = record["files"], record["algorithm"]
+        sizes = {name: int(entry["bytes"]) for name, entry in files.items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
+        raise CheckpointError(f"{path}: not a readable checksum record ({type(err).__name__}: {err})") from None
+    if algorithm != ALGORITHM:
+        raise CheckpointError(f"{path}: unknown checksum algorithm {algorithm!r} (this version knows {ALGORITHM})")
+    return {name: {"bytes": sizes[name], "hash": str(files[name].get("hash"))} for name in files}
+
+
+def files_for_rank(sizes: dict[str, int], rank: int, world: int) -> list[str]:
+    """This rank's share of a verification: largest first, dealt round-robin (each file once)."""
+    ordered = sorted(sizes, key=lambda name: (-sizes[name], name))
+    return ordered[rank::world]
+
+
+def problems(ckpt_dir: Path, files: dict[str, dict], names: list[str]) -> list[str]:
+    """One line per file of ``names`` that is missing, of another size, or of other content."""
+    out = []
+    for name in names:
+        path, expected = ckpt_dir / name, files[name]
+        if not path.is_file():
+            out.append(f"{path}: missing, but {ckpt_dir / CHECKSUMS_FILE} records it")
+        elif (size := path.stat().st_size) != expected["bytes"]:
+            out.append(f"{path}: {size} bytes, but {expected['bytes']} were saved; restore it from a copy or "
+                       f"use an earlier checkpoint")
+        elif (found := hash_file(path)) != expected["hash"]:
+            out.append(f"{path}: content changed since it was saved ({ALGORITHM} {found[:12]}..., recorded "
+                       f"{expected['hash'][:12]}...); restore it from a copy or use an earlier checkpoint")
+    return out
+
+
+def warn_unrecorded(ckpt_dir: Path) -> None:
+    """Once per directory and process: a checkpoint from before checksums cannot be verified."""
+    if str(ckpt_dir) not in _warned:
+        _warned.add(str(ckpt_dir))
+        logger.warning("%s has no %s (saved by an older version): its files cannot be verified",
+                       ckpt_dir, CHECKSUMS_FILE)
+
+
+def raise_first(found: list[str]) -> None:
+    """The first problem as the one-line error (the others are the same kind of damage)."""
+    if found:
+        more = f" (and {len(found) - 1} more file(s))" if len(found) > 1 else ""
+        raise ChecksumMismatchError(found[0] + more)

@@ -1,0 +1,89 @@
+"""No helper process of a save outlives the trainer, even when the trainer is SIGKILLed.
+
+A SIGKILLed trainer runs no ``atexit`` handler or finalizer, so whatever it started must notice
+by itself. megatron-core 0.19's checkpoint writer starts two kinds of helper:
+
+- ``filesystem_async.get_write_results_queue`` starts a *spawn* ``multiprocessing.Manager`` server
+  on the first save, sync or async, to carry the writers' results. The spawned child re-imports the
+  main module (torch, megatron: ~620 MiB resident), then sleeps in ``serve_forever``; nothing in it
+  watches the trainer. Before issue 17 it stayed behind after every SIGKILL, with multiprocessing's
+  resource tracker.
+- ``TemporalAsyncCaller`` forks one writer per async save; killed mid-save, it kept writing shards
+  of a save that could never be committed.
+
+The fixes: a synchronous save needs no server at all (megatron's writer threads run in the trainer,
+so a ``queue.Queue`` carries the results); for async saves the Manager is started here, asking the
+kernel to kill it when the trainer dies (``prctl(PR_SET_PDEATHSIG)``), and each forked writer asks
+the same first thing. The resource tracker then sees its pipe close and exits. PR_SET_PDEATHSIG
+fires when the *thread* that forked the child exits: both are started from the training thread.
+Elsewhere than Linux this is a no-op. The queues live for the process, like megatron's own global.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import queue
+import signal
+import sys
+import time
+
+PR_SET_PDEATHSIG = 1
+SLOW_WRITER_ENV = "CROSSBERT_TEST_SLOW_WRITER"
+"""Test hook, seconds: a forked async writer waits this long before writing, so a test can kill
+the trainer while a writer is alive (tiny checkpoints are written in milliseconds)."""
+
+_queues: dict[bool, object] = {}
+"""asynchronous -> the results queue handed to megatron (one per process, as megatron keeps one)."""
+_managers: list = []
+"""The Manager serving the async queue (kept referenced: dropping it would shut the server down)."""
+
+
+def die_with_parent(parent_pid: int, sig: int = signal.SIGKILL) -> bool:
+    """Ask Linux to send ``sig`` to this process when its parent dies; exit now if it already has."""
+    if not sys.platform.startswith("linux"):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
+        return False
+    if os.getppid() != parent_pid:  # the parent died before prctl: nobody will signal us
+        os._exit(1)
+    return True
+
+
+def _call_dying_with_parent(parent_pid: int, fn, *args, **kwargs):
+    """Target of a forked async writer: arm the death signal, then write."""
+    die_with_parent(parent_pid)
+    time.sleep(float(os.environ.get(SLOW_WRITER_ENV, "0") or 0))
+    return fn(*args, **kwargs)
+
+
+def results_queue(asynchronous: bool):
+    """The queue megatron's writer reports through: in-process for sync saves, else a guarded Manager's."""
+    if asynchronous not in _queues:
+        if not asynchronous:
+            _queues[False] = queue.Queue()
+        else:
+            import multiprocessing
+            from multiprocessing.managers import SyncManager
+
+            manager = SyncManager(ctx=multiprocessing.get_context("spawn"))
+            manager.start(die_with_parent, (os.getpid(),))
+            _managers.append(manager)
+            _queues[True] = manager.Queue()
+    return _queues[asynchronous]
+
+
+def install_results_queue(asynchronous: bool) -> None:
+    """Before each save is planned: point megatron's global results queue at ours."""
+    from megatron.core.dist_checkpointing.strategies import filesystem_async
+
+    filesystem_async._results_queue = results_queue(asynchronous)
+
+
+def guard_request(request):
+    """The same ``AsyncRequest`` (a NamedTuple), whose forked writer dies with the trainer."""
+    if request.async_fn is None:
+        return request
+    return request._replace(async_fn=functools.partial(_call_dying_with_parent, os.getpid(), request.async_fn))
