@@ -77,7 +77,7 @@ def summary_markdown(summary: dict) -> str:
     for r in summary["tasks"]:
         cells = [r["task"], r["mteb_task"] or "(local)", r["main_score_name"], f"{r['main_score']:.2f}"]
         if label:
-            cells += [f"{r['reference']:.2f}", f"{r['delta']:+.2f}"] if r["reference"] is not None else ["–", ""]
+            cells += [f"{r['reference']:.2f}", f"{round(r['delta'], 2) + 0.0:+.2f}"] if r["reference"] is not None else ["–", ""]
         lines.append("| " + " | ".join(cells) + " |")
     if summary["average"] is not None:
         lines.append(f"| **average ({len(summary['tasks'])} tasks)** | | | **{summary['average']:.2f}** |"
@@ -85,7 +85,7 @@ def summary_markdown(summary: dict) -> str:
     paired = summary.get("paired_average")
     if label and paired:
         lines.append(f"| average of the {paired['tasks']} tasks with a {label} value | | | {paired['ours']:.2f} | "
-                     f"{paired['reference']:.2f} | {paired['ours'] - paired['reference']:+.2f} |")
+                     f"{paired['reference']:.2f} | {round(paired['ours'] - paired['reference'], 2) + 0.0:+.2f} |")
     for name, err in summary["errors"].items():
         lines.append(f"| {name} | error | {err.splitlines()[0][:100] if err else ''} | |" + (" | |" if label else ""))
     lines += [""] + [f"- {r['task']}: {r['note']}" for r in summary["tasks"] if r["note"]]
