@@ -177,3 +177,15 @@ def test_crossbert_mteb_offline_local_tasks(tmp_path, tiny_hf_encoder):
     per_task = json.loads((out / "toycls.json").read_text())
     assert len(per_task["scores"]["test"][0]["scores_per_experiment"]) == 2
     assert "| toycls |" in (out / "mteb_summary.md").read_text()
+
+
+def test_help_says_what_every_flag_does(capsys):
+    from megatron_crossbert.cli.mteb import build_parser, main
+
+    parser = build_parser()
+    undocumented = [a.option_strings for a in parser._actions if a.option_strings and not a.help]
+    assert not undocumented
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    text = capsys.readouterr().out
+    assert exit_info.value.code == 0 and "--benchmark-dir" in text and "--reference" in text and "--no-normalize" in text

@@ -64,7 +64,8 @@ class CachingMtebEncoder(AbsEncoder):
                  name: str | None = None) -> None:
         self.model, self.recipe, self.cache = encoder, recipe, cache or FeatureCache(None)
         self.reset_timing()
-        model_name = name or f"megatron-crossbert/{Path(encoder.resolved.hf_path).name or 'model'}"
+        source = encoder.resolved.native_checkpoint or encoder.resolved.model_dir
+        model_name = name or f"megatron-crossbert/{Path(source).name or 'model'}"
         self.mteb_model_meta = mteb_model_meta(model_name, encoder.identity.split(":")[-1],
                                                int(encoder.model.config.hidden_size), encoder.max_len)
 

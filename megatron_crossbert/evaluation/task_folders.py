@@ -105,7 +105,7 @@ def pick_columns(available: set[str], wanted: dict[str, tuple[str, ...]]) -> dic
     return chosen
 
 
-def infer_kind(name: str, test_columns: set[str], has_train: bool) -> TaskKind:
+def kind_of_columns(name: str, test_columns: set[str], has_train: bool) -> TaskKind:
     """STS: the test split has a sentence pair and a score. Classification: text and label, plus a train split."""
     if pick_columns(test_columns, STS_COLUMNS) is not None:
         return "sts"
@@ -126,7 +126,7 @@ def describe_folder(folder: Path) -> TaskFolder | None:
     first = read_rows(splits["test"])[:1]
     if not first:
         raise ValueError(f"{splits['test']}: no rows")
-    kind = infer_kind(folder.name, set(first[0]), "train" in splits)
+    kind = kind_of_columns(folder.name, set(first[0]), "train" in splits)
     return TaskFolder(folder.name, kind, {split: splits[split] for split in KIND_SPLITS[kind]})
 
 
