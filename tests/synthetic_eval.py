@@ -7,6 +7,8 @@ Third-party text may not be committed, so tests build their fixtures here at run
 - ``write_jsonl_task(dir, ...)``: a ``{text, label}`` task whose label is planted in the words, so a
   working probe must beat chance and a probe on shuffled labels must not.
 - ``write_sts_jsonl(path)``: ``{text, text_pair, score}`` pairs for local MTEB STS.
+- ``write_mteb_lite_fixture(dir)``: a benchmark directory in the MTEB-lite layout (STS folders
+  ``{sentence1, sentence2, score}``, a classification folder ``{text, label}`` with train and test).
 - ``build_tiny_hf_encoder(dir)``: a randomly initialised 2-layer BERT with a word-level vocab, saved
   with its tokenizer so ``AutoModel``/``AutoTokenizer`` load it offline.
 """
@@ -105,17 +107,37 @@ def write_jsonl_task(task_dir: str | Path, n_train: int = 120, n_test: int = 80,
     return task_dir
 
 
-def write_sts_jsonl(path: str | Path, n: int = 40, seed: int = 0) -> Path:
+def _sts_rows(n: int, seed: int) -> list[tuple[str, str, float]]:
     """Pairs scored 0-5: identical sentences get 5, same-polarity 2.5, opposite polarity 0."""
-    path, rng = Path(path), random.Random(seed)
-    lines = []
+    rng, rows = random.Random(seed), []
     for i in range(n):
         a = planted_sentence(rng, i % 2)
         b, score = ((a, 5.0) if i % 3 == 0 else (planted_sentence(rng, (i // 3) % 2), None))
-        score = score if score is not None else (2.5 if (i // 3) % 2 == i % 2 else 0.0)
-        lines.append(json.dumps({"text": a, "text_pair": b, "score": score}))
-    _write(path, lines)
+        rows.append((a, b, score if score is not None else (2.5 if (i // 3) % 2 == i % 2 else 0.0)))
+    return rows
+
+
+def write_sts_jsonl(path: str | Path, n: int = 40, seed: int = 0) -> Path:
+    """``{text, text_pair, score}`` rows of ``_sts_rows``."""
+    path = Path(path)
+    _write(path, [json.dumps({"text": a, "text_pair": b, "score": y}) for a, b, y in _sts_rows(n, seed)])
     return path
+
+
+def write_mteb_lite_fixture(root: str | Path, *, pairs: int = 30, per_label: int = 12, seed: int = 0) -> Path:
+    """Two STS folders (MTEB's column names, and the older ``text``/``text_pair``) and a three-class
+    ``{text, label}`` folder with train and test splits, in the MTEB-lite layout; returns ``root``."""
+    root, rng = Path(root), random.Random(seed)
+    for offset, (name, first, second) in enumerate((("ToySTSA", "sentence1", "sentence2"),
+                                                    ("ToySTSB", "text", "text_pair"))):
+        _write(root / name / "test.jsonl", [json.dumps({first: a, second: b, "score": y})
+                                            for a, b, y in _sts_rows(pairs, seed + offset)])
+    words = {"pos": POSITIVE, "neg": NEGATIVE, "mid": ("film", "story", "day", "one")}
+    for split, n in (("train", per_label), ("test", per_label // 2)):
+        rows = [{"text": " ".join(rng.choice(NEUTRAL) for _ in range(4)) + " " + " ".join(rng.sample(vocab, 2)),
+                 "label": label} for _ in range(n) for label, vocab in words.items()]
+        _write(root / "ToyIntents" / f"{split}.jsonl", [json.dumps(r) for r in rows])
+    return root
 
 
 def _save_word_tokenizer(vocab: list[str], out_dir: Path) -> None:

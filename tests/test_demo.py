@@ -45,15 +45,31 @@ def test_run_flags_set_the_config_sections(tmp_path, capsys):
     assert not (tmp_path / "new").exists()
 
 
+def test_without_mteb_lite_the_summary_names_the_command(tmp_path, capsys):
+    from crossbert_demo.pipeline import _sts_line, sts_stage
+
+    sts = sts_stage({"pretrained": tmp_path / "hf"}, DemoOptions(mteb_lite_dir=None), tmp_path)
+    assert sts == {"command": f"crossbert-mteb --model {tmp_path / 'hf'} --benchmark-dir ../shared/data/mteb_lite "
+                              "--tasks STS12,STS13,STS14,STS15,STS16"}
+    assert "MTEB-lite data not found; score the export with: crossbert-mteb" in _sts_line(sts)
+    assert demo_cli.main(["--mteb-lite-dir", str(tmp_path / "absent"), "--out-dir", str(tmp_path / "o")]) == 2
+    assert "--mteb-lite-dir" in capsys.readouterr().err and not (tmp_path / "o").exists()
+
+
 @pytest.mark.e2e
 def test_tiny_demo_end_to_end(tmp_path):
+    from synthetic_eval import write_mteb_lite_fixture
+
     defaults = DemoOptions()
     opts = DemoOptions(out_dir=str(tmp_path / "demo"), corpus_bytes=250_000, probe_train=120, probe_test=60,
                        model=dataclasses.replace(defaults.model, vocab_size=2000, hidden_size=64, num_layers=2),
                        data=dataclasses.replace(defaults.data, seq_length=64),
                        training=dataclasses.replace(defaults.training, train_iters=6, micro_batch_size=8,
-                                                    global_batch_size=8))
+                                                    global_batch_size=8),
+                       mteb_lite_dir=str(write_mteb_lite_fixture(tmp_path / "mteb_lite", pairs=20)))
     result = run_demo(opts)
+    assert set(result["sts"]["pretrained"]["tasks"]) == {"ToySTSA", "ToySTSB"}  # every STS folder, no classification
+    assert "STS average (MTEB STS12-16, cosine Spearman x100): pretrained" in demo_cli.format_summary(result)
     assert json.loads((tmp_path / "demo" / "summary.json").read_text())["paths"] == result["paths"]
     assert result["pretrain"]["steps"] == 6
     assert result["pretrain"]["final_loss"] < result["pretrain"]["first_loss"]

@@ -37,7 +37,11 @@ def _sentence(rng: random.Random, n: int = 10) -> str:
 
 
 def write_shared_data(root: Path, tasks: tuple[str, ...] = plan.GLUE_TASKS) -> Path:
-    """A shared-data layout: two gzipped JSONL corpus sources and GLUE ``tasks`` (random text)."""
+    """A shared-data layout: two gzipped JSONL corpus sources, GLUE ``tasks`` (random text) and MTEB-lite
+    folders (``synthetic_eval.write_mteb_lite_fixture``)."""
+    from synthetic_eval import write_mteb_lite_fixture
+
+    write_mteb_lite_fixture(root / "mteb_lite", pairs=16, per_label=8)
     rng = random.Random(0)
     (root / "corpus").mkdir(parents=True)
     for source in ("alpha", "beta"):
@@ -94,6 +98,7 @@ def test_driver_and_script_answer_help():
 def test_wheels_are_pinned_for_the_device_interpreter(tmp_path):
     versions = carry.pinned_versions(REPO / "pyproject.toml")
     assert set(versions) == set(carry.DEVICE_WHEELS) and versions["megatron-core"].startswith("0.19.")
+    assert versions["mteb"] == "2.26.24"  # the eval extra's pin: the protocol checked against MTEB's scores
     argv = carry.pip_download_argv(versions, tmp_path)
     assert argv[argv.index("--python-version") + 1] == "3.12" and "--no-deps" in argv
     assert "manylinux_2_28_x86_64" in argv and f"megatron-core=={versions['megatron-core']}" in argv
@@ -102,6 +107,23 @@ def test_wheels_are_pinned_for_the_device_interpreter(tmp_path):
                                                                  '"megatron-core>=9"'))
     with pytest.raises(ValueError, match="does not satisfy the pin"):
         carry.pinned_versions(bad)
+    bad.write_text((REPO / "pyproject.toml").read_text().replace('"mteb==2.26.24"', '"mteb==2.0.0"'))
+    with pytest.raises(ValueError, match="mteb 2.26.24 does not satisfy the pin mteb==2.0.0"):
+        carry.pinned_versions(bad)
+
+
+def test_mteb_scores_tasks_without_the_polars_runtime(tmp_path):
+    """polars travels to the device without its 54 MB binary runtime (carry.py): mteb's path must not need it."""
+    from synthetic_eval import write_mteb_lite_fixture
+
+    bench = write_mteb_lite_fixture(tmp_path / "bench", pairs=12, per_label=6)
+    code = ("import sys; sys.modules['_polars_runtime_32'] = None\n"
+            "import numpy as np\n"
+            "from megatron_crossbert.evaluation.mteb_probe import load_mteb_suite, run_mteb_suite\n"
+            f"tasks = load_mteb_suite(['mteb:{bench}:ToySTSA,ToyIntents'])\n"
+            "print(run_mteb_suite(lambda t: np.random.default_rng(0).normal(size=(len(t), 8)), tasks))\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "mteb/ToyIntents/accuracy" in done.stdout, done.stderr[-3000:]
 
 
 def test_travel_size_guard(tmp_path):
@@ -120,6 +142,7 @@ def test_prepare_copies_data_prints_calls_and_refuses_past_the_limit(tmp_path, c
     assert main(base) == 0
     out = capsys.readouterr().out
     assert (repo / ".device_carry" / "data" / "glue" / "RTE" / "dev.tsv").is_file()
+    assert (repo / ".device_carry" / "data" / "mteb_lite" / "ToyIntents" / "train.jsonl").is_file()
     assert len(list((repo / ".device_carry" / "data" / "corpus").glob("*.jsonl.gz"))) == 2
     calls = [json.loads(line.split(". ", 1)[1]) for line in out.splitlines() if line[:3] in ("1. ", "2. ")]
     assert calls == carry.device_calls() and "travels" in out
@@ -179,7 +202,8 @@ def test_toy_dry_run_of_every_stage_and_its_results_section(tmp_path):
     shared, out = write_shared_data(tmp_path / "shared", tasks=TOY_TASKS), tmp_path / "out"
     env = {**os.environ, "PYTHON": sys.executable, "OUT": str(out), "OMP_NUM_THREADS": "1"}
     argv = ["bash", str(REPO / "scripts" / "device_check.sh"), "run", "--toy", "--work-dir", str(tmp_path / "work"),
-            "--corpus", str(shared / "corpus"), "--glue-dir", str(shared / "glue"), "--probe-max-train", "30", "--seeds", "1234"]
+            "--corpus", str(shared / "corpus"), "--glue-dir", str(shared / "glue"), "--mteb-lite-dir",
+            str(shared / "mteb_lite"), "--probe-max-train", "30", "--seeds", "1234"]
     done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
     assert len(list(out.iterdir())) <= plan.OUT_FILE_LIMIT
@@ -198,7 +222,10 @@ def test_toy_dry_run_of_every_stage_and_its_results_section(tmp_path):
     trained = [arm["model_flops"] for arm in arms[:3]]
     assert max(trained) / min(trained) < 1.5  # equal FLOPs up to one step's rounding at toy size
     assert all(set(arm["scores"]["tasks"]) == set(TOY_TASKS) for arm in arms)
+    assert all(set(arm["scores"]["mteb_lite"]) == {"ToySTSA", "ToySTSB", "ToyIntents"} for arm in arms)
+    assert all(-100 <= arm["scores"]["mteb_lite_average"] <= 100 for arm in arms)
     section = gpu_section([payload])
+    assert "| GLUE avg | MTEB-lite avg | status |" in section
     assert section.startswith(SECTION_START) and payload["meta"]["started_utc"] in section
     assert payload["meta"]["command"] in section and "| crossbert-compl |" in section
     assert "× sparse MLM FLOP-predicted" in section and "FP8 through Transformer Engine is NOT measured" in section

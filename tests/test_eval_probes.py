@@ -94,3 +94,69 @@ def test_probe_task_specs(tmp_path):
     assert parsed == {"glue_dir": str(glue), "glue_tasks": ["SST-2", "STS-B"],
                       "jsonl": [f"{tmp_path}/t1", str(tmp_path / "t2")]}
     assert len(parse_task_specs([str(glue)])["glue_tasks"]) == 10
+
+
+def _letter_counts(texts: list[str]) -> np.ndarray:
+    """A deterministic stand-in for the live model: letter counts."""
+    out = np.zeros((len(texts), 26), np.float32)
+    for i, text in enumerate(texts):
+        for ch in text.lower():
+            if "a" <= ch <= "z":
+                out[i, ord(ch) - 97] += 1
+    return out + 1e-3
+
+
+def test_mteb_probe_specs_score_cosine_spearman_with_mteb(tmp_path):
+    """``mteb:DIR`` probes every STS folder (the classification one only when named), on a fixed subsample,
+    and the value logged is scipy's Spearman of the cosine on the same embeddings."""
+    import json
+
+    from scipy.stats import spearmanr
+
+    from megatron_crossbert.evaluation.mteb_probe import load_mteb_suite, parse_mteb_spec, run_mteb_suite
+    from synthetic_eval import write_mteb_lite_fixture
+
+    bench = write_mteb_lite_fixture(tmp_path / "bench", pairs=40)
+    rng = np.random.default_rng(0)  # ToySTSA without identical pairs: their cosine ties only up to rounding
+    words = ["cat", "dog", "sat", "mat", "ran", "far", "sky", "blue", "red", "sun"]
+    pairs = [(" ".join(rng.choice(words, 5)), " ".join(rng.choice(words, 5)), float(rng.uniform(0, 5)))
+             for _ in range(40)]
+    (bench / "ToySTSA" / "test.jsonl").write_text("".join(
+        json.dumps({"sentence1": a, "sentence2": b, "score": y}) + "\n" for a, b, y in pairs if a != b))
+    assert parse_mteb_spec(f"mteb:{bench}:ToySTSA,ToyIntents") == (bench, ["ToySTSA", "ToyIntents"])
+    with pytest.raises(ValueError, match="mteb:"):
+        parse_mteb_spec("jsonl:/d")
+    with pytest.raises(ValueError, match="no task folder \\['STS99'\\]"):
+        load_mteb_suite([f"mteb:{bench}:STS99"])
+    tasks = load_mteb_suite([f"mteb:{bench}"], max_test=30)
+    assert [t.folder for t in tasks] == ["ToySTSA", "ToySTSB"] and len(tasks[0].task.dataset["test"]) == 30
+    again = load_mteb_suite([f"mteb:{bench}"], max_test=30)
+    assert tasks[0].task.dataset["test"]["sentence1"] == again[0].task.dataset["test"]["sentence1"]
+    scores = run_mteb_suite(_letter_counts, tasks, prefix="probe/")
+    rows = tasks[0].task.dataset["test"]
+    a, b = _letter_counts(rows["sentence1"]), _letter_counts(rows["sentence2"])
+    cosine = np.sum(a * b, 1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+    expected = 100 * spearmanr(rows["score"], cosine).statistic
+    assert scores["probe/mteb/ToySTSA/cosine_spearman"] == pytest.approx(expected, abs=1e-6)
+    assert set(scores) == {"probe/mteb/ToySTSA/cosine_spearman", "probe/mteb/ToySTSB/cosine_spearman",
+                           "probe/mteb/avg"}
+    assert json.dumps(scores)  # flat floats, ready for TensorBoard
+
+
+def test_encode_embed_fn_sorts_by_length_and_keeps_the_order():
+    import torch
+
+    from megatron_crossbert.evaluation.suite import make_encode_embed_fn
+
+    batches = []
+
+    def tokenizer(texts, **kwargs):
+        batches.append(list(texts))
+        width = max(len(t) for t in texts)
+        ids = torch.tensor([[len(t)] * width for t in texts])
+        return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+
+    embed = make_encode_embed_fn(lambda ids, mask: ids[..., None].float(), tokenizer, batch_size=2)
+    texts = ["aa", "a", "aaaa", "aaa", "aaaaa"]
+    assert embed(texts)[:, 0].tolist() == [2, 1, 4, 3, 5]
+    assert batches == [["aaaaa", "aaaa"], ["aaa", "aa"], ["a"]]

@@ -86,14 +86,16 @@ def _run_tiny(work: Path, extra: str = "", **env) -> str:
 def test_tiny_example_runs_with_dp_tp_and_pp(tmp_path):
     from megatron_crossbert.checkpoint.layout import latest_iteration, read_run_config
 
-    from synthetic_eval import write_jsonl_task
+    from synthetic_eval import write_jsonl_task, write_mteb_lite_fixture
 
     work = tmp_path / "tiny"
     probe = write_jsonl_task(tmp_path / "probe" / "toy", n_train=40, n_test=20)
-    probes = f"--set training.probe_interval=4 --set training.probe_tasks=['jsonl:{probe}']"
+    mteb_dir = write_mteb_lite_fixture(tmp_path / "mteb_lite", pairs=20)
+    probes = f"--set training.probe_interval=4 --set training.probe_tasks=['jsonl:{probe}','mteb:{mteb_dir}']"
     out = _run_tiny(work, probes, NPROC="2", TRAIN_ITERS="4")
     assert "step 4/4" in out and "supervised tokens/s" in out and out.count("summary ") == 1
     assert "step 4 | probe: toy/accuracy" in out  # the evaluation package's in-training probe hook
+    assert "mteb/ToySTSA/cosine_spearman" in out and "mteb/avg" in out  # STS Spearman, scored by mteb
     assert latest_iteration(work / "ckpt_crossbert_tp1_pp1_n2") == 4
     for layout, name in (({"TP": "2"}, "ckpt_crossbert_tp2_pp1_n2"), ({"PP": "2"}, "ckpt_crossbert_tp1_pp2_n2")):
         out = _run_tiny(work, NPROC="2", TRAIN_ITERS="4", **layout)

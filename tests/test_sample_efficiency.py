@@ -42,17 +42,27 @@ def _write_fixtures(root) -> tuple:
 
 @pytest.mark.e2e
 def test_sample_efficiency_smoke_plan(tmp_path):
+    from synthetic_eval import write_mteb_lite_fixture
+
     corpus, glue = _write_fixtures(tmp_path)
     work, results = tmp_path / "work", tmp_path / "docs" / "results.md"
+    mteb_lite = write_mteb_lite_fixture(tmp_path / "mteb_lite", pairs=12, per_label=8)
+    kept = "<!-- mteb-offline:start -->\nmeasured elsewhere\n<!-- mteb-offline:end -->"
+    results.parent.mkdir(parents=True)
+    results.write_text(f"# old page\n\n{kept}\n")
     argv = ["--plan", "smoke", "--work-dir", str(work), "--corpus", str(corpus),
             "--glue-dir", str(glue), "--probe-dir", str(tmp_path / "none"), "--results-md", str(results),
-            "--figures-dir", str(tmp_path / "docs" / "figures"), "--throughput-json", str(tmp_path / "absent.json")]
+            "--figures-dir", str(tmp_path / "docs" / "figures"), "--throughput-json", str(tmp_path / "absent.json"),
+            "--mteb-lite-dir", str(mteb_lite)]
     assert main(argv) == 0
     status = json.loads((work / "status.json").read_text())
     assert all(not str(v).startswith("FAILED") for v in status.values()), status
     probe = json.loads((work / "probes" / "crossbert-compl" / "iter_0000002.json").read_text())
-    assert "SST-2" in probe["tasks"]
-    assert "Sample efficiency" in results.read_text()
+    assert "SST-2" in probe["tasks"] and "ToySTSA" not in probe["tasks"]  # MTEB-lite stays out of the probe average
+    assert set(probe["mteb_lite"]["tasks"]) == {"ToySTSA", "ToySTSB", "ToyIntents"}
+    assert probe["mteb_lite"]["average"] == pytest.approx(sum(probe["mteb_lite"]["tasks"].values()) / 3)
+    page = results.read_text()
+    assert "Sample efficiency" in page and "MTEB-lite avg" in page and page.rstrip().endswith(kept)
     assert main(argv) == 0  # a second run finds everything done and only rewrites the report
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from megatron_crossbert.cli import quiet_library_warnings
 from megatron_crossbert.cli.config_flags import ConfigFlag, add_config_flags, flag_values, replace_sections
@@ -40,6 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_flags(parser, RUN_FLAGS, defaults=defaults)
     parser.add_argument("--probe-train", type=int, default=defaults.probe_train, help="probe training rows (max)")
     parser.add_argument("--probe-test", type=int, default=defaults.probe_test, help="probe test rows (max)")
+    parser.add_argument("--mteb-lite-dir", default=defaults.mteb_lite_dir,
+                        help="MTEB-lite folders: both encoders' STS12-16 average is printed ('none': print the "
+                             "crossbert-mteb command instead; default: ../shared/data/mteb_lite when present, "
+                             "here %(default)s)")
     parser.add_argument("--force", action="store_true", help="replace an existing, non-empty --out-dir")
     add_debug_flag(parser)
     return parser
@@ -47,8 +52,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def options_from_args(args: argparse.Namespace) -> DemoOptions:
     """DemoOptions with the run flags applied to its config sections (each section validates itself)."""
+    mteb_lite = None if (args.mteb_lite_dir or "none").lower() == "none" else args.mteb_lite_dir
+    if mteb_lite is not None and not Path(mteb_lite).is_dir():
+        raise FileNotFoundError(f"--mteb-lite-dir {mteb_lite} does not exist")
     opts = DemoOptions(out_dir=args.out_dir, corpus=args.corpus, corpus_bytes=args.corpus_bytes,
-                       probe_train=args.probe_train, probe_test=args.probe_test, force=args.force)
+                       probe_train=args.probe_train, probe_test=args.probe_test, force=args.force,
+                       mteb_lite_dir=mteb_lite)
     return replace_sections(opts, flag_values(args, RUN_FLAGS))
 
 

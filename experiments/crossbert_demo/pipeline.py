@@ -9,7 +9,8 @@ Stages (each prints a numbered header; the tools underneath show their own progr
  4. init ckpt  - the untrained model, saved for the probe comparison
  5. pretrain   - a tiny CrossBERT (complementary masking, r=0.5), or ``--arch``/``--encoder``
  6. export     - Hugging Face dir in the encoder's default format (AutoModel / SentenceTransformer ready)
- 7. probe      - frozen linear probe on the held-out task: trained vs untrained encoder vs chance
+ 7. probe      - frozen linear probe on the held-out task: trained vs untrained encoder vs chance,
+                 then (when the MTEB-lite data is there) the STS12-16 average of both encoders, scored by mteb
 
 The probe task is "which package wrote this docstring?" for the default corpus (labels from the
 record's ``source``), or, for a corpus without labels, "is this paragraph's word order original or
@@ -30,6 +31,13 @@ from megatron_crossbert.config import (CheckpointConfig, DataConfig, MaskingConf
                                        TrainingConfig)
 
 HOLDOUT_EVERY = 10
+MTEB_LITE_CANDIDATES = (Path(__file__).resolve().parents[2].parent / "shared" / "data" / "mteb_lite",
+                        Path("..") / "shared" / "data" / "mteb_lite")
+"""Where the MTEB-lite folders are looked for: beside the checkout, then relative to the working directory."""
+
+
+def default_mteb_lite_dir() -> str | None:
+    return next((str(path) for path in MTEB_LITE_CANDIDATES if (path / "STS13").is_dir()), None)
 
 
 def _demo_model() -> ModelConfig:
@@ -73,6 +81,8 @@ class DemoOptions:
     """Sequence length and split; the data path and tokenizer are the demo's own outputs."""
     training: TrainingConfig = field(default_factory=_demo_training)
     """Steps, batch, peak LR and seed."""
+    mteb_lite_dir: str | None = field(default_factory=default_mteb_lite_dir)
+    """MTEB-lite folders whose STS tasks both encoders are scored on; None prints the command instead."""
 
 
 def _stage(number: int, name: str, detail: str) -> float:
@@ -213,6 +223,31 @@ def probe_stage(models: dict[str, Path], task_dir: Path, opts: DemoOptions, out:
             **{name: report["tasks"][task.spec.name]["metrics"] for name, report in reports.items()}}
 
 
+def sts_command(hf_dir: Path) -> str:
+    return f"crossbert-mteb --model {hf_dir} --benchmark-dir ../shared/data/mteb_lite --tasks STS12,STS13,STS14,STS15,STS16"
+
+
+def sts_stage(models: dict[str, Path], opts: DemoOptions, out: Path) -> dict:
+    """STS average (cosine Spearman, mteb) of each encoder on the MTEB-lite STS folders, or the command to run.
+
+    Measured: 27 s for both encoders of the default demo (all 11,794 STS12-16 pairs) on 2 CPU cores shared
+    with other jobs (docs/results.md), under the 30 s a demo stage may take, so the demo runs it whenever the
+    data is there; it prints the time it took.
+    """
+    if not opts.mteb_lite_dir or not Path(opts.mteb_lite_dir).is_dir():
+        return {"command": sts_command(models["pretrained"])}
+    from megatron_crossbert.evaluation.mteb_adapter import build_mteb_encoder, evaluate_mteb
+    from megatron_crossbert.evaluation.mteb_probe import load_mteb_suite
+
+    start, result = time.perf_counter(), {}
+    for name, path in models.items():
+        tasks = load_mteb_suite([f"mteb:{opts.mteb_lite_dir}"], max_test=None)
+        encoder = build_mteb_encoder(str(path), cache_dir=str(out / "probe_cache"), device="cpu")
+        summary, _ = evaluate_mteb(encoder, tasks, raise_error=True)
+        result[name] = {"average": summary["average"], "tasks": {r["folder"]: r["main_score"] for r in summary["tasks"]}}
+    return {**result, "seconds": round(time.perf_counter() - start, 1), "data": opts.mteb_lite_dir}
+
+
 def _prepare_out_dir(opts: DemoOptions) -> Path:
     out = Path(opts.out_dir)
     if out.exists() and any(out.iterdir()) and not opts.force:
@@ -256,14 +291,16 @@ def run_demo(opts: DemoOptions) -> dict:
     hf_dir = export_to_hf(out / "checkpoints", out / "hf", force=True)
     timings["export"] = time.perf_counter() - start
     start = _stage(7, "probe", "frozen linear probe, trained vs untrained encoder")
-    probe = probe_stage({"pretrained": hf_dir, "untrained": init_ckpt}, task_dir, opts, out)
+    models = {"pretrained": hf_dir, "untrained": init_ckpt}
+    probe = probe_stage(models, task_dir, opts, out)
+    sts = sts_stage(models, opts, out)
     timings["probe"] = time.perf_counter() - start
     result = {"paths": {"out": str(out), "corpus": str(corpus), "tokenizer": str(tokenizer_dir), "data": prefix,
                         "checkpoint": str(out / "checkpoints"), "hf": str(hf_dir), "probe_task": str(task_dir)},
               "corpus": {k: report.get(k) for k in ("documents_written", "tokens") if k in report},
               "pretrain": {"steps": summary["iteration"], "first_loss": summary["losses"][0],
                            "final_loss": summary["final_loss"]},
-              "probe": probe, "timings_s": {k: round(v, 1) for k, v in timings.items()}, "options": asdict(opts)}
+              "probe": probe, "sts": sts, "timings_s": {k: round(v, 1) for k, v in timings.items()}, "options": asdict(opts)}
     (out / "summary.json").write_text(json.dumps(result, indent=2) + "\n")
     return result
 
@@ -276,7 +313,15 @@ def format_summary(result: dict) -> str:
     lines += [f"  pretraining: {pre['steps']} steps, MLM loss {pre['first_loss']:.3f} -> {pre['final_loss']:.3f}",
               f"  probe '{probe['task']}' accuracy (%): pretrained {probe['pretrained']['accuracy']:.1f}, "
               f"untrained {probe['untrained']['accuracy']:.1f}, majority class {probe['chance_accuracy']:.1f}",
+              _sts_line(result["sts"]),
               "  time per stage (s): " + ", ".join(f"{k} {v}" for k, v in result["timings_s"].items()),
               f"  load it: AutoModel.from_pretrained('{result['paths']['hf']}') or "
               f"SentenceTransformer('{result['paths']['hf']}')", f"  summary: {result['paths']['out']}/summary.json"]
     return "\n".join(lines)
+
+
+def _sts_line(sts: dict) -> str:
+    if "command" in sts:
+        return f"  STS (MTEB STS12-16): MTEB-lite data not found; score the export with: {sts['command']}"
+    return (f"  STS average (MTEB STS12-16, cosine Spearman x100): pretrained {sts['pretrained']['average']:.1f}, "
+            f"untrained {sts['untrained']['average']:.1f} ({sts['seconds']:.0f} s, {sts['data']})")

@@ -1,13 +1,16 @@
 """Prepare, on the CPU machine, the folder that travels to the device, and print the device calls.
 
 The device has torch and most of the stack but no network and no megatron-core or nltk (nor
-nltk's own dependency defusedxml), so those travel as cp312 manylinux x86_64 wheels, at the
-versions this machine's tests ran with (each checked against pyproject's requirement). A new
-runtime dependency joins prepare's wheels: xxhash (checkpoint checksums) is in the device's image
-too, but travels at the version the tests here ran with. The data the
-claims run needs (corpus ``*.jsonl.gz``, GLUE train/dev TSVs) is copied from the shared folder: it
-must travel too, and it is never committed (the carry folder is git-ignored). Everything that
-travels (the checkout plus this folder) must stay under 64 MiB: ``check_travel_size`` refuses past it.
+nltk's own dependency defusedxml), and none of mteb's stack (mteb, datasets, pydantic, ...), so those
+travel as cp312 manylinux x86_64 wheels, at the versions this machine's tests ran with (each checked
+against pyproject's requirement, the eval extra's mteb pin included). A new runtime dependency joins
+prepare's wheels: xxhash (checkpoint checksums) is in the device's image too, but travels at the
+version the tests here ran with. polars travels without its 54 MB binary runtime: mteb imports polars
+only for its leaderboard tables, which the claims run never builds (``tests/test_device_check.py``
+scores MTEB tasks with the runtime hidden). The data the claims run needs (corpus ``*.jsonl.gz``, GLUE
+train/dev TSVs, the MTEB-lite folders) is copied from the shared folder: it must travel too, and it is
+never committed (the carry folder is git-ignored). Everything that travels (the checkout plus this
+folder) must stay under 64 MiB: ``check_travel_size`` refuses past it.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from pathlib import Path
 
 from .plan import CALLS, CARRY_LIMIT_BYTES, DEFAULT_CARRY_DIR, GLUE_TASKS, call_timeout_s
 
-DEVICE_WHEELS = ("megatron-core", "nltk", "defusedxml", "xxhash")
+DEVICE_WHEELS = ("megatron-core", "nltk", "defusedxml", "xxhash", "mteb", "datasets", "dill", "multiprocess",
+                 "pydantic", "pydantic-core", "annotated-types", "typing-inspection", "pytrec-eval-terrier", "polars")
 """Packages the project imports that the device's image lacks (KINDS.md lists what it has)."""
 MANYLINUX_TAGS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x86_64",
                   "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64")
@@ -59,7 +63,8 @@ def pinned_versions(pyproject: Path) -> dict[str, str]:
     """name==version for each device wheel: the installed version, which must meet pyproject's pin."""
     from packaging.requirements import Requirement
 
-    deps = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
+    project = tomllib.loads(pyproject.read_text())["project"]
+    deps = project["dependencies"] + project.get("optional-dependencies", {}).get("eval", [])
     pins = {Requirement(dep).name: Requirement(dep).specifier for dep in deps}
     versions = {}
     for name in DEVICE_WHEELS:
@@ -80,11 +85,15 @@ def pip_download_argv(versions: dict[str, str], dest: Path) -> list[str]:
 
 
 def copy_data(shared: Path, dest: Path) -> list[Path]:
-    """Copy the corpus gz files and the claims tasks' GLUE TSVs; returns the copied files."""
+    """Copy the corpus gz files, the claims tasks' GLUE TSVs and the MTEB-lite folders; returns the copied files."""
     corpus = sorted((shared / "corpus").glob("*.jsonl.gz"))
     if not corpus:
         raise FileNotFoundError(f"{shared / 'corpus'}: no *.jsonl.gz corpus files")
+    mteb_lite = sorted(path for path in (shared / "mteb_lite").rglob("*") if path.is_file())
+    if not any(path.name.startswith("test.") for path in mteb_lite):
+        raise FileNotFoundError(f"{shared / 'mteb_lite'}: no MTEB-lite task folders (the claims run scores them)")
     pairs = [(path, dest / "corpus" / path.name) for path in corpus]
+    pairs += [(path, dest / "mteb_lite" / path.relative_to(shared / "mteb_lite")) for path in mteb_lite]
     for task in GLUE_TASKS:
         for split in ("train", "dev"):
             source = shared / "glue" / task / f"{split}.tsv"

@@ -6,7 +6,7 @@ and the untrained reference (one optimizer step). Everything runs through the li
 stages (``benchmarking.study``, which the sample-efficiency experiment uses too): the data stage
 (corpus subset, tokenizer, indexed dataset), the training stage (one ``crossbert-pretrain`` process
 per arm) and the probe stage (HF export, frozen features, linear probes on GLUE, here the full dev
-sets on the GPU).
+sets on the GPU; then MTEB-lite, STS12-16 and Banking77 scored by mteb, in full on the GPU).
 
 Equal compute: the arms' speeds are measured first by the interleaved throughput benchmark at the
 claims shape; every arm then gets the same model-FLOPs budget F, chosen so that all arms together
@@ -52,9 +52,9 @@ def glue_tasks(config: DeviceCheckConfig) -> list[str]:
 
 PRESETS = {
     "claims": dict(size="claims", tokenizer_docs=20_000, corpus_bytes=40_000_000, warmup=50, precision="bf16",
-                   probe_device="cuda", preprocess_workers=16),
+                   probe_device="cuda", preprocess_workers=16, mteb_lite_max_test=None),
     "claims-toy": dict(size="tiny", tokenizer_docs=2000, corpus_bytes=150_000, warmup=1, precision="fp32",
-                       probe_device="cpu", preprocess_workers=1),
+                       probe_device="cpu", preprocess_workers=1, mteb_lite_max_test=20),
 }
 """What differs between the H200 claims run and its CPU dry run (``--toy``)."""
 
@@ -171,18 +171,22 @@ def probe_worker(config: DeviceCheckConfig, seed: int) -> int:
     plan = claims_plan(config, seed)
     runs = [RunSpec(**{**raw, "shape": ModelShape(**raw["shape"])})
             for raw in json.loads((Path(config.work_dir) / f"arms-s{seed}.json").read_text())]
-    return run_probe_stage(plan, runs, Path(config.work_dir), config.glue_dir, probe_dir="")
+    return run_probe_stage(plan, runs, Path(config.work_dir), config.glue_dir, probe_dir="",
+                           mteb_lite_dir=config.mteb_lite_dir)
 
 
 def arm_scores(work: Path, run: RunSpec) -> dict | None:
-    """Task scores and GLUE average of the run's final checkpoint, or None if it was not probed."""
+    """Task scores, GLUE average and MTEB-lite average (with its per-task scores) of the run's final
+    checkpoint, or None if it was not probed."""
     from megatron_crossbert.benchmarking.study.probe_stage import load_probe_results
 
     report = load_probe_results(work, run).get(run.train_steps)
     if report is None:
         return None
     tasks = {name: entry["score"] for name, entry in report["tasks"].items()}
-    return {"tasks": tasks, "glue_average": report["summary"]["glue_average"]}
+    mteb = report.get("mteb_lite") or {}
+    return {"tasks": tasks, "glue_average": report["summary"]["glue_average"],
+            "mteb_lite_average": mteb.get("average"), "mteb_lite": mteb.get("tasks", {})}
 
 
 def _arm_records(plan: Plan, runs: list[RunSpec], work: Path, rates: dict[str, float],
@@ -226,6 +230,7 @@ def _plan_facts(plan: Plan, budget: float, rates: dict[str, float]) -> dict:
     return {"shape": dataclasses.asdict(plan.main_shape), "seq_length": plan.seq_length,
             "global_batch": plan.global_batch, "lr": plan.lr, "warmup": plan.warmup, "precision": plan.precision,
             "vocab_size": plan.vocab_size, "glue_tasks": plan.glue_tasks, "probe_max_train": plan.probe_max_train,
+            "mteb_lite_max_test": plan.mteb_lite_max_test,
             "probe_max_test": plan.probe_max_test, "budget_flops_per_arm": budget, "calibration_samples_per_s": rates}
 
 

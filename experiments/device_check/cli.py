@@ -19,10 +19,11 @@ from .plan import CARRY_LIMIT_BYTES, DEFAULT_CARRY_DIR, DEFAULT_WORK_DIR, STAGE_
 
 
 def _add_prepare(sub) -> None:
-    p = sub.add_parser("prepare", help="fill the carry folder (wheels, corpus, GLUE) and print the device calls")
+    p = sub.add_parser("prepare", help="fill the carry folder (wheels, corpus, GLUE, MTEB-lite) and print the device "
+                                       "calls")
     p.add_argument("--repo", default=".", help="checkout that travels (default: current directory)")
     p.add_argument("--carry-dir", default=DEFAULT_CARRY_DIR, help="git-ignored folder inside the repo")
-    p.add_argument("--shared-data", default="/work/shared/data", help="folder with corpus/ and glue/")
+    p.add_argument("--shared-data", default="/work/shared/data", help="folder with corpus/, glue/ and mteb_lite/")
     p.add_argument("--no-wheels", action="store_true", help="skip pip download (no package index reachable)")
     p.add_argument("--limit-mib", type=float, default=CARRY_LIMIT_BYTES / 2**20,
                    help="refuse if checkout + carry folder exceed this (device limit: 64)")
@@ -37,6 +38,8 @@ def _add_run(sub) -> None:
     p.add_argument("--work-dir", default=DEFAULT_WORK_DIR, help="scratch folder for checkpoints and data (an existing one is resumed, never cleared)")
     p.add_argument("--corpus", default=f"{DEFAULT_CARRY_DIR}/data/corpus", help="corpus folder (JSONL.gz)")
     p.add_argument("--glue-dir", default=f"{DEFAULT_CARRY_DIR}/data/glue", help="GLUE TSV folder")
+    p.add_argument("--mteb-lite-dir", default=f"{DEFAULT_CARRY_DIR}/data/mteb_lite",
+                   help="MTEB-lite folders (STS12-16, Banking77) the claims checkpoints are scored on")
     p.add_argument("--train-seconds", type=float, default=ClaimsSettings.train_seconds,
                    help="claims run: wall time of all arms' training together (sets the FLOPs budget)")
     p.add_argument("--seeds", type=int, nargs="+", default=ClaimsSettings().seeds,
@@ -77,7 +80,7 @@ def run_command(args) -> int:
 
     claims = ClaimsSettings(train_seconds=args.train_seconds, seeds=args.seeds, probe_max_train=args.probe_max_train)
     config = DeviceCheckConfig(toy=args.toy, stages=args.stages, work_dir=args.work_dir, corpus=args.corpus,
-                               glue_dir=args.glue_dir, command=args.command or " ".join(sys.argv), claims=claims,
+                               glue_dir=args.glue_dir, mteb_lite_dir=args.mteb_lite_dir, command=args.command or " ".join(sys.argv), claims=claims,
                                **({"out_dir": args.out} if args.out else {}))
     print(json.dumps(asdict(config)), flush=True)
     payload = run_device_check(config)

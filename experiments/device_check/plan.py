@@ -110,6 +110,8 @@ class DeviceCheckConfig:
     """Corpus folder (JSONL.gz) for the claims run."""
     glue_dir: str = f"{DEFAULT_CARRY_DIR}/data/glue"
     """GLUE TSV folder (glue_data layout) for the claims probes."""
+    mteb_lite_dir: str = f"{DEFAULT_CARRY_DIR}/data/mteb_lite"
+    """MTEB-lite folders (STS12-16, Banking77) every claims checkpoint is also scored on, by mteb."""
     command: str = ""
     """The exact command line, recorded in the results."""
     claims: ClaimsSettings = field(default_factory=ClaimsSettings)

@@ -44,7 +44,7 @@ def _mean_spread(values: list[float]) -> str:
 
 
 def claims_rows(result: dict) -> list[list[str]]:
-    """One row per arm: each task's score and the GLUE average, mean ± half-range over seeds."""
+    """One row per arm: each task's score, the GLUE and MTEB-lite averages, mean ± half-range over seeds."""
     tasks = result["plan"]["glue_tasks"]
     arms = [arm for seed in result["seeds"] for arm in seed["arms"]]
     rows = []
@@ -54,9 +54,10 @@ def claims_rows(result: dict) -> list[list[str]]:
         cells = [_mean_spread([s["tasks"][t] for s in scored if t in s["tasks"]]) for t in tasks]
         errors = ("; ".join(arm["error"].splitlines()[0] for arm in mine if arm["error"])
                   or ("" if scored else "not probed"))
+        mteb = [s["mteb_lite_average"] for s in scored if s.get("mteb_lite_average") is not None]
         rows.append([name, fmt(mine[0]["steps"], 0), f"{mine[0]['model_flops']:.3g}",
                      fmt(statistics.fmean(a["process_s"] for a in mine) if all(a["process_s"] for a in mine) else None, 0),
-                     *cells, _mean_spread([s["glue_average"] for s in scored]), errors or "ok"])
+                     *cells, _mean_spread([s["glue_average"] for s in scored]), _mean_spread(mteb), errors or "ok"])
     return rows
 
 
@@ -67,10 +68,13 @@ def claims_markdown(result: dict) -> str:
             f"{plan['precision']}, h={shape['hidden_size']}, {shape['num_layers']} layers, L={plan['seq_length']}, "
             f"batch {plan['global_batch']}, lr {plan['lr']} constant after {plan['warmup']} warm-up steps. Frozen "
             f"mean-pooled probes, {plan['probe_max_train']} train rows per task, dev sets "
-            f"{'in full' if plan['probe_max_test'] is None else 'subsampled'}. "
+            f"{'in full' if plan['probe_max_test'] is None else 'subsampled'}. MTEB-lite avg: mteb's main score "
+            f"over STS12-16 and Banking77 (`crossbert-mteb`'s protocol), test sets "
+            f"{'in full' if plan.get('mteb_lite_max_test') is None else 'subsampled'}. "
             f"{'One seed' if len(seeds) == 1 else f'{len(seeds)} seeds (mean ± half the range)'}: {seeds}"
             + (f"; seeds {result['skipped_seeds']} skipped for lack of time." if result["skipped_seeds"] else "."))
-    headers = ["arm", "steps", "model FLOPs", "train process s", *plan["glue_tasks"], "GLUE avg", "status"]
+    headers = ["arm", "steps", "model FLOPs", "train process s", *plan["glue_tasks"], "GLUE avg", "MTEB-lite avg",
+               "status"]
     return head + "\n\n" + markdown_table(headers, claims_rows(result))
 
 

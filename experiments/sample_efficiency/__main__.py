@@ -17,6 +17,8 @@ from megatron_crossbert.cli.errors import add_debug_flag, cli_main
 from .pipeline import STAGES, ExperimentPaths, run_experiment
 from .plan import PLANS
 
+DEFAULT_MTEB_LITE = "/work/shared/data/mteb_lite"
+
 
 def build_parser() -> argparse.ArgumentParser:
     defaults = ExperimentPaths(work_dir="benchmarks/out/sample_efficiency", corpus="/work/shared/data/corpus",
@@ -29,6 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--corpus", default=defaults.corpus, help="JSONL(.gz) file or directory")
     p.add_argument("--glue-dir", default=defaults.glue_dir)
     p.add_argument("--probe-dir", default=defaults.probe_dir)
+    p.add_argument("--mteb-lite-dir", default=DEFAULT_MTEB_LITE,
+                   help="MTEB-lite folders (STS12-16, Banking77) every checkpoint is also scored on with mteb "
+                        "(skipped when the directory is absent; 'none' disables)")
     p.add_argument("--results-md", default=defaults.results_md, help="markdown results page to (re)write")
     p.add_argument("--figures-dir", default=defaults.figures_dir)
     p.add_argument("--throughput-json", nargs="+", default=defaults.throughput_json,
@@ -43,6 +48,18 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _mteb_lite_dir(value: str) -> str | None:
+    """The MTEB-lite directory to use, or None ('none', or the default path absent: said once)."""
+    if value.lower() == "none":
+        return None
+    if not os.path.isdir(value):
+        if value != DEFAULT_MTEB_LITE:
+            raise FileNotFoundError(f"--mteb-lite-dir {value} does not exist")
+        print(f"[sample-efficiency] {value} not found: checkpoints are not scored on MTEB-lite", flush=True)
+        return None
+    return value
+
+
 @cli_main
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
@@ -52,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TQDM_DISABLE", "1")  # probe progress bars would flood the experiment log
     paths = ExperimentPaths(work_dir=args.work_dir, corpus=args.corpus, glue_dir=args.glue_dir,
                             probe_dir=args.probe_dir, results_md=args.results_md, figures_dir=args.figures_dir,
-                            throughput_json=args.throughput_json)
+                            throughput_json=args.throughput_json, mteb_lite_dir=_mteb_lite_dir(args.mteb_lite_dir))
     run_experiment(paths, plan_name=args.plan, stages=args.stages, follow=args.follow)
     return 0
 

@@ -28,13 +28,17 @@ class Point:
     average: float | None
     glue_average: float | None
     tasks: dict[str, float] = field(default_factory=dict)
+    mteb_lite_average: float | None = None
+    """Average main score on the MTEB-lite folders (STS Spearman, Banking77 accuracy), when scored."""
 
 
 def _point(plan: Plan, per_sample: float, iteration: int, report: dict) -> Point:
     samples = iteration * plan.global_batch
     summary = report.get("summary", {})
     tasks = {name: entry["score"] for name, entry in report.get("tasks", {}).items()}
-    return Point(iteration, samples, samples * per_sample, summary.get("average"), summary.get("glue_average"), tasks)
+    mteb = (report.get("mteb_lite") or {}).get("average")
+    return Point(iteration, samples, samples * per_sample, summary.get("average"), summary.get("glue_average"), tasks,
+                 mteb)
 
 
 def curve(plan: Plan, run: RunSpec, work_dir: Path) -> list[Point]:

@@ -26,6 +26,9 @@ CAVEATS = [
     "Tiny models, minutes of training: absolute probe scores are near the floor of what these tasks allow, "
     "and differences of ~1 point are within run-to-run noise (one seed per model; not repeated).",
     "Probe sets are subsampled (see the plan), so GLUE numbers are not comparable to published dev scores.",
+    "MTEB-lite avg is mteb's main score averaged over STS12-16 and Banking77 (crossbert-mteb's protocol), on "
+    "test sets subsampled to `mteb_lite_max_test` rows (see the plan): compare rows with each other, not with "
+    "MTEB's published scores.",
     "Throughput on 2 CPU cores shared with other jobs is noisy; only the interleaved ratios are meaningful, "
     "and CPU ratios need not match GPU ratios (attention/GEMM efficiency differs).",
     "The LR is constant after warm-up (no decay), so intermediate checkpoints are comparable across budgets, "
@@ -49,6 +52,8 @@ class ExperimentPaths:
                                                                "benchmarks/out/throughput_L512.json"])
     """Throughput reports (``crossbert-bench throughput``) the page shows, those that exist: the CPU shape
     and the same encoder at L=512 (``--seq-length 512``)."""
+    mteb_lite_dir: str | None = None
+    """MTEB-lite folders (STS12-16, Banking77) each checkpoint is also scored on; None: not scored."""
 
 
 def _status_path(work_dir: Path) -> Path:
@@ -124,7 +129,8 @@ def follow_probes(plan: Plan, runs: list[RunSpec], work: Path, paths: Experiment
 
     while True:
         finished = all(is_complete(work, run) for run in runs)
-        probed = run_probe_stage(plan, runs, work, paths.glue_dir, paths.probe_dir, limit=1)
+        probed = run_probe_stage(plan, runs, work, paths.glue_dir, paths.probe_dir, limit=1,
+                                 mteb_lite_dir=paths.mteb_lite_dir)
         if probed:
             _run_stage("report", lambda: _report(plan, runs, work, paths), work)
         elif finished:
@@ -158,7 +164,7 @@ def run_experiment(paths: ExperimentPaths, plan_name: str = "cpu", stages: list[
                 plan, [run], work, data_prefix(work), str(tokenizer_dir(work))), work)
         if "probe" in wanted:
             _run_stage(f"probe:{run.name}", lambda: run_probe_stage(
-                plan, [run], work, paths.glue_dir, paths.probe_dir), work)
+                plan, [run], work, paths.glue_dir, paths.probe_dir, mteb_lite_dir=paths.mteb_lite_dir), work)
         if "report" in wanted:
             _run_stage("report", lambda: _report(plan, runs, work, paths), work)
     return _load_status(work)

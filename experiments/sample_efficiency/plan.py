@@ -33,7 +33,8 @@ PLANS: dict[str, Plan] = {
                 global_batch=16, micro_batch=16, sample_steps=500, save_interval=50, lr=1e-3, warmup=20,
                 main_shape=ModelShape(128, 4, 4), sweep_shapes=[ModelShape(64, 2, 2), ModelShape(128, 4, 4),
                                                                 ModelShape(160, 4, 4)],
-                sweep_steps=100, probe_max_train=200, probe_max_test=100, probe_max_len=64),
+                sweep_steps=100, probe_max_train=200, probe_max_test=100, probe_max_len=64,
+                mteb_lite_max_test=500),
 }
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -116,6 +117,9 @@ def _plan_section(plan: Plan, runs: list[RunSpec], work_dir: Path) -> str:
              f"- Probes: frozen encoder, mean-pooled last layer, logistic regression (ridge for STS-B) with CV; "
              f"GLUE {', '.join(plan.glue_tasks)} and {', '.join(plan.jsonl_tasks)}; each task subsampled to "
              f"{plan.probe_max_train} train / {plan.probe_max_test} test rows (seed 0), max {plan.probe_max_len} tokens.",
+             f"- MTEB-lite avg (when scored): mteb's main score over STS12-16 and Banking77 through "
+             f"`crossbert-mteb`'s code path, test sets subsampled to {fmt(plan.mteb_lite_max_test, 0)} rows (seed 0; "
+             f"— = all rows).",
              f"- Compute budget = BERT's model FLOPs for {plan.sample_steps * plan.global_batch} samples = "
              f"{fmt(compute_budget_flops(plan) / 1e12, 2)} TFLOP."]
     rows = []
@@ -144,14 +148,15 @@ def _operator_notes(work_dir: Path) -> str:
 
 
 def _points_table(points: dict[str, an.Point | None], task_names: list[str]) -> str:
-    headers = ["model", "step", "samples", "TFLOP"] + task_names + ["GLUE avg", "all avg"]
+    headers = ["model", "step", "samples", "TFLOP"] + task_names + ["GLUE avg", "all avg", "MTEB-lite avg"]
     rows = []
     for name, p in points.items():
         if p is None:
             rows.append([name, "not available"] + [""] * (len(headers) - 2))
             continue
         rows.append([name, p.iteration, p.samples, fmt(p.flops / 1e12, 2)]
-                    + [fmt(p.tasks.get(t), 1) for t in task_names] + [fmt(p.glue_average, 1), fmt(p.average, 1)])
+                    + [fmt(p.tasks.get(t), 1) for t in task_names]
+                    + [fmt(p.glue_average, 1), fmt(p.average, 1), fmt(p.mteb_lite_average, 1)])
     return markdown_table(headers, rows)
 
 
@@ -220,10 +225,11 @@ def _efficiency_text(curves: dict[str, list[an.Point]], plan: Plan) -> str:
 
 def _sweep_text(plan: Plan, runs: list[RunSpec], work_dir: Path, figure: Path | None, docs_dir: Path) -> str:
     rows = an.sweep_table(plan, runs, work_dir)
-    table = markdown_table(["encoder", "run", "GFLOP/sample", "GLUE avg", "all avg"], [
+    table = markdown_table(["encoder", "run", "GFLOP/sample", "GLUE avg", "all avg", "MTEB-lite avg"], [
         [r["shape"].label, r["run"], fmt(r["flops_per_sample"] / 1e9, 3),
          fmt(r["point"].glue_average if r["point"] else None, 1),
-         fmt(r["point"].average if r["point"] else None, 1)] for r in rows])
+         fmt(r["point"].average if r["point"] else None, 1),
+         fmt(r["point"].mteb_lite_average if r["point"] else None, 1)] for r in rows])
     mono = an.is_monotonic(rows)
     verdict = {True: "Quality rises monotonically with size at this budget.",
                False: "Quality does NOT rise monotonically with size at this budget.",
@@ -260,6 +266,15 @@ def _sample_efficiency_section(plan: Plan, runs: list[RunSpec], work_dir: Path, 
         "### Model-size sweep", _sweep_text(plan, runs, work_dir, figures.get("sweep"), docs_dir)])
 
 
+KEPT_SECTION = re.compile(r"<!-- ([a-z0-9-]+):start .*?-->.*?<!-- \1:end -->", re.S)
+
+
+def kept_sections(path: Path) -> list[str]:
+    """Sections other tools own (between ``<!-- NAME:start ... -->`` and ``<!-- NAME:end -->``: the GPU
+    validation, the offline MTEB table), carried over verbatim when this page is rewritten."""
+    return [m.group(0) for m in KEPT_SECTION.finditer(path.read_text())] if path.is_file() else []
+
+
 def write_results_page(path: Path, *, plan: Plan, runs: list[RunSpec], work_dir: Path,
                        figures: dict[str, Path | None], status: dict, throughput_jsons: list[Path],
                        caveats: list[str]) -> Path:
@@ -276,7 +291,7 @@ def write_results_page(path: Path, *, plan: Plan, runs: list[RunSpec], work_dir:
                  "crossbert-bench gpu-check                              # on an H200 (<8 min)\n```")
     body = [header, reproduce, _throughput_section(throughput_jsons),
             _sample_efficiency_section(plan, runs, work_dir, figures, path.parent, status),
-            "## Caveats\n\n" + "\n".join(f"- {c}" for c in caveats)]
+            "## Caveats\n\n" + "\n".join(f"- {c}" for c in caveats), *kept_sections(path)]
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text("\n\n".join(body) + "\n")

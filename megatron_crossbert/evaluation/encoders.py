@@ -5,7 +5,8 @@ Hugging Face directory in its encoder's default format (``megatron_crossbert.con
 checkpoint identity), then everything is loaded with ``transformers.AutoModel``/``AutoTokenizer``.
 Accepted references:
 - a native checkpoint root (has ``latest``) or ``iter_*`` directory (has ``run_config.json``);
-- a local HF encoder directory (has ``config.json``; a SentenceTransformer dir works too);
+- a local HF encoder directory (has ``config.json``), or a sentence-transformers directory (its Transformer
+  module at the top or in a sub-folder such as ``0_Transformer/``; ``recipe.py`` reads its pooling);
 - a hub name (only when online; with ``HF_HUB_OFFLINE=1`` transformers fails with its own message).
 
 Embeddings are pooled per layer: ``mean`` over attended tokens or the ``cls`` (first) token, for
@@ -39,6 +40,14 @@ class ResolvedModel:
     hf_path: str
     identity: str
     native_checkpoint: str | None = None
+    recipe_dir: str | None = None
+    """The directory whose sentence-transformers config is the embedding recipe (``recipe.py``);
+    the HF dir itself unless that sits in a sentence-transformers sub-folder."""
+
+    @property
+    def model_dir(self) -> str:
+        """Where to read the embedding recipe from."""
+        return self.recipe_dir or self.hf_path
 
 
 def is_native_checkpoint(path: str | Path) -> bool:
@@ -114,6 +123,11 @@ def resolve_model(ref: str | Path, cache_dir: str | Path | None = None,
     if is_native_checkpoint(path):
         return export_native(path, cache_dir, tokenizer_dir, verify)
     if path.is_dir():
+        from megatron_crossbert.evaluation.recipe import transformer_subdir
+
+        sub = None if (path / "config.json").is_file() else transformer_subdir(path)
+        if sub is not None:
+            return ResolvedModel(hf_path=str(sub), identity=hf_dir_identity(sub), recipe_dir=str(path))
         if not (path / "config.json").is_file():
             raise FileNotFoundError(f"{path} is neither a native checkpoint (run_config.json / latest) "
                                     "nor a Hugging Face model directory (config.json)")

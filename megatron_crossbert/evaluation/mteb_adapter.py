@@ -1,110 +1,172 @@
-"""Run the ``mteb`` package on our encoders (native checkpoints via HF export, or HF encoder dirs).
+"""Run the ``mteb`` package on our encoders: native checkpoints (via HF export), HF or sentence-transformers dirs.
 
-:class:`CrossBertMtebEncoder` implements mteb's encoder protocol (``mteb.models.AbsEncoder``:
-``encode(DataLoader, *, task_metadata, hf_split, hf_subset, prompt_type, **kwargs) -> [n, h]``,
-cosine similarity) on top of :class:`~megatron_crossbert.evaluation.encoders.HFEncoder`, so MTEB
-and the probes embed text through exactly the same code (same tokenizer, pooling, truncation).
+:class:`CachingMtebEncoder` implements mteb's encoder protocol (``mteb.models.AbsEncoder``:
+``encode(DataLoader, *, task_metadata, hf_split, hf_subset, prompt_type, **kwargs) -> [n, h]``, cosine
+similarity) over :class:`~megatron_crossbert.evaluation.encoders.HFEncoder`, so MTEB and the probes embed
+text through the same code (tokenizer, length-sorted batches under ``torch.inference_mode``, pooling).
+The embedding recipe (pooling, L2 norm, max tokens) is the model's own (``recipe.py``).
 
-``run_mteb`` evaluates a list of mteb tasks (built-in ones resolved by name or benchmark online,
-or local file-backed tasks from :mod:`mteb_tasks` offline), writes one mteb result JSON per task
-plus ``mteb_summary.json`` / ``mteb_summary.md``, and returns the summary dict. mteb's own result
+Encoding is where an MTEB run spends its time, so each call encodes every distinct text once, and the
+pooled features are cached per (model identity, task, split, pooling, max tokens, exact texts) in the
+probes' ``FeatureCache``: a rerun, or a run resumed after a crash, encodes nothing. The model identity
+is a content hash (``resolve_model``), so a changed model never reuses stale features. The cache holds
+vectors before normalisation; the recipe's L2 norm is applied after it.
+
+``run_mteb`` evaluates ``BuiltTask``s (a benchmark directory's folders, ``--local-task`` specs, or
+built-in tasks online) with ``mteb.evaluate`` and writes the results (``mteb_report``). mteb's own result
 cache (``~/.cache/mteb``) is bypassed: results always reflect the model given, never a stale run.
 """
 
 from __future__ import annotations
 
-import json
 import logging
+import time
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 from mteb.models.abs_encoder import AbsEncoder
 from mteb.models.model_meta import ModelMeta, ScoringFunction
 
-from megatron_crossbert.evaluation.encoders import HFEncoder, Pooling
+from megatron_crossbert.evaluation.encoders import HFEncoder, model_card, resolve_model
+from megatron_crossbert.evaluation.features import FeatureCache, texts_digest
+from megatron_crossbert.evaluation.mteb_report import prepare_out_dir, summarize, write_outputs
+from megatron_crossbert.evaluation.mteb_tasks import BuiltTask, build_task
+from megatron_crossbert.evaluation.recipe import EmbeddingRecipe, resolve_recipe
+from megatron_crossbert.evaluation.task_folders import discover_task_folders
 
 logger = logging.getLogger(__name__)
 DEFAULT_BENCHMARK = "MTEB(eng, v2)"
 
 
-class CrossBertMtebEncoder(AbsEncoder):
-    """mteb encoder protocol over an :class:`HFEncoder` (last layer, pooled, optional L2 norm)."""
+def embed_unique(embed: Callable[[list[str]], np.ndarray], texts: Sequence[str]) -> np.ndarray:
+    """``embed`` each distinct text once, then scatter the rows back to ``texts``' order."""
+    unique, inverse = np.unique(np.asarray(list(texts), dtype=object), return_inverse=True)
+    return embed(list(unique))[inverse.reshape(-1)]
 
-    def __init__(self, encoder: HFEncoder, *, pooling: Pooling = "mean", normalize: bool = False,
+
+def l2_normalize(x: np.ndarray) -> np.ndarray:
+    return x / np.clip(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12, None)
+
+
+def mteb_model_meta(name: str, revision: str, embed_dim: int | None = None, max_tokens: int | None = None):
+    """The ``ModelMeta`` mteb wants from an encoder (cosine similarity, PyTorch, text)."""
+    fields = {"name": name, "revision": revision, "similarity_fn_name": ScoringFunction.COSINE,
+              "framework": ["PyTorch"], "modalities": ["text"], "embed_dim": embed_dim, "max_tokens": max_tokens}
+    return ModelMeta.create_empty(overwrites={k: v for k, v in fields.items() if v is not None})
+
+
+class CachingMtebEncoder(AbsEncoder):
+    """What ``mteb.evaluate`` calls: distinct texts once, features from the cache, the recipe's L2 norm."""
+
+    def __init__(self, encoder: HFEncoder, recipe: EmbeddingRecipe, cache: FeatureCache | None = None,
                  name: str | None = None) -> None:
-        self.model = encoder
-        self.pooling, self.normalize = pooling, normalize
-        model_name = name or f"megatron-crossbert/{Path(encoder.resolved.hf_path).name or 'model'}"
-        self.mteb_model_meta = ModelMeta.create_empty(overwrites={
-            "name": model_name, "revision": encoder.identity.split(":")[-1],
-            "similarity_fn_name": ScoringFunction.COSINE, "framework": ["PyTorch"],
-            "embed_dim": int(encoder.model.config.hidden_size), "max_tokens": encoder.max_len,
-            "modalities": ["text"]})
+        self.model, self.recipe, self.cache = encoder, recipe, cache or FeatureCache(None)
+        self.reset_timing()
+        source = encoder.resolved.native_checkpoint or encoder.resolved.model_dir
+        model_name = name or f"megatron-crossbert/{Path(source).name or 'model'}"
+        self.mteb_model_meta = mteb_model_meta(model_name, encoder.identity.split(":")[-1],
+                                               int(encoder.model.config.hidden_size), encoder.max_len)
+
+    def _embed(self, texts: list[str], desc: str) -> np.ndarray:
+        wall, cpu = time.perf_counter(), time.process_time()
+        out = self.model.embed(texts, pooling=self.recipe.pooling, layers="last", desc=desc)[0]
+        self.encoded_texts += len(texts)
+        self.encode_s += time.perf_counter() - wall
+        self.encode_cpu_s += time.process_time() - cpu
+        return out
+
+    def features(self, texts: list[str], *, task: str, split: str) -> np.ndarray:
+        """Pooled (un-normalised) features of ``texts``, from the cache when present."""
+        key = self.cache.key(kind="mteb", model=self.model.identity, task=task, split=split,
+                             pooling=self.recipe.pooling, max_len=self.model.max_len, texts=texts_digest(texts))
+        return self.cache.get_or_compute(key, lambda: embed_unique(
+            lambda unique: self._embed(unique, f"{task}/{split}"), texts))
 
     def encode(self, inputs, *, task_metadata, hf_split: str, hf_subset: str, prompt_type=None,
                **kwargs: Any) -> np.ndarray:
         texts = [text for batch in inputs for text in batch["text"]]
-        emb = self.model.embed(texts, pooling=self.pooling, layers="last", desc=f"{task_metadata.name}/{hf_split}",
-                               progress=bool(kwargs.get("show_progress_bar", True)))[0]
-        if self.normalize:
-            emb = emb / np.clip(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12, None)
-        return emb
+        emb = self.features(texts, task=task_metadata.name, split=hf_split)
+        return l2_normalize(emb) if self.recipe.normalize else emb
+
+    def reset_timing(self) -> None:
+        self.encoded_texts, self.encode_s, self.encode_cpu_s = 0, 0.0, 0.0
+
+    def timing(self) -> dict:
+        """Texts run through the model so far (cache misses), and the seconds that took."""
+        rate = self.encoded_texts / self.encode_s if self.encode_s > 0 else None
+        return {"texts_encoded": self.encoded_texts, "encode_wall_s": round(self.encode_s, 2),
+                "encode_cpu_s": round(self.encode_cpu_s, 2), "sentences_per_s": rate,
+                "sentences_per_cpu_s": self.encoded_texts / self.encode_cpu_s if self.encode_cpu_s > 0 else None}
 
 
-def resolve_mteb_tasks(names: Sequence[str] = (), benchmark: str | None = None) -> list:
+def build_mteb_encoder(model_ref: str, *, cache_dir: str | None = None, tokenizer_dir: str | None = None,
+                       device: str | None = None, pooling: str | None = None, normalize: bool | None = None,
+                       max_len: int | None = None, batch_size: int = 32,
+                       verify: str = "full") -> CachingMtebEncoder:
+    """Resolve the model once (a native checkpoint is verified, ``verify`` its checksum check, and
+    exported); the recipe is the model's sentence-transformers config unless flags say otherwise."""
+    resolved = resolve_model(model_ref, cache_dir=cache_dir, tokenizer_dir=tokenizer_dir, verify=verify)
+    recipe = resolve_recipe(resolved.model_dir, pooling=pooling, normalize=normalize, max_len=max_len)
+    encoder = HFEncoder(resolved, device=device, max_len=recipe.tokens, batch_size=batch_size)
+    return CachingMtebEncoder(encoder, recipe, FeatureCache(cache_dir))
+
+
+def resolve_mteb_tasks(names: Sequence[str] = (), benchmark: str | None = None) -> list[BuiltTask]:
     """Built-in mteb tasks by name and/or all tasks of a benchmark (needs the hub to load their data)."""
     import mteb
 
     tasks = list(mteb.get_tasks(tasks=list(names))) if names else []
     if benchmark:
         tasks += list(mteb.get_benchmark(benchmark).tasks)
-    return tasks
+    return [BuiltTask(task, None, task.metadata.name) for task in tasks]
 
 
-def _task_row(result, task_types: dict[str, str]) -> dict:
-    """Main score (0-100) and split names of one mteb TaskResult.
-
-    The type comes from our task objects: ``TaskResult.task_type`` looks the name up in mteb's
-    registry, which does not know local tasks.
-    """
-    return {"task": result.task_name, "type": task_types.get(result.task_name, "?"),
-            "main_score": 100.0 * float(result.get_score()), "splits": list(result.scores)}
-
-
-def summary_markdown(summary: dict) -> str:
-    lines = [f"# MTEB: `{summary['model']}`", "", "| task | type | main score |", "|---|---|---:|"]
-    lines += [f"| {r['task']} | {r['type']} | {r['main_score']:.2f} |" for r in summary["tasks"]]
-    if summary["average"] is not None:
-        lines.append(f"| **average** | | **{summary['average']:.2f}** |")
-    for name, err in summary["errors"].items():
-        lines.append(f"| {name} | error | {err[:80]} |")
-    return "\n".join(lines) + "\n"
+def benchmark_tasks(benchmark_dir: str | Path, names: Sequence[str] = (), *, max_test: int | None = None,
+                    seed: int = 0) -> list[BuiltTask]:
+    """Every task folder of ``benchmark_dir`` (or those ``names`` picks, by folder or mteb task name);
+    ``max_test`` subsamples each test split once (see ``mteb_tasks.build_task``)."""
+    folders = discover_task_folders(benchmark_dir)
+    if names:
+        found = {folder.name for folder in folders}
+        unknown = [n for n in names if n not in found and n.removesuffix("Classification") not in found]
+        if unknown:
+            raise ValueError(f"{benchmark_dir}: no task folder {unknown}; it has {sorted(found)}")
+        folders = [f for f in folders if f.name in names or f"{f.name}Classification" in names]
+    return [build_task(folder, max_test=max_test, seed=seed) for folder in folders]
 
 
-def _write_outputs(results: Iterable, summary: dict, out_dir: Path) -> None:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for result in results:
-        (out_dir / f"{result.task_name}.json").write_text(json.dumps(result.to_dict(), indent=2, default=str))
-    (out_dir / "mteb_summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
-    (out_dir / "mteb_summary.md").write_text(summary_markdown(summary))
-
-
-def run_mteb(encoder: HFEncoder, tasks: Sequence, out_dir: str | Path, *, pooling: Pooling = "mean",
-             normalize: bool = False, batch_size: int = 32, raise_error: bool = False) -> dict:
-    """Evaluate ``encoder`` on mteb ``tasks``; writes per-task JSON and a summary, returns the summary."""
+def evaluate_mteb(wrapper: AbsEncoder, tasks: Sequence[BuiltTask], *, reference: dict | None = None,
+                  raise_error: bool = False) -> tuple[dict, list]:
+    """``mteb.evaluate`` on ``tasks`` (no mteb result cache): the summary dict and mteb's ``TaskResult``s."""
     import mteb
 
     if not tasks:
         raise ValueError("no MTEB tasks to run")
-    wrapper = CrossBertMtebEncoder(encoder, pooling=pooling, normalize=normalize)
-    outcome = mteb.evaluate(wrapper, list(tasks), cache=None, overwrite_strategy="always",
-                            raise_error=raise_error, encode_kwargs={"batch_size": batch_size})
-    task_types = {task.metadata.name: str(task.metadata.type) for task in tasks}
-    rows = [_task_row(result, task_types) for result in outcome.task_results]
-    errors = {err.task_name: str(err.exception) for err in (outcome.exceptions or [])}
-    summary = {"model": wrapper.mteb_model_meta.name, "identity": encoder.identity,
-               "tasks": rows, "errors": errors,
-               "average": float(np.mean([r["main_score"] for r in rows])) if rows else None}
-    _write_outputs(outcome.task_results, summary, Path(out_dir))
+    caching = isinstance(wrapper, CachingMtebEncoder)
+    if caching:
+        wrapper.reset_timing()
+    wall, cpu = time.perf_counter(), time.process_time()
+    batch_size = wrapper.model.batch_size if caching else 32
+    outcome = mteb.evaluate(wrapper, [t.task for t in tasks], cache=None, overwrite_strategy="always",
+                            raise_error=raise_error, show_progress_bar=False,
+                            encode_kwargs={"batch_size": batch_size})
+    summary = summarize(tasks, outcome, reference or {})
+    summary.update(mteb_version=mteb.__version__, timing={"wall_s": round(time.perf_counter() - wall, 2),
+                                                          "cpu_s": round(time.process_time() - cpu, 2)})
+    if caching:
+        summary["model"] = model_card(wrapper.model.resolved) | {"recipe": asdict(wrapper.recipe)}
+        summary["timing"].update(wrapper.timing())
+    return summary, outcome.task_results
+
+
+def run_mteb(wrapper: CachingMtebEncoder, tasks: Sequence[BuiltTask], out_dir: str | Path, *,
+             reference: dict | None = None, raise_error: bool = False, overwrite: bool = False,
+             benchmark_dir: str | None = None) -> dict:
+    """Evaluate ``wrapper`` on ``tasks``; writes one mteb result JSON per task and the summary, returns it."""
+    out_dir = prepare_out_dir(out_dir, overwrite)
+    summary, results = evaluate_mteb(wrapper, tasks, reference=reference, raise_error=raise_error)
+    summary["benchmark_dir"] = benchmark_dir
+    write_outputs(results, summary, out_dir)
     return summary

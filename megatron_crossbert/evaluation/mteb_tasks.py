@@ -1,27 +1,33 @@
-"""MTEB tasks built from local files, for offline benchmarking.
+"""mteb task objects whose data comes from local files, so that mteb itself does the scoring offline.
 
-mteb's built-in tasks download their data from the hub; offline we build task objects whose
-``load_data`` reads local files instead. Two kinds are supported:
+mteb's built-in tasks download their data from the hub. Offline, two kinds of task objects are fed
+with local rows (``task_folders`` reads them into MTEB's columns):
 
-- ``classification``: a directory with ``train.jsonl`` / ``test.jsonl`` rows ``{"text", "label"}``
-  (the ``/work/shared/data/probe`` layout). Scored by mteb's own protocol (logistic regression on
-  ``samples_per_label`` examples per class, averaged over ``n_experiments`` draws).
-- ``sts``: a JSONL file ``{"text", "text_pair", "score"}`` or a TSV with a header naming
-  ``sentence1``, ``sentence2`` and ``score`` (the GLUE STS-B dev layout works as is). Scored by
-  mteb's STS protocol (cosine Spearman as the main score).
+- **mteb's own registered task** (``mteb.get_task``), when a benchmark folder holds the same data: same
+  name (or ``<name>Classification``, mteb's naming), same kind, and the row counts and score / label
+  statistics of mteb's shipped ``descriptive_stats``. Everything that decides the score is then
+  mteb's: evaluator, seed, ``samples_per_label``, ``n_experiments``, LogisticRegression, STS score
+  range, main score; the result JSON carries mteb's task name, so it compares line by line with
+  MTEB's public results. (Text lengths are not compared: mteb's hub copies differ in whitespace.)
+- **a local task** of mteb's base class for the kind, with mteb's defaults, for anything else (STS12
+  without its MSRvid part, a user's own task, ``--local-task`` specs). A folder whose name would shadow
+  a registered task with other data gets a ``-local`` suffix, and the reason goes into the report.
 
-Spec strings for the CLI: ``KIND:NAME:PATH``, e.g. ``classification:bbc:/data/probe/bbc_news`` or
-``sts:stsb-dev:/data/glue/STS-B/dev.tsv``.
+``--local-task`` specs are ``KIND:NAME:PATH``: ``classification:NAME:DIR`` (split files ``train`` and
+``test`` in DIR) or ``sts:NAME:FILE`` (one file used as the test split); columns as in ``task_folders``.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from megatron_crossbert.evaluation.glue import read_tsv
-from megatron_crossbert.evaluation.tasks import read_jsonl_rows
+import numpy as np
 
+from megatron_crossbert.evaluation.task_folders import TaskFolder, read_columns, read_task, split_file
+
+logger = logging.getLogger(__name__)
 _COMMON_METADATA = {
     "description": "Local task built from files by megatron-crossbert (offline evaluation).",
     "reference": None,
@@ -39,6 +45,8 @@ _COMMON_METADATA = {
     "bibtex_citation": "",
 }
 LOCAL_KINDS = ("classification", "sts")
+LOCAL_SUFFIX = "-local"
+Data = dict[str, dict[str, list]]  # split -> MTEB columns
 
 
 @dataclass(frozen=True)
@@ -57,6 +65,24 @@ class LocalTaskSpec:
         return cls(kind=parts[0], name=parts[1], path=Path(parts[2]))
 
 
+@dataclass(frozen=True)
+class BuiltTask:
+    """An mteb task ready to run, and how it relates to mteb's registry (for the report)."""
+
+    task: object
+    """The mteb task object, its data already loaded."""
+    folder: str | None
+    """The benchmark folder it came from (None for online or ``--local-task`` tasks)."""
+    mteb_name: str | None
+    """The registered mteb task it reproduces, or None for a local task."""
+    note: str = ""
+    """Why a folder is not mteb's task of the same name, or which data version it is."""
+
+    @property
+    def name(self) -> str:
+        return self.task.metadata.name
+
+
 def _metadata(name: str, task_type: str, main_score: str, path: Path):
     from mteb.abstasks.task_metadata import TaskMetadata
 
@@ -64,68 +90,53 @@ def _metadata(name: str, task_type: str, main_score: str, path: Path):
                         dataset={"path": str(path), "revision": "local"}, **_COMMON_METADATA)
 
 
-def _classification_split(path: Path) -> dict[str, list]:
-    rows = read_jsonl_rows(path)
-    missing = [i for i, row in enumerate(rows) if "text" not in row or "label" not in row]
-    if missing:
-        raise ValueError(f"{path}: rows {missing[:5]} lack 'text' or 'label'")
-    return {"text": [str(r["text"]) for r in rows], "label": [r["label"] for r in rows]}
+def inject_data(task, data: Data):
+    """Give an mteb task its rows; ``data_loaded`` keeps mteb from downloading (and from unloading ours)."""
+    from datasets import Dataset, DatasetDict
+
+    task.dataset = DatasetDict({split: Dataset.from_dict(columns) for split, columns in data.items()})
+    task.data_loaded = True
+    return task
 
 
-def read_sts_file(path: str | Path) -> dict[str, list]:
-    """``{"sentence1", "sentence2", "score"}`` columns from a JSONL or a headed TSV file."""
-    path = Path(path)
-    if path.suffix in (".tsv", ".txt"):
-        header, rows = read_tsv(path, header=True)
-        idx = {col: header.index(col) for col in ("sentence1", "sentence2", "score") if col in header}
-        if len(idx) != 3:
-            raise ValueError(f"{path}: TSV header {header} needs sentence1, sentence2 and score columns")
-        rows = [r for r in rows if len(r) > max(idx.values())]
-        return {"sentence1": [r[idx["sentence1"]] for r in rows], "sentence2": [r[idx["sentence2"]] for r in rows],
-                "score": [float(r[idx["score"]]) for r in rows]}
-    rows = read_jsonl_rows(path)
-    return {"sentence1": [str(r["text"]) for r in rows], "sentence2": [str(r["text_pair"]) for r in rows],
-            "score": [float(r["score"] if "score" in r else r["label"]) for r in rows]}
+def local_task(name: str, kind: str, data: Data, path: Path, **overrides):
+    """A task of mteb's base class for ``kind`` with mteb's defaults (``overrides``: class attributes such as
+    ``n_experiments``), fed with ``data``; STS scores are normalised over the data's own range."""
+    from mteb.abstasks.classification import AbsTaskClassification
+    from mteb.abstasks.sts import AbsTaskSTS
+
+    if kind == "sts":
+        scores = data["test"]["score"]
+        lo, hi = min(scores), max(scores)
+        attrs = {"metadata": _metadata(name, "STS", "cosine_spearman", path), "min_score": lo,
+                 "max_score": hi if hi > lo else lo + 1}
+        base = AbsTaskSTS
+    else:
+        attrs, base = {"metadata": _metadata(name, "Classification", "accuracy", path)}, AbsTaskClassification
+    cls = type(f"Local{kind.upper()}_{''.join(c if c.isalnum() else '_' for c in name)}", (base,),
+               {**attrs, **overrides})
+    return inject_data(cls(), data)
 
 
 def make_classification_task(name: str, task_dir: str | Path, *, samples_per_label: int | None = None,
                              n_experiments: int | None = None):
-    """An ``AbsTaskClassification`` reading ``task_dir/{train,test}.jsonl``."""
-    from datasets import Dataset, DatasetDict
-    from mteb.abstasks.classification import AbsTaskClassification
-
+    """A local classification task over ``task_dir``'s train and test split files."""
     task_dir = Path(task_dir)
-
-    def load_data(self, num_proc=None, **kwargs) -> None:
-        self.dataset = DatasetDict({split: Dataset.from_dict(_classification_split(task_dir / f"{split}.jsonl"))
-                                    for split in ("train", "test")})
-        self.data_loaded = True
-
-    attrs = {"metadata": _metadata(name, "Classification", "accuracy", task_dir), "load_data": load_data}
-    if samples_per_label is not None:
-        attrs["samples_per_label"] = samples_per_label
-    if n_experiments is not None:
-        attrs["n_experiments"] = n_experiments
-    return type(f"Local{name}Classification", (AbsTaskClassification,), attrs)()
+    data = {}
+    for split in ("train", "test"):
+        path = split_file(task_dir, split)
+        if path is None:
+            raise FileNotFoundError(f"local task {name}: {task_dir} has no {split} split (e.g. {split}.jsonl)")
+        data[split] = read_columns(path, "classification")
+    overrides = {k: v for k, v in (("samples_per_label", samples_per_label), ("n_experiments", n_experiments))
+                 if v is not None}
+    return local_task(name, "classification", data, task_dir, **overrides)
 
 
-def make_sts_task(name: str, path: str | Path, *, min_score: float | None = None, max_score: float | None = None):
-    """An ``AbsTaskSTS`` over one file used as the test split; score range from the data unless given."""
-    from datasets import Dataset, DatasetDict
-    from mteb.abstasks.sts import AbsTaskSTS
-
+def make_sts_task(name: str, path: str | Path):
+    """A local STS task over one file used as the test split."""
     path = Path(path)
-    columns = read_sts_file(path)
-    lo = min(columns["score"]) if min_score is None else min_score
-    hi = max(columns["score"]) if max_score is None else max_score
-
-    def load_data(self, num_proc=None, **kwargs) -> None:
-        self.dataset = DatasetDict({"test": Dataset.from_dict(columns)})
-        self.data_loaded = True
-
-    attrs = {"metadata": _metadata(name, "STS", "cosine_spearman", path), "load_data": load_data,
-             "min_score": lo, "max_score": hi if hi > lo else lo + 1}
-    return type(f"Local{name}STS", (AbsTaskSTS,), attrs)()
+    return local_task(name, "sts", {"test": read_columns(path, "sts")}, path)
 
 
 def build_local_task(spec: LocalTaskSpec | str, **kwargs):
@@ -136,3 +147,76 @@ def build_local_task(spec: LocalTaskSpec | str, **kwargs):
     if spec.kind == "classification":
         return make_classification_task(spec.name, spec.path, **kwargs)
     return make_sts_task(spec.name, spec.path)
+
+
+def _registered(name: str, kind: str):
+    """mteb's registered task ``name`` when it is of ``kind``, else None."""
+    import mteb
+    from mteb.abstasks.classification import AbsTaskClassification
+    from mteb.abstasks.sts import AbsTaskSTS
+
+    try:
+        task = mteb.get_task(name)
+    except (KeyError, ValueError):
+        return None
+    return task if isinstance(task, AbsTaskSTS if kind == "sts" else AbsTaskClassification) else None
+
+
+def candidate_names(folder: TaskFolder) -> list[str]:
+    """Registered names a folder may stand for: its own, and ``<name>Classification`` (mteb's naming)."""
+    return [folder.name] + ([f"{folder.name}Classification"] if folder.kind == "classification" else [])
+
+
+def data_mismatch(task, kind: str, data: Data) -> str | None:
+    """Why local data is not the registered task's (None when row counts and score/label statistics agree)."""
+    stats = task.metadata.descriptive_stats or {}
+    for split, columns in data.items():
+        ref, rows = stats.get(split) or {}, len(next(iter(columns.values())))
+        if ref.get("num_samples") != rows:
+            return f"{split}: {rows} rows, mteb's {task.metadata.name} has {ref.get('num_samples')}"
+        labels = ref.get("label_statistics") or {}
+        if kind == "sts" and not np.isclose(np.mean(columns["score"]), labels.get("avg_score", np.nan)):
+            return f"{split}: mean score {np.mean(columns['score']):.4f}, mteb's {labels.get('avg_score')}"
+        if kind == "classification":
+            ours = sorted(np.unique(np.asarray(columns["label"], dtype=str), return_counts=True)[1].tolist())
+            if ours != sorted(v["count"] for v in (labels.get("labels") or {}).values()):
+                return f"{split}: label counts differ from mteb's {task.metadata.name}"
+    return None
+
+
+def subsample_test(data: Data, max_test: int | None, seed: int) -> tuple[Data, int]:
+    """``data`` with at most ``max_test`` test rows (a fixed-seed draw, file order kept), and the test rows before."""
+    test = data["test"]
+    rows = len(next(iter(test.values())))
+    if max_test is None or rows <= max_test:
+        return data, rows
+    keep = np.sort(np.random.default_rng(seed).choice(rows, size=max_test, replace=False))
+    return {**data, "test": {column: [values[i] for i in keep] for column, values in test.items()}}, rows
+
+
+def build_task(folder: TaskFolder, *, max_test: int | None = None, seed: int = 0) -> BuiltTask:
+    """mteb's registered task fed with the folder's rows when the data matches, else a local task.
+
+    ``max_test`` subsamples the test split once (in-training probes, studies): the result is a local
+    task named ``<folder>-subset`` (its scores are not comparable with MTEB's published ones).
+    """
+    data, rows = subsample_test(read_task(folder), max_test, seed)
+    if max_test is not None and rows > max_test:
+        task = local_task(f"{folder.name}-subset", folder.kind, data, folder.directory)
+        return BuiltTask(task, folder.name, None, note=f"test subsampled to {max_test} of {rows} rows (seed {seed})")
+    shadowed = None
+    for name in candidate_names(folder):
+        task = _registered(name, folder.kind)
+        if task is None:
+            continue
+        why = data_mismatch(task, folder.kind, data)
+        if why is None:
+            superseded = task.metadata.superseded_by
+            note = f"mteb marks {name} superseded by {superseded}" if superseded else ""
+            return BuiltTask(inject_data(task, data), folder.name, name, note)
+        shadowed = (name, why)
+    if shadowed is None:
+        return BuiltTask(local_task(folder.name, folder.kind, data, folder.directory), folder.name, None)
+    logger.warning("%s is not mteb's %s (%s); scored as a local task", folder.name, *shadowed)
+    return BuiltTask(local_task(folder.name + LOCAL_SUFFIX, folder.kind, data, folder.directory), folder.name,
+                     None, note=f"not mteb's {shadowed[0]}: {shadowed[1]}")

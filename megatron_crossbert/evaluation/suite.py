@@ -20,8 +20,9 @@ The training hook (``training/hooks.py``) calls the packaged form on EVERY rank:
 
     megatron_crossbert.evaluation.probe_in_training(model, run_cfg, tasks: list[str], iteration) -> dict
 
-with ``tasks`` = ``TrainingConfig.probe_tasks`` specs: ``glue:DIR:TASK[,TASK]``, ``jsonl:DIR`` or a
-bare directory (a JSONL task / dir of them, or a glue_data dir = all its GLUE tasks). The tokenizer is
+with ``tasks`` = ``TrainingConfig.probe_tasks`` specs: ``glue:DIR:TASK[,TASK]``, ``jsonl:DIR``, a
+bare directory (a JSONL task / dir of them, or a glue_data dir = all its GLUE tasks), or
+``mteb:DIR[:TASK,...]`` (MTEB-lite folders scored by mteb itself: ``mteb_probe.py``). The tokenizer is
 ``run_cfg.data.tokenizer``. Every rank encodes the same texts (tensor-parallel collectives inside
 ``encode`` stay matched) and fits the same probes, so all ranks return the same dict. PP>1 cannot
 run ``encode`` and returns ``{}`` with a warning.
@@ -98,18 +99,25 @@ def make_encode_embed_fn(encode: Callable[[torch.Tensor, torch.Tensor], torch.Te
 
     ``tokenizer`` is any HF-style callable (``padding``, ``truncation``, ``max_length``,
     ``return_tensors="pt"``), e.g. the ``AutoTokenizer`` saved with the run. Runs under
-    ``torch.no_grad`` and returns float32 numpy ``[n, h]``.
+    ``torch.no_grad`` and returns float32 numpy ``[n, h]``. Texts are batched longest first, as in
+    ``HFEncoder.embed`` (unsorted batches pad to their longest row: about twice the CPU on STS).
     """
     def embed(texts: list[str]) -> np.ndarray:
+        order = np.argsort([-len(t) for t in texts], kind="stable")
         chunks = []
         for start in range(0, len(texts), batch_size):
-            batch = tokenizer(texts[start:start + batch_size], padding=True, truncation=True,
+            batch = tokenizer([texts[i] for i in order[start:start + batch_size]], padding=True, truncation=True,
                               max_length=max_len, return_tensors="pt")
             ids, mask = batch["input_ids"].to(device or "cpu"), batch["attention_mask"].to(device or "cpu")
             with torch.no_grad():
                 hidden = encode(ids, mask)
             chunks.append(pool_hidden(hidden.float(), mask, pooling).cpu().numpy())
-        return np.concatenate(chunks) if chunks else np.zeros((0, 0), np.float32)
+        if not chunks:
+            return np.zeros((0, 0), np.float32)
+        stacked = np.concatenate(chunks)
+        result = np.empty_like(stacked)
+        result[order] = stacked
+        return result
 
     return embed
 
@@ -133,14 +141,23 @@ def parse_task_specs(specs: Sequence[str]) -> dict:
     return {"glue_dir": glue_dir, "glue_tasks": glue_tasks or None, "jsonl": jsonl}
 
 
-def _suite_inputs(run_cfg, specs: Sequence[str]) -> tuple[list[ProbeTask], object]:
-    """Tasks and tokenizer, loaded once per process (the hook calls us every N steps)."""
+def _suite_inputs(run_cfg, specs: Sequence[str]) -> tuple[list[ProbeTask], list, object]:
+    """Probe tasks, MTEB tasks and tokenizer, loaded once per process (the hook calls us every N steps)."""
     key = (tuple(specs), run_cfg.data.tokenizer)
     if key not in _LOADED:
         from transformers import AutoTokenizer
 
-        tasks = load_suite_tasks(**parse_task_specs(specs), max_train=SUITE_MAX_TRAIN, max_test=SUITE_MAX_TEST)
-        _LOADED[key] = (tasks, AutoTokenizer.from_pretrained(run_cfg.data.tokenizer))
+        from megatron_crossbert.evaluation.task_folders import is_mteb_spec
+
+        mteb_specs = [spec for spec in specs if is_mteb_spec(spec)]
+        probe_specs = [spec for spec in specs if spec not in mteb_specs]
+        tasks = load_suite_tasks(**parse_task_specs(probe_specs), max_train=SUITE_MAX_TRAIN, max_test=SUITE_MAX_TEST)
+        mteb_tasks = []
+        if mteb_specs:
+            from megatron_crossbert.evaluation.mteb_probe import load_mteb_suite
+
+            mteb_tasks = load_mteb_suite(mteb_specs, max_test=SUITE_MAX_TEST)
+        _LOADED[key] = (tasks, mteb_tasks, AutoTokenizer.from_pretrained(run_cfg.data.tokenizer))
     return _LOADED[key]
 
 
@@ -152,10 +169,14 @@ def probe_in_training(model, run_cfg, tasks: Sequence[str], iteration: int) -> d
     if run_cfg.parallel.pipeline_model_parallel_size > 1:
         logger.warning("in-training probes need PP=1 (encode runs the whole encoder); skipped")
         return {}
-    probe_tasks, tokenizer = _suite_inputs(run_cfg, tasks)
+    probe_tasks, mteb_tasks, tokenizer = _suite_inputs(run_cfg, tasks)
     device = next(model.parameters()).device
     embed = make_encode_embed_fn(lambda ids, mask: model_encode(model, ids, mask), tokenizer,
                                  max_len=run_cfg.data.seq_length, device=device)
     scores = run_probe_suite(embed, probe_tasks, prefix="")
+    if mteb_tasks:
+        from megatron_crossbert.evaluation.mteb_probe import run_mteb_suite
+
+        scores.update(run_mteb_suite(embed, mteb_tasks))
     logger.info("iteration %d probes: %s", iteration, {k: round(v, 2) for k, v in scores.items()})
     return scores

@@ -85,6 +85,9 @@ class Plan:
     """Where frozen-probe features are extracted ('cuda' on the GPU claims run)."""
     preprocess_workers: int = 1
     """Tokenizer processes of the preprocess CLI (its output is identical for any value)."""
+    mteb_lite_max_test: int | None = None
+    """Test rows per MTEB-lite task when the study scores checkpoints on it (a fixed-seed subsample, the
+    same for every checkpoint); None scores the full test sets, MTEB's protocol."""
 
 
 MAIN_SETTINGS = [("bert", "bert", 0.5, False), ("crossbert-single", "crossbert", 0.5, False),

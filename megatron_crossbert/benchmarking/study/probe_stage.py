@@ -5,6 +5,11 @@ checkpoint goes through the project's HF export (``run_probing`` resolves native
 what is probed is exactly what a user would download. Every task is subsampled with a fixed seed
 (``max_train``/``max_test``), identical for all checkpoints. One JSON per checkpoint; existing
 files are skipped, so the stage resumes where it stopped.
+
+With an MTEB-lite directory (STS12-16, Banking77) the same checkpoint is also scored by mteb, as
+``crossbert-mteb --benchmark-dir`` would (``plan.mteb_lite_max_test`` subsamples the test splits once);
+the JSON gets ``mteb_lite: {average, tasks}``, kept apart from ``tasks`` so the probe averages never
+mix in MTEB scores.
 """
 
 from __future__ import annotations
@@ -59,11 +64,32 @@ def targets(work_dir: Path, run: RunSpec, plan: Plan) -> list[tuple[int, Path]]:
     return sorted(found, key=lambda item: (item[0] not in keys, item[0]))
 
 
-def probe_checkpoint(path: Path, out: Path, tasks: list, config) -> dict:
+def load_mteb_lite(plan: Plan, mteb_lite_dir: str | None) -> list:
+    """The MTEB-lite tasks (``mteb_tasks.BuiltTask``), or none without the directory."""
+    if not mteb_lite_dir:
+        return []
+    from megatron_crossbert.evaluation.mteb_adapter import benchmark_tasks
+
+    return benchmark_tasks(mteb_lite_dir, max_test=plan.mteb_lite_max_test)
+
+
+def mteb_lite_scores(path: Path, tasks: list, config) -> dict:
+    """The checkpoint's MTEB-lite main scores by folder and their average (its own embedding recipe)."""
+    from megatron_crossbert.evaluation.mteb_adapter import build_mteb_encoder, evaluate_mteb
+
+    wrapper = build_mteb_encoder(str(path), cache_dir=config.cache_dir, device=config.device)
+    summary, _ = evaluate_mteb(wrapper, tasks, raise_error=True)
+    return {"average": summary["average"], "tasks": {row["folder"]: row["main_score"] for row in summary["tasks"]},
+            "names": {row["folder"]: row["task"] for row in summary["tasks"]}, "seconds": summary["timing"]["wall_s"]}
+
+
+def probe_checkpoint(path: Path, out: Path, tasks: list, config, mteb_tasks: list = ()) -> dict:
     from megatron_crossbert.evaluation.probing import run_probing
 
     start = time.time()
     report = run_probing(str(path), tasks, config)
+    if mteb_tasks:
+        report["mteb_lite"] = mteb_lite_scores(path, list(mteb_tasks), config)
     report["probe_seconds"] = round(time.time() - start, 1)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
@@ -72,13 +98,14 @@ def probe_checkpoint(path: Path, out: Path, tasks: list, config) -> dict:
     return report
 
 
-_TASKS_CACHE: dict[tuple, list] = {}
+_TASKS_CACHE: dict[tuple, tuple[list, list]] = {}
 
 
-def _cached_tasks(plan: Plan, glue_dir: str, probe_dir: str) -> list:
-    key = (plan.name, glue_dir, probe_dir)
+def _cached_tasks(plan: Plan, glue_dir: str, probe_dir: str, mteb_lite_dir: str | None) -> tuple[list, list]:
+    """Probe tasks and MTEB-lite tasks, loaded once per process."""
+    key = (plan.name, glue_dir, probe_dir, mteb_lite_dir)
     if key not in _TASKS_CACHE:
-        _TASKS_CACHE[key] = load_tasks(plan, glue_dir, probe_dir)
+        _TASKS_CACHE[key] = (load_tasks(plan, glue_dir, probe_dir), load_mteb_lite(plan, mteb_lite_dir))
     return _TASKS_CACHE[key]
 
 
@@ -110,16 +137,18 @@ def pending(plan: Plan, runs: list[RunSpec], work_dir: Path) -> list[tuple[RunSp
 
 
 def run_probe_stage(plan: Plan, runs: list[RunSpec], work_dir: Path, glue_dir: str, probe_dir: str,
-                    limit: int | None = None) -> int:
-    """Probe pending checkpoints (at most ``limit``); tasks load once per process. Returns the count."""
+                    limit: int | None = None, mteb_lite_dir: str | None = None) -> int:
+    """Probe pending checkpoints (at most ``limit``), and score them on MTEB-lite when ``mteb_lite_dir`` is
+    given; tasks load once per process. Returns the count."""
     config, done = probe_config(plan, work_dir), 0
     for run, iteration, path in pending(plan, runs, work_dir):
         out = probe_path(work_dir, run, iteration)
         if (limit is not None and done >= limit) or not _claim(out):
             continue
         print(f"[study] probing {run.name} step {iteration}", flush=True)
+        tasks, mteb_tasks = _cached_tasks(plan, glue_dir, probe_dir, mteb_lite_dir)
         try:
-            probe_checkpoint(path, out, _cached_tasks(plan, glue_dir, probe_dir), config)
+            probe_checkpoint(path, out, tasks, config, mteb_tasks)
         finally:
             out.with_suffix(".lock").unlink(missing_ok=True)
         done += 1

@@ -1,0 +1,119 @@
+"""What an MTEB run leaves behind: one mteb result JSON per task, ``mteb_summary.json`` and ``mteb_summary.md``.
+
+The per-task files are ``TaskResult.to_dict()``, mteb's own result format, so a registered task's file
+diffs against MTEB's public results (embeddings-benchmark/results). The summary has one row per task
+(main score on MTEB's 0-100 scale, the mteb task it reproduces, rows per split, a note), the average,
+the model and its embedding recipe, the mteb version and the timing; with a reference file
+(``--reference``: published scores) each row also carries the reference value and the difference.
+
+An output directory that already holds a summary is refused unless ``overwrite``: results a user kept
+are never replaced by accident. Files are written atomically.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from megatron_crossbert.fsutil import atomic_write_text
+
+SUMMARY_JSON, SUMMARY_MD = "mteb_summary.json", "mteb_summary.md"
+
+
+def load_reference(path: str | Path | None) -> dict:
+    """A reference file: ``{"label": ..., "source": ..., "scores": {task name: score (0-100)}}``."""
+    if path is None:
+        return {}
+    data = json.loads(Path(path).read_text())
+    scores = data.get("scores") if isinstance(data, dict) else None
+    if not isinstance(scores, dict) or not all(isinstance(v, (int, float)) for v in scores.values()):
+        raise ValueError(f"{path}: expected an object with a 'scores' mapping of task name -> score (0-100)")
+    return {"label": str(data.get("label", "reference")), "source": data.get("source"), "path": str(path),
+            "scores": {str(k): float(v) for k, v in scores.items()}}
+
+
+def _rows_per_split(task) -> dict[str, int]:
+    dataset = getattr(task, "dataset", None)
+    try:
+        return {split: len(dataset[split]) for split in dataset} if dataset is not None else {}
+    except TypeError:  # online tasks hold nested subsets
+        return {}
+
+
+def task_row(built, result, reference: dict) -> dict:
+    """One summary row; ``built`` is a ``mteb_tasks.BuiltTask``, ``result`` mteb's ``TaskResult``."""
+    score = 100.0 * float(result.get_score())
+    ref = reference.get("scores", {}).get(built.name)
+    metadata = built.task.metadata
+    return {"task": built.name, "folder": built.folder, "mteb_task": built.mteb_name, "type": str(metadata.type),
+            "main_score_name": metadata.main_score, "main_score": score, "reference": ref,
+            "delta": None if ref is None else score - ref, "rows": _rows_per_split(built.task), "note": built.note}
+
+
+def summarize(tasks: Sequence, outcome, reference: dict) -> dict:
+    """Rows, errors and averages of one ``mteb.evaluate`` outcome."""
+    by_name = {result.task_name: result for result in outcome.task_results}
+    rows = [task_row(built, by_name[built.name], reference) for built in tasks if built.name in by_name]
+    errors = {err.task_name: str(err.exception) for err in (outcome.exceptions or [])}
+    paired = [r for r in rows if r["reference"] is not None]
+    return {"tasks": rows, "errors": errors,
+            "average": float(np.mean([r["main_score"] for r in rows])) if rows else None,
+            "reference": {k: v for k, v in reference.items() if k != "scores"} or None,
+            "paired_average": ({"ours": float(np.mean([r["main_score"] for r in paired])),
+                                "reference": float(np.mean([r["reference"] for r in paired])),
+                                "tasks": len(paired)} if paired else None)}
+
+
+def summary_markdown(summary: dict) -> str:
+    """The table a person reads: ours per task, the average, and the reference column when there is one."""
+    label = (summary.get("reference") or {}).get("label")
+    head = ["task", "mteb task", "main score", "ours"] + ([label, "Δ"] if label else [])
+    model = summary.get("model") or {}
+    lines = [f"# MTEB: `{model.get('identity', 'model')}`", "", "| " + " | ".join(head) + " |",
+             "|---|---|---|---:|" + ("---:|---:|" if label else "")]
+    for r in summary["tasks"]:
+        cells = [r["task"], r["mteb_task"] or "(local)", r["main_score_name"], f"{r['main_score']:.2f}"]
+        if label:
+            cells += [f"{r['reference']:.2f}", f"{round(r['delta'], 2) + 0.0:+.2f}"] if r["reference"] is not None else ["–", ""]
+        lines.append("| " + " | ".join(cells) + " |")
+    if summary["average"] is not None:
+        lines.append(f"| **average ({len(summary['tasks'])} tasks)** | | | **{summary['average']:.2f}** |"
+                     + (" | |" if label else ""))
+    paired = summary.get("paired_average")
+    if label and paired:
+        lines.append(f"| average of the {paired['tasks']} tasks with a {label} value | | | {paired['ours']:.2f} | "
+                     f"{paired['reference']:.2f} | {round(paired['ours'] - paired['reference'], 2) + 0.0:+.2f} |")
+    for name, err in summary["errors"].items():
+        lines.append(f"| {name} | error | {err.splitlines()[0][:100] if err else ''} | |" + (" | |" if label else ""))
+    lines += [""] + [f"- {r['task']}: {r['note']}" for r in summary["tasks"] if r["note"]]
+    recipe, timing = model.get("recipe"), summary.get("timing")
+    if recipe:
+        lines.append(f"- embedding recipe: {recipe['pooling']} pooling, "
+                     f"{'L2-normalised' if recipe['normalize'] else 'not normalised'}, max {recipe['max_len']} "
+                     f"tokens (from {recipe['source']}); mteb {summary.get('mteb_version')}")
+    if timing and "texts_encoded" in timing:
+        lines.append(f"- {timing['texts_encoded']} texts encoded in {timing['encode_wall_s']} s "
+                     f"({timing['encode_cpu_s']} CPU-s); whole run {timing['wall_s']} s wall, {timing['cpu_s']} CPU-s")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def prepare_out_dir(out_dir: str | Path, overwrite: bool) -> Path:
+    """Create ``out_dir``; refuse one that already holds a summary unless ``overwrite``."""
+    out_dir = Path(out_dir)
+    if (out_dir / SUMMARY_JSON).exists() and not overwrite:
+        raise FileExistsError(f"{out_dir / SUMMARY_JSON} exists: pass --overwrite to replace those results, "
+                              "or choose another --out")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return out_dir
+
+
+def write_outputs(results: Sequence, summary: dict, out_dir: Path) -> None:
+    """Per-task mteb result JSONs, then the summary JSON and markdown (all atomic)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for result in results:
+        atomic_write_text(out_dir / f"{result.task_name}.json", json.dumps(result.to_dict(), indent=2, default=str))
+    atomic_write_text(out_dir / SUMMARY_JSON, json.dumps(summary, indent=2, default=str) + "\n")
+    atomic_write_text(out_dir / SUMMARY_MD, summary_markdown(summary))

@@ -1,0 +1,116 @@
+"""The embedding recipe of a model directory: pooling, L2 normalisation and max tokens.
+
+A sentence-transformers model is more than its transformer. all-MiniLM-L6-v2's ``modules.json`` ends
+with a ``Normalize`` module, so the embeddings MTEB scored were unit vectors. Cosine scores (STS) do
+not care, but mteb's classification fits a LogisticRegression (C=1) on the raw embeddings, and their
+norm sets how strong that penalty is: un-normalised MiniLM embeddings score 82.96 on Banking77 where
+MTEB published 80.04. So when a directory carries a sentence-transformers config, that config is the
+recipe; flags override it; only with neither do the defaults (mean pooling, no normalisation) apply.
+
+Modules ``AutoModel`` plus pooling cannot reproduce (Dense, max pooling, ...) are refused, naming the
+file, rather than scored as something the model is not. Our own exports write Transformer + mean
+Pooling without Normalize (``convert/artifacts.py``), so they are scored as ``SentenceTransformer(dir)``
+and therefore MTEB would score them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+MODULES_FILE = "modules.json"
+_POOLING_MODES = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls"}
+DEFAULT_MAX_LEN = 256
+"""Max tokens for a model without a sentence-transformers config (MiniLM's own value)."""
+
+
+@dataclass(frozen=True)
+class EmbeddingRecipe:
+    """How hidden states become one sentence vector."""
+
+    pooling: str = "mean"
+    """``mean`` over attended tokens or the ``cls`` (first) token."""
+    normalize: bool = False
+    """L2-normalise each sentence vector (sentence-transformers' ``Normalize`` module)."""
+    max_len: int | None = None
+    """Token limit per text; None: ``DEFAULT_MAX_LEN``."""
+    source: str = "default"
+    """Where the recipe came from (``default``, the ``modules.json`` path, ``flags over ...``), for reports."""
+
+    def __post_init__(self) -> None:
+        if self.pooling not in ("mean", "cls"):
+            raise ValueError(f"EmbeddingRecipe.pooling must be 'mean' or 'cls', not {self.pooling!r}")
+        if self.max_len is not None and self.max_len < 1:
+            raise ValueError(f"EmbeddingRecipe.max_len must be positive, not {self.max_len}")
+
+    @property
+    def tokens(self) -> int:
+        """The token limit to encode with."""
+        return self.max_len or DEFAULT_MAX_LEN
+
+
+def _modules(model_dir: Path) -> list[dict] | None:
+    path = model_dir / MODULES_FILE
+    if not path.is_file():
+        return None
+    modules = json.loads(path.read_text())
+    if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
+        raise ValueError(f"{path}: expected a list of module objects")
+    return modules
+
+
+def _kind(module: dict) -> str:
+    return str(module.get("type", "")).rsplit(".", 1)[-1]
+
+
+def _pooling_mode(config_file: Path) -> str:
+    config = json.loads(config_file.read_text())
+    on = sorted(key for key, value in config.items() if key.startswith("pooling_mode_") and value is True)
+    if len(on) != 1 or on[0] not in _POOLING_MODES:
+        raise ValueError(f"{config_file}: pooling {on} is not supported (exactly one of mean or cls tokens)")
+    return _POOLING_MODES[on[0]]
+
+
+def transformer_subdir(model_dir: str | Path) -> Path | None:
+    """The folder of a sentence-transformers dir's Transformer module when it is not the dir itself
+    (older sentence-transformers saved it in ``0_Transformer/``), or None."""
+    model_dir = Path(model_dir)
+    for module in _modules(model_dir) or []:
+        if _kind(module) == "Transformer" and module.get("path"):
+            sub = model_dir / module["path"]
+            return sub if (sub / "config.json").is_file() else None
+    return None
+
+
+def read_sentence_transformers_recipe(model_dir: str | Path) -> EmbeddingRecipe | None:
+    """The recipe in ``model_dir/modules.json`` (its Pooling config, ``sentence_bert_config.json``), or None."""
+    model_dir = Path(model_dir)
+    modules = _modules(model_dir)
+    if modules is None:
+        return None
+    pooling, normalize = "mean", False
+    for module in modules:
+        kind = _kind(module)
+        if kind == "Pooling":
+            pooling = _pooling_mode(model_dir / module.get("path", "") / "config.json")
+        elif kind == "Normalize":
+            normalize = True
+        elif kind != "Transformer":
+            raise ValueError(f"{model_dir / MODULES_FILE}: module {kind!r} cannot be reproduced by "
+                             "AutoModel + pooling; evaluate this model with sentence-transformers itself")
+    config = model_dir / "sentence_bert_config.json"
+    max_len = json.loads(config.read_text()).get("max_seq_length") if config.is_file() else None
+    return EmbeddingRecipe(pooling, normalize, max_len, source=str(model_dir / MODULES_FILE))
+
+
+def resolve_recipe(model_dir: str | Path | None, *, pooling: str | None = None, normalize: bool | None = None,
+                   max_len: int | None = None) -> EmbeddingRecipe:
+    """Flags over the directory's sentence-transformers config over the defaults (mean, no norm, 256)."""
+    base = read_sentence_transformers_recipe(model_dir) if model_dir and Path(model_dir).is_dir() else None
+    base = base or EmbeddingRecipe()
+    overridden = any(value is not None for value in (pooling, normalize, max_len))
+    return EmbeddingRecipe(pooling=pooling or base.pooling,
+                           normalize=base.normalize if normalize is None else normalize,
+                           max_len=max_len or base.max_len,
+                           source=f"flags over {base.source}" if overridden else base.source)
