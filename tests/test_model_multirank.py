@@ -4,7 +4,10 @@ One spawn of 2 gloo ranks runs every layout of every model variant in turn (each
 imports): the TP=1/PP=1 model is built on both ranks from one seed, its weights and gradients are kept,
 and each parallel layout is loaded from those same weights by slicing along megatron's
 ``partition_dim`` (or by pipeline stage) and compared. Variants: classic CrossBERT, modern CrossBERT
-(RoPE incl. cross-attention keys, GeGLU, no biases) and the modern MLM baseline.
+(RoPE incl. cross-attention keys, GeGLU, no biases) and the modern MLM baseline; and (issue 21) modern
+CrossBERT and MLM with document masks, local/global windows and a local RoPE base, whose TP=1 reference
+runs megatron's DotProductAttention while every parallel layout runs SDPA: the attention backends agree
+at TP=1 (test_document_masks.py), TP=2 (+SP) and PP=2.
 """
 
 from __future__ import annotations
@@ -27,6 +30,10 @@ class Variant:
     overrides: tuple[str, ...]
     ids_key: str = "tokens"
     """The batch entry holding token ids (what encode() is checked on)."""
+    reference_overrides: tuple[str, ...] = ()
+    """Applied to the TP=1/PP=1 reference only (e.g. another attention backend)."""
+    documents: bool = False
+    """The batch carries ``segments``: fragments of 5, 1, 6, 1 and 3 tokens (two 1-token fragments)."""
 
 
 VARIANTS = {
@@ -34,17 +41,30 @@ VARIANTS = {
     "modern": Variant(("model.encoder=modern",)),
     "mlm": Variant(("model.arch=mlm", "model.encoder=modern", "model.decoder_num_layers=0"), ids_key="input_ids"),
 }
+_WINDOWS = ("model.local_attention=4", "model.global_attn_every_n_layers=2", "model.local_rotary_base=10000",
+            "model.attention_backend=sdpa")
+VARIANTS.update({
+    "modern-documents": Variant(("model.encoder=modern", *_WINDOWS),
+                                reference_overrides=("model.attention_backend=megatron",), documents=True),
+    "mlm-documents": Variant(("model.arch=mlm", "model.encoder=modern", "model.decoder_num_layers=0", *_WINDOWS),
+                             ids_key="input_ids", reference_overrides=("model.attention_backend=megatron",),
+                             documents=True),
+})
 _ACTIVE: list[Variant] = [VARIANTS["classic"]]
 
 
 def _make_batch(cfg, variant: Variant) -> dict[str, torch.Tensor]:
     """CrossBERT views, or an MLM batch (a few ids replaced by [MASK]=4, labels = original ids)."""
     batch = make_batch(cfg, batch=2, seed=3)
+    if variant.documents:
+        sizes = torch.tensor([5, 1, 6, 1, 3])
+        batch["segments"] = torch.repeat_interleave(torch.arange(5), sizes).expand(2, int(sizes.sum())).contiguous()
     if variant.ids_key == "tokens":
         return batch
     masked = batch["tokens"].clone()
     masked[:, ::3] = 4
-    return {"input_ids": masked, "lm_labels": batch["tokens"]}
+    return {"input_ids": masked, "lm_labels": batch["tokens"],
+            **({"segments": batch["segments"]} if variant.documents else {})}
 
 
 def _layout(cfg_overrides):
@@ -67,7 +87,7 @@ def _reference(batch, ckpt_dir: str):
     """
     from megatron.core import dist_checkpointing
 
-    _, model = _layout([])
+    _, model = _layout(list(_ACTIVE[0].reference_overrides))
     dist_checkpointing.save(model.sharded_state_dict(), ckpt_dir)
     loss = model(**batch)
     loss.sum().backward()

@@ -5,6 +5,11 @@ home-made BERT. Masking (15%, 80/10/10) happens in the data pipeline; ``bert_mas
 a tiny torch version for tests. No NSP: ``add_binary_head=False``, ``num_tokentypes=0``.
 Known megatron bug avoided: ``return_embeddings=True`` raises, so ``bert_encode`` runs the
 embedding and encoder itself to give evaluation the same ``[b, s, h]`` features as ``encode``.
+
+Document masks: megatron's ``bert_extended_attention_mask`` turns a ``[b, s]`` padding mask into a
+bool mask; a token layout ``[b, 2, s]`` (``attention_masks``) passes through it untouched to our
+``CoreAttention``, so ``forward(input_ids, None, lm_labels=, segments=)`` keeps attention inside
+each document with megatron's own class.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ from megatron.core.models.bert.bert_model import BertModel
 from torch import Tensor
 
 from megatron_crossbert.config import RunConfig
+from megatron_crossbert.models.attention_masks import sample_layout
+from megatron_crossbert.models.attention_plan import AttentionPlan
 from megatron_crossbert.models.specs import encoder_layer_spec
 from megatron_crossbert.models.transformer_config import transformer_config
 
@@ -25,13 +32,28 @@ class BaselineBertModel(BertModel):
     and the training loop's contract (docs/architecture.md) is a single loss tensor.
     """
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor, tokentype_ids: Tensor | None = None,
-                lm_labels: Tensor | None = None, **kwargs):
+    attention: AttentionPlan = AttentionPlan()
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, tokentype_ids: Tensor | None = None,
+                lm_labels: Tensor | None = None, segments: Tensor | None = None, **kwargs):
+        if segments is not None and self.attention.document_mask:
+            attention_mask = sample_layout(segments)
         out = super().forward(input_ids, attention_mask, tokentype_ids=tokentype_ids, lm_labels=lm_labels,
                               **kwargs)
         if isinstance(out, tuple) and lm_labels is not None:
             return out[0].float()
         return out
+
+    def bert_extended_attention_mask(self, attention_mask: Tensor | None) -> Tensor | None:
+        """Token layouts (3-D integer) and None pass through; HF ``[b, s]`` masks get megatron's treatment."""
+        if attention_mask is None or attention_mask.dim() == 3:
+            return attention_mask
+        return super().bert_extended_attention_mask(attention_mask)
+
+    def _sanity_check_attention_and_get_attn_mask_dimension(self) -> str:
+        """``[b, 1, 1, s]`` padding masks: CoreAttention broadcasts them on every backend, and the
+        choice no longer depends on whether (and which) Transformer Engine is installed."""
+        return "b11s"
 
     def encode(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
         """``[b, s, h]`` features, the same contract as ``EncoderLanguageModel.encode``."""
@@ -39,7 +61,8 @@ class BaselineBertModel(BertModel):
 
 
 def build_bert_model(run_cfg: RunConfig, *, vocab_size: int, max_sequence_length: int, use_te: bool,
-                     pre_process: bool = True, post_process: bool = True) -> BaselineBertModel:
+                     attention: AttentionPlan, pre_process: bool = True,
+                     post_process: bool = True) -> BaselineBertModel:
     """``ArchSpec.build_model`` of 'bert': megatron BertModel with the tied LM head (as Megatron-LM builds it).
 
     Sequence parallelism needs apex: megatron's BertLMHead (and BertModel's final norm without TE)
@@ -51,23 +74,24 @@ def build_bert_model(run_cfg: RunConfig, *, vocab_size: int, max_sequence_length
     if config.sequence_parallel and not HAVE_FUSED_LAYER_NORM:
         raise ValueError("the BERT baseline with sequence_parallel needs NVIDIA apex (megatron's BertLMHead "
                          "uses apex FusedLayerNorm for SP); disable parallel.sequence_parallel for arch=bert")
-    spec = encoder_layer_spec(use_te)
-    return BaselineBertModel(
+    spec = encoder_layer_spec(use_te, attention.encoder)
+    model = BaselineBertModel(
         config=config, num_tokentypes=0, transformer_layer_spec=spec, vocab_size=vocab_size,
         max_sequence_length=max_sequence_length, pre_process=pre_process, post_process=post_process,
         parallel_output=True, share_embeddings_and_output_weights=True,
         position_embedding_type="learned_absolute", add_binary_head=False)
+    model.attention = attention
+    return model
 
 
 def bert_encode(model: BertModel, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
     """Final-LayerNorm encoder output ``[b, s, h]`` of a BertModel, like ``CrossBertModel.encode`` (PP=1)."""
     if not (model.pre_process and model.post_process):
         raise RuntimeError("bert_encode needs the whole encoder on one stage (PP=1)")
-    if attention_mask is None:
-        attention_mask = torch.ones_like(input_ids)
+    padded = attention_mask is not None and not bool(attention_mask.bool().all())
     embedded = model.embedding(input_ids=input_ids, position_ids=model.bert_position_ids(input_ids))
     hidden = model.encoder(hidden_states=embedded,
-                           attention_mask=model.bert_extended_attention_mask(attention_mask))
+                           attention_mask=model.bert_extended_attention_mask(attention_mask) if padded else None)
     if model.config.sequence_parallel:
         from megatron.core import tensor_parallel
 

@@ -49,13 +49,17 @@ def build_model_chunk(run_cfg: RunConfig) -> torch.nn.Module:
     from megatron_crossbert.models import build_model
 
     return build_model(run_cfg, pre_process=parallel_state.is_pipeline_first_stage(),
-                       post_process=parallel_state.is_pipeline_last_stage())
+                       post_process=parallel_state.is_pipeline_last_stage(), training=True)
 
 
 def check_sources(run_cfg: RunConfig) -> StartPlan:
     """Before building or writing anything: decide where to start and verify that checkpoint once
     (``checkpoint.start_guard.plan_start``: shapes, optimizer layout, LR schedule, tokenizer), then
-    check the datasets' tokenizers. The plan's ``source`` then drives the load."""
+    check the datasets' tokenizers. The plan's ``source`` then drives the load. An attention backend
+    that cannot train here is refused first, in one line (``models.attention_plan``)."""
+    from megatron_crossbert.models.attention_plan import attention_plan
+
+    attention_plan(run_cfg, training=True)
     plan = plan_start(run_cfg)
     check_dataset_tokenizers(run_cfg)
     return plan

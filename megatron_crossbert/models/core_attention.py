@@ -1,0 +1,245 @@
+"""One core-attention module for megatron-core's ``core_attention`` slot: torch SDPA, FlexAttention, or
+megatron's own ``DotProductAttention`` as the reference.
+
+It fits both layer specs (local and Transformer Engine): ``SelfAttention``/``CrossAttention`` call
+``submodules.core_attention(config=, layer_number=, attn_mask_type=, attention_type=, cp_comm_type=,
+softmax_scale=, pg_collection=)`` (megatron-core 0.19.2 ``transformer/attention.py:382``) and then
+``forward(query, key, value, attention_mask, attn_mask_type=, attention_bias=, packed_seq_params=)``
+with ``query [sq, b, np, hn]``, ``key/value [sk, b, ng, hn]`` (heads already split per TP rank, the
+sequence already all-gathered under sequence parallelism) and expect ``[sq, b, np * hn]`` back. The
+spec slot takes a callable, so specs pass ``functools.partial(CoreAttention, options=...)``. In the TE
+spec this replaces only ``TEDotProductAttention``: TE keeps its fused LayerNorm+QKV and FP8 linears.
+
+``attention_mask`` is what the model passed to megatron's block, untouched by megatron:
+- None: no mask (SDPA then runs its unmasked flash/cuDNN kernels);
+- an integer token layout (``attention_masks``): document ids and original positions, from which this
+  module derives the mask of ITS layer (global, or local with the layer's window) once per forward
+  and per window, shared by every layer through a small cache keyed on the layout tensor;
+- a bool tensor in megatron's convention (True = masked out), e.g. megatron BertModel's own masks.
+
+The backend is resolved once per run (``resolve_backend``) and logged by the model builder
+(``models.attention_plan``).
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+import torch.nn.functional as F
+from megatron.core import tensor_parallel
+from megatron.core.transformer.dot_product_attention import DotProductAttention
+from megatron.core.transformer.module import MegatronModule
+from torch import Tensor
+
+from megatron_crossbert.models.attention_masks import KeyRanges, dense_keep, flex_mask_mod, ranges_for
+
+BACKENDS = ("sdpa", "flex", "megatron")
+"""What ``model.attention_backend`` resolves to (``config.AttentionBackend`` adds 'auto')."""
+FLEX_CPU_TRAINING = ("model.attention_backend=flex cannot train here: torch's FlexAttention has no backward "
+                     "pass on the CPU; use auto or sdpa")
+
+
+def resolve_backend(requested: str, *, cuda: bool, masked: bool, attention_dropout: float,
+                    training: bool) -> tuple[str, str]:
+    """The one place a run's attention backend is decided: ``(backend, why)``.
+
+    auto: FlexAttention on a GPU when document masks or windows apply (block-sparse, never an
+    ``[s, s]`` mask) and attention dropout is off (flex has none), else SDPA. An explicit flex that
+    cannot train is refused in one line (ValueError): on the CPU (torch has no FlexAttention
+    backward there) and with attention dropout (also refused by ``ModelConfig``). A model built for
+    evaluation or export (``training=False``) of a flex-trained checkpoint runs SDPA on the CPU
+    instead: the same function, the same masks.
+    """
+    if requested not in ("auto", *BACKENDS):
+        raise ValueError(f"model.attention_backend must be auto, {', '.join(BACKENDS)}; got {requested!r}")
+    if requested == "flex" and attention_dropout > 0 and training:
+        raise ValueError(f"model.attention_backend=flex has no attention dropout; set model.attention_dropout=0 "
+                         f"(got {attention_dropout}) or use sdpa")
+    if requested == "flex" and not cuda:
+        if training:
+            raise ValueError(FLEX_CPU_TRAINING)
+        return "sdpa", "flex requested, but no GPU: evaluation/export runs the same masks on SDPA"
+    if requested != "auto":
+        return requested, "requested"
+    if cuda and masked and attention_dropout == 0:
+        return "flex", "auto: GPU with document masks or windows (block-sparse FlexAttention)"
+    if cuda and masked:
+        return "sdpa", f"auto: attention_dropout={attention_dropout} (flex has none), so SDPA with a dense mask"
+    return "sdpa", "auto: " + ("CPU (no FlexAttention backward)" if masked else "no masks apply")
+
+
+@dataclass(frozen=True)
+class AttentionOptions:
+    """What every core-attention instance of one stack (encoder or decoder) shares."""
+
+    backend: str = "sdpa"
+    """Resolved backend: sdpa | flex | megatron (never auto)."""
+    half_windows: tuple[int, ...] = ()
+    """Half window of each layer of the stack, 0-based (``attention_windows.layer_half_windows``); () = all
+    global."""
+
+    def half_window(self, layer_number: int) -> int:
+        """megatron's ``layer_number`` is 1-based and includes the pipeline stage's offset."""
+        return self.half_windows[layer_number - 1] if self.half_windows else 0
+
+
+class _LayoutCache:
+    """Masks derived from one layout tensor, shared by all layers of a forward (weakly keyed: a freed
+    layout drops its masks; a recomputed chunk gets a fresh detached tensor and rebuilds)."""
+
+    def __init__(self) -> None:
+        self._entries: dict[int, tuple[weakref.ref, dict]] = {}
+
+    def get(self, layout: Tensor, key: tuple, build):
+        self._entries = {k: v for k, v in self._entries.items() if v[0]() is not None}
+        ref, masks = self._entries.get(id(layout), (None, None))
+        if ref is None or ref() is not layout:
+            masks = {}
+            self._entries[id(layout)] = (weakref.ref(layout), masks)
+        if key not in masks:
+            masks[key] = build()
+        return masks[key]
+
+
+_CACHE = _LayoutCache()
+
+
+@lru_cache(maxsize=1)
+def _compiled_flex():
+    """torch.compile'd flex_attention (GPU): one compiled kernel per shape, built on first use."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention, dynamic=False)
+
+
+def _block_mask(mask_mod, batch: int, sq: int, sk: int, device: torch.device):
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    # device must be given: torch 2.13 defaults to the build's accelerator (cuda) even without a GPU
+    return create_block_mask(mask_mod, batch, None, sq, sk, device=device, _compile=device.type == "cuda")
+
+
+def _dense_block_mask(keep: Tensor, sq: int, sk: int):
+    """Block mask of a dense ``[b, 1, sq|1, sk]`` keep mask (megatron-convention inputs)."""
+    full = keep.expand(keep.shape[0], 1, sq, sk)
+    return _block_mask(lambda b, h, q, kv: full[b, 0, q, kv], keep.shape[0], sq, sk, keep.device)
+
+
+class CoreAttention(MegatronModule):
+    """Scaled dot-product attention on ``[s, b, heads, d]`` tensors with this run's backend and masks."""
+
+    def __init__(self, config, layer_number: int, attn_mask_type, attention_type: str,
+                 attention_dropout: float | None = None, softmax_scale: float | None = None,
+                 cp_comm_type: str | None = None, pg_collection=None, *, options: AttentionOptions) -> None:
+        super().__init__(config=config)
+        _refuse_unsupported(config)
+        self.options, self.layer_number = options, layer_number
+        self.half_window = options.half_window(layer_number)
+        self.cross = attention_type == "cross"
+        self.dropout_p = config.attention_dropout if attention_dropout is None else attention_dropout
+        self.softmax_scale = softmax_scale or 1.0 / math.sqrt(config.kv_channels)
+        self.reference = None
+        if options.backend == "megatron":
+            self.reference = DotProductAttention(config, layer_number, attn_mask_type, attention_type,
+                                                 attention_dropout, softmax_scale, cp_comm_type, pg_collection)
+
+    def forward(self, query: Tensor, key: Tensor, value: Tensor, attention_mask: Tensor | None,
+                attn_mask_type=None, attention_bias: Tensor | None = None, packed_seq_params=None) -> Tensor:
+        if attention_bias is not None or packed_seq_params is not None:
+            raise NotImplementedError("CoreAttention takes no attention_bias or packed (THD) sequences; "
+                                      "document masks travel as a token layout in attention_mask")
+        keep, empty = self._keep(attention_mask, query.shape[0], key.shape[0])
+        if self.reference is not None:
+            mask = None if keep is None else ~keep
+            out = self.reference(query, key, value, mask, attn_mask_type=attn_mask_type)
+        elif self.options.backend == "flex":
+            out = self._flex(query, key, value, attention_mask, keep)
+        else:
+            out = self._sdpa(query, key, value, keep)
+        if empty is not None:
+            out = out * (~empty).t()[..., None].to(out.dtype)
+        return out
+
+    def _keep(self, attention_mask: Tensor | None, sq: int, sk: int) -> tuple[Tensor | None, Tensor | None]:
+        """(dense keep mask ``[b, 1, sq, sk]`` or None, empty-row flags ``[b, sq]`` or None)."""
+        if attention_mask is None:
+            if self.half_window:
+                raise ValueError(f"layer {self.layer_number} is local (window {2 * self.half_window}) but "
+                                 "no token layout reached its core attention")
+            return None, None
+        if attention_mask.dtype == torch.bool:
+            if self.half_window:
+                raise ValueError(f"layer {self.layer_number} is local but got a bool mask, which carries no "
+                                 "positions; pass a token layout")
+            keep = ~attention_mask
+            empty = ~keep.any(-1).any(1)                   # [b, sq]; masks broadcast over heads
+            return keep | empty[:, None, :, None], (empty if self.cross else None)
+        ranges = self._ranges(attention_mask, sq, sk)
+        if self.options.backend == "flex":
+            return None, (ranges.empty if self.cross else None)
+        keep = _CACHE.get(attention_mask, ("dense", self.half_window, sq, sk), lambda: dense_keep(ranges, sk))
+        return keep, (ranges.empty if self.cross else None)
+
+    def _ranges(self, layout: Tensor, sq: int, sk: int) -> KeyRanges:
+        return _CACHE.get(layout, ("ranges", self.half_window, sq, sk),
+                          lambda: ranges_for(layout, sq, sk, self.half_window))
+
+    def _dropout(self) -> float:
+        return self.dropout_p if self.training else 0.0
+
+    def _sdpa(self, query: Tensor, key: Tensor, value: Tensor, keep: Tensor | None) -> Tensor:
+        sq, b = query.shape[:2]
+        q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))
+        with _dropout_rng(self.config, self._dropout()):
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, dropout_p=self._dropout(),
+                                                 scale=self.softmax_scale, enable_gqa=k.shape[1] != q.shape[1])
+        return out.permute(2, 0, 1, 3).reshape(sq, b, -1)
+
+    def _flex(self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, keep: Tensor | None) -> Tensor:
+        from torch.nn.attention.flex_attention import flex_attention
+
+        sq, b = query.shape[:2]
+        sk = key.shape[0]
+        q, k, v = (t.permute(1, 2, 0, 3).contiguous() for t in (query, key, value))
+        if not q.is_cuda and torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+            raise RuntimeError("FlexAttention runs forward-only on the CPU (torch has no CPU backward); "
+                               "use model.attention_backend=sdpa to train here")
+        block = None
+        if keep is not None:                      # a bool mask in megatron's convention
+            block = _CACHE.get(mask, ("block-dense", sq, sk), lambda: _dense_block_mask(keep, sq, sk))
+        elif mask is not None:                    # a token layout
+            ranges = self._ranges(mask, sq, sk)
+            block = _CACHE.get(mask, ("block", self.half_window, sq, sk),
+                               lambda: _block_mask(flex_mask_mod(ranges), b, sq, sk, q.device))
+        fn = _compiled_flex() if q.is_cuda else flex_attention
+        out = fn(q, k, v, block_mask=block, scale=self.softmax_scale, enable_gqa=k.shape[1] != q.shape[1])
+        return out.permute(2, 0, 1, 3).reshape(sq, b, -1)
+
+
+def _refuse_unsupported(config) -> None:
+    """What megatron's unfused attention supports and this module does not: one line each."""
+    if config.context_parallel_size != 1:
+        raise ValueError("CoreAttention does not support context parallelism (context_parallel_size > 1)")
+    if config.softmax_type != "vanilla":
+        raise ValueError(f"CoreAttention supports softmax_type='vanilla' only, got {config.softmax_type!r}")
+    if config.apply_query_key_layer_scaling:
+        raise ValueError("CoreAttention does not implement apply_query_key_layer_scaling (an fp16-only remedy)")
+
+
+class _dropout_rng:
+    """megatron's dropout RNG discipline (DotProductAttention): the model-parallel stream unless SP."""
+
+    def __init__(self, config, p: float) -> None:
+        self.context = None
+        if p > 0 and not config.sequence_parallel:
+            self.context = tensor_parallel.get_cuda_rng_tracker().fork()
+
+    def __enter__(self):
+        return self.context.__enter__() if self.context is not None else None
+
+    def __exit__(self, *exc):
+        return self.context.__exit__(*exc) if self.context is not None else False
