@@ -9,12 +9,16 @@ HF export (``convert``) and evaluation take that object and never resolve the re
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from megatron_crossbert.checkpoint.context_extension import extension_refusals, log_extension, resume_mismatches
 from megatron_crossbert.checkpoint.errors import CheckpointError
-from megatron_crossbert.checkpoint.layout import iteration_of, load_saved_config, resolve_checkpoint_dir
+from megatron_crossbert.checkpoint.layout import (
+    RUN_CONFIG_FILE, iteration_of, load_saved_config, resolve_checkpoint_dir,
+)
 from megatron_crossbert.checkpoint.optimizer_format import reshard_refusal, saved_sharding_type
 from megatron_crossbert.checkpoint.tokenizer_record import TokenizerVerdict, check_checkpoint_tokenizer
 from megatron_crossbert.config import RunConfig
@@ -55,12 +59,19 @@ class VerifiedCheckpoint:
 
 
 def config_mismatches(saved: RunConfig, current: RunConfig, *, weights_only: bool = False) -> list[str]:
-    """Human-readable differences that make ``saved`` unusable for ``current``."""
+    """Human-readable differences that make ``saved`` unusable for ``current``.
+
+    ``init_from`` (``weights_only``) may extend the context (``context_extension``: a longer position
+    table, new RoPE bases and windows); a full resume may change none of them.
+    """
+    fields = [name for name in _MODEL_FIELDS if not (weights_only and name == "max_position_embeddings")]
     diffs = [f"model.{name}: checkpoint {getattr(saved.model, name)!r} vs run {getattr(current.model, name)!r}"
-             for name in _MODEL_FIELDS if getattr(saved.model, name) != getattr(current.model, name)]
-    if not weights_only and saved.data.seq_length != current.data.seq_length:
+             for name in fields if getattr(saved.model, name) != getattr(current.model, name)]
+    if weights_only:
+        return diffs + extension_refusals(saved, current)
+    if saved.data.seq_length != current.data.seq_length:
         diffs.append(f"data.seq_length: checkpoint {saved.data.seq_length} vs run {current.data.seq_length}")
-    return diffs
+    return diffs + resume_mismatches(saved, current)
 
 
 def schedule_changes(saved: RunConfig, current: RunConfig) -> list[str]:
@@ -83,6 +94,16 @@ def check_schedule(ckpt_dir: Path, saved: RunConfig, current: RunConfig) -> list
         logger.warning("resume from %s: LR schedule changed (%s); %s (checkpoint.lr_schedule_on_resume=%s)",
                        ckpt_dir, "; ".join(changes), verb, policy)
     return changes
+
+
+def _note_document_mask(ckpt_dir: Path, current: RunConfig) -> None:
+    """Turning document masks on or off changes what attention sees, not any shape: allowed, logged.
+    Checkpoints written before document masks existed record none: they were trained without."""
+    saved_data = json.loads((ckpt_dir / RUN_CONFIG_FILE).read_text()).get("data") or {}
+    trained = bool(saved_data.get("document_mask", False))
+    if trained != current.data.document_mask:
+        logger.warning("resume from %s: checkpoint trained %s document masks; this run uses %s", ckpt_dir,
+                       "with" if trained else "without", "them" if current.data.document_mask else "none")
 
 
 def _stored_sharding_type(ckpt_dir: Path, saved: RunConfig, current: RunConfig) -> str | None:
@@ -109,6 +130,9 @@ def verify_checkpoint(ckpt_dir: Path, current: RunConfig, *, weights_only: bool 
         raise CheckpointError(f"checkpoint {ckpt_dir} is incompatible with this run:\n  " + "\n  ".join(diffs))
     if not weights_only:
         check_schedule(ckpt_dir, saved, current)
+        _note_document_mask(ckpt_dir, current)
+    else:
+        log_extension(str(ckpt_dir), saved, current)
     verdict = check_checkpoint_tokenizer(ckpt_dir, current)
     return VerifiedCheckpoint(ckpt_dir, saved, sharding_type, verdict, weights_only,
                               str(ckpt_dir if reference is None else reference))

@@ -15,6 +15,7 @@ import torch
 from megatron.core import parallel_state
 
 from megatron_crossbert import platform
+from megatron_crossbert.checkpoint.context_extension import grown_tables
 from megatron_crossbert.checkpoint.load import load_checkpoint, read_model_weights
 from megatron_crossbert.checkpoint.save import RunSaves
 from megatron_crossbert.checkpoint.start_guard import StartPlan, apply_plan, plan_start
@@ -74,7 +75,7 @@ def restore(session: Session, source: VerifiedCheckpoint | None) -> None:
                                            session.run_cfg)
         session.resumed_from = source.directory
         return
-    read_model_weights(session.model, source.directory)
+    read_model_weights(session.model, source.directory, grown_tables(source.saved, session.run_cfg))
     # bf16 keeps fp32 main params inside the optimizer; refresh them from the loaded weights.
     reload = getattr(session.optimizer, "reload_model_params", None)
     if reload is not None:
