@@ -16,7 +16,7 @@ from megatron_crossbert.cli.bench import main
 def test_throughput_tiny_writes_json(tmp_path, capsys):
     out = tmp_path / "tp.json"
     assert main(["throughput", "--size", "tiny", "--steps", "1", "--warmup", "1", "--profile",
-                 "--out", str(out)]) == 0
+                 "--attention-backend", "megatron", "--no-document-mask", "--out", str(out)]) == 0
     report = json.loads(out.read_text())
     names = [r["name"] for r in report["results"]]
     assert names[0] == "bert" and len(names) == 6
@@ -26,7 +26,28 @@ def test_throughput_tiny_writes_json(tmp_path, capsys):
         assert result["samples_per_s_vs_ref"] > 0 and result["model_flops_per_sample"] > 0
         assert result["reference"] == ("mlm-modern" if result["encoder"] == "modern" else "bert")
     assert set(report["profile"]) == set(names)
+    assert (report["meta"]["options"]["attention_backend"], report["meta"]["options"]["document_mask"]) == ("megatron", False)
     assert "| model |" in capsys.readouterr().out
+
+
+def test_attention_bench_tiny_writes_json_tables_and_leakage(tmp_path, capsys, text_corpus, bpe_tokenizer):
+    """Every backend at L=256 with documents and a window (flex forward-only and eager on the CPU), real
+    document masks and the leakage table from the session corpus; the megatron row is the 'before'."""
+    out = tmp_path / "attention.json"
+    assert main(["attention", "--seq-lengths", "256", "--masks", "documents+window", "--repeats", "1", "--window",
+                 "8", "--flex-eager", "--corpus", str(text_corpus.path), "--tokenizer", str(bpe_tokenizer),
+                 "--leakage-lengths", "64", "256", "--leakage-samples", "20", "5", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    rows = {r["backend"]: r for r in report["results"]}
+    assert set(rows) == {"megatron", "sdpa", "flex"} and all(r["wall_ms"] > 0 for r in rows.values())
+    assert rows["flex"]["passes"] == "fwd" and rows["sdpa"]["passes"] == "fwd+bwd"
+    assert rows["sdpa"]["documents"] > 1 and rows["sdpa"]["mask_build_ms"] > 0
+    leak = {r["seq_length"]: r for r in report["leakage"]}
+    assert 0 < leak[64]["cross_document_pairs"] < leak[256]["cross_document_pairs"] < 1
+    assert report["meta"]["cpu_s_process_tree"] > 0 and report["meta"]["documents"] == "corpus median sample"
+    text = capsys.readouterr().out
+    assert "| 256 | documents+window" in text and "pairs crossing documents" in text
+    assert out.with_suffix(".md").read_text().startswith("| L | mask |")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the check really runs (minutes)")

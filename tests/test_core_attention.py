@@ -89,7 +89,7 @@ def test_empty_cross_rows_are_zero_and_finite_on_every_backend():
         assert torch.isfinite(out).all() and all(torch.isfinite(g).all() for g in grads)
     module = _attention("sdpa", cross=True)
     q, k, v = _qkv(sq, sk, 3, seed=1)
-    empty = module._ranges(mask, sq, sk).empty
+    empty = module.masks(mask, sq, sk, 3).empty
     assert empty.any(), "the fixture must contain fragments with no visible token"
     assert module(q, k, v, mask).detach().transpose(0, 1)[empty].abs().max() == 0
 

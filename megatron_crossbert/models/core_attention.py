@@ -35,7 +35,7 @@ from megatron.core.transformer.dot_product_attention import DotProductAttention
 from megatron.core.transformer.module import MegatronModule
 from torch import Tensor
 
-from megatron_crossbert.models.attention_masks import KeyRanges, dense_keep, flex_mask_mod, ranges_for
+from megatron_crossbert.models.attention_masks import dense_keep, flex_mask_mod, ranges_for
 
 BACKENDS = ("sdpa", "flex", "megatron")
 """What ``model.attention_backend`` resolves to (``config.AttentionBackend`` adds 'auto')."""
@@ -81,6 +81,9 @@ class AttentionOptions:
     half_windows: tuple[int, ...] = ()
     """Half window of each layer of the stack, 0-based (``attention_windows.layer_half_windows``); () = all
     global."""
+    compile_flex: bool | None = None
+    """torch.compile flex_attention and its block masks: None = on a GPU only (the CPU runs flex eagerly,
+    forward-only, for tests; ``crossbert-bench attention`` compiles it there too)."""
 
     def half_window(self, layer_number: int) -> int:
         """megatron's ``layer_number`` is 1-based and includes the pipeline stage's offset."""
@@ -116,17 +119,29 @@ def _compiled_flex():
     return torch.compile(flex_attention, dynamic=False)
 
 
-def _block_mask(mask_mod, batch: int, sq: int, sk: int, device: torch.device):
+def _block_mask(mask_mod, batch: int, sq: int, sk: int, device: torch.device, compile_: bool):
     from torch.nn.attention.flex_attention import create_block_mask
 
     # device must be given: torch 2.13 defaults to the build's accelerator (cuda) even without a GPU
-    return create_block_mask(mask_mod, batch, None, sq, sk, device=device, _compile=device.type == "cuda")
+    return create_block_mask(mask_mod, batch, None, sq, sk, device=device, _compile=compile_)
 
 
-def _dense_block_mask(keep: Tensor, sq: int, sk: int):
+def _dense_block_mask(keep: Tensor, sq: int, sk: int, compile_: bool):
     """Block mask of a dense ``[b, 1, sq|1, sk]`` keep mask (megatron-convention inputs)."""
     full = keep.expand(keep.shape[0], 1, sq, sk)
-    return _block_mask(lambda b, h, q, kv: full[b, 0, q, kv], keep.shape[0], sq, sk, keep.device)
+    return _block_mask(lambda b, h, q, kv: full[b, 0, q, kv], keep.shape[0], sq, sk, keep.device, compile_)
+
+
+@dataclass(frozen=True)
+class LayerMasks:
+    """One layer's masks for its kernel (all None: unmasked)."""
+
+    keep: Tensor | None = None
+    """bool ``[b, 1, sq, sk]`` (SDPA's convention, True = attend) for sdpa and the megatron reference."""
+    block: object = None
+    """FlexAttention ``BlockMask`` for flex."""
+    empty: Tensor | None = None
+    """bool ``[b, sq]``: cross-attention rows with no allowed key, widened and zeroed after attention."""
 
 
 class CoreAttention(MegatronModule):
@@ -152,41 +167,55 @@ class CoreAttention(MegatronModule):
         if attention_bias is not None or packed_seq_params is not None:
             raise NotImplementedError("CoreAttention takes no attention_bias or packed (THD) sequences; "
                                       "document masks travel as a token layout in attention_mask")
-        keep, empty = self._keep(attention_mask, query.shape[0], key.shape[0])
+        masks = self.masks(attention_mask, query.shape[0], key.shape[0], query.shape[1])
         if self.reference is not None:
-            mask = None if keep is None else ~keep
+            mask = None if masks.keep is None else ~masks.keep
             out = self.reference(query, key, value, mask, attn_mask_type=attn_mask_type)
         elif self.options.backend == "flex":
-            out = self._flex(query, key, value, attention_mask, keep)
+            out = self._flex(query, key, value, masks.block)
         else:
-            out = self._sdpa(query, key, value, keep)
-        if empty is not None:
-            out = out * (~empty).t()[..., None].to(out.dtype)
+            out = self._sdpa(query, key, value, masks.keep)
+        if masks.empty is not None:
+            out = out * (~masks.empty).t()[..., None].to(out.dtype)
         return out
 
-    def _keep(self, attention_mask: Tensor | None, sq: int, sk: int) -> tuple[Tensor | None, Tensor | None]:
-        """(dense keep mask ``[b, 1, sq, sk]`` or None, empty-row flags ``[b, sq]`` or None)."""
+    def masks(self, attention_mask: Tensor | None, sq: int, sk: int, batch: int) -> LayerMasks:
+        """What this layer's kernel needs from ``attention_mask``, built once per layout and window and
+        shared by every layer of the forward (the cache); ``crossbert-bench attention`` times this."""
         if attention_mask is None:
             if self.half_window:
                 raise ValueError(f"layer {self.layer_number} is local (window {2 * self.half_window}) but "
                                  "no token layout reached its core attention")
-            return None, None
+            return LayerMasks()
         if attention_mask.dtype == torch.bool:
-            if self.half_window:
-                raise ValueError(f"layer {self.layer_number} is local but got a bool mask, which carries no "
-                                 "positions; pass a token layout")
-            keep = ~attention_mask
-            empty = ~keep.any(-1).any(1)                   # [b, sq]; masks broadcast over heads
-            return keep | empty[:, None, :, None], (empty if self.cross else None)
-        ranges = self._ranges(attention_mask, sq, sk)
+            return self._bool_masks(attention_mask, sq, sk)
+        ranges = _CACHE.get(attention_mask, ("ranges", self.half_window, sq, sk),
+                            lambda: ranges_for(attention_mask, sq, sk, self.half_window))
+        empty = ranges.empty if self.cross else None
         if self.options.backend == "flex":
-            return None, (ranges.empty if self.cross else None)
+            block = _CACHE.get(attention_mask, ("block", self.half_window, sq, sk), lambda: _block_mask(
+                flex_mask_mod(ranges), batch, sq, sk, attention_mask.device, self._compile_flex(attention_mask)))
+            return LayerMasks(block=block, empty=empty)
         keep = _CACHE.get(attention_mask, ("dense", self.half_window, sq, sk), lambda: dense_keep(ranges, sk))
-        return keep, (ranges.empty if self.cross else None)
+        return LayerMasks(keep=keep, empty=empty)
 
-    def _ranges(self, layout: Tensor, sq: int, sk: int) -> KeyRanges:
-        return _CACHE.get(layout, ("ranges", self.half_window, sq, sk),
-                          lambda: ranges_for(layout, sq, sk, self.half_window))
+    def _bool_masks(self, attention_mask: Tensor, sq: int, sk: int) -> LayerMasks:
+        """megatron's convention (True = masked out), e.g. BertModel's padding masks; rows with no key
+        are widened to every key (and zeroed after attention in cross-attention)."""
+        if self.half_window:
+            raise ValueError(f"layer {self.layer_number} is local but got a bool mask, which carries no "
+                             "positions; pass a token layout")
+        keep = ~attention_mask
+        empty = ~keep.any(-1).any(1)                       # [b, sq]; masks broadcast over heads
+        keep = keep | empty[:, None, :, None]
+        block = None
+        if self.options.backend == "flex":
+            block = _CACHE.get(attention_mask, ("block-dense", sq, sk),
+                               lambda: _dense_block_mask(keep, sq, sk, self._compile_flex(attention_mask)))
+        return LayerMasks(keep=keep, block=block, empty=empty if self.cross else None)
+
+    def _compile_flex(self, like: Tensor) -> bool:
+        return like.is_cuda if self.options.compile_flex is None else self.options.compile_flex
 
     def _dropout(self) -> float:
         return self.dropout_p if self.training else 0.0
@@ -199,23 +228,15 @@ class CoreAttention(MegatronModule):
                                                  scale=self.softmax_scale, enable_gqa=k.shape[1] != q.shape[1])
         return out.permute(2, 0, 1, 3).reshape(sq, b, -1)
 
-    def _flex(self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, keep: Tensor | None) -> Tensor:
+    def _flex(self, query: Tensor, key: Tensor, value: Tensor, block) -> Tensor:
         from torch.nn.attention.flex_attention import flex_attention
 
         sq, b = query.shape[:2]
-        sk = key.shape[0]
         q, k, v = (t.permute(1, 2, 0, 3).contiguous() for t in (query, key, value))
         if not q.is_cuda and torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
             raise RuntimeError("FlexAttention runs forward-only on the CPU (torch has no CPU backward); "
                                "use model.attention_backend=sdpa to train here")
-        block = None
-        if keep is not None:                      # a bool mask in megatron's convention
-            block = _CACHE.get(mask, ("block-dense", sq, sk), lambda: _dense_block_mask(keep, sq, sk))
-        elif mask is not None:                    # a token layout
-            ranges = self._ranges(mask, sq, sk)
-            block = _CACHE.get(mask, ("block", self.half_window, sq, sk),
-                               lambda: _block_mask(flex_mask_mod(ranges), b, sq, sk, q.device))
-        fn = _compiled_flex() if q.is_cuda else flex_attention
+        fn = _compiled_flex() if self._compile_flex(q) else flex_attention
         out = fn(q, k, v, block_mask=block, scale=self.softmax_scale, enable_gqa=k.shape[1] != q.shape[1])
         return out.permute(2, 0, 1, 3).reshape(sq, b, -1)
 
