@@ -135,7 +135,8 @@ def run_case(case: dict) -> dict:
             torch.cuda.synchronize()
 
     warmup = _timed(step)
-    mask = None if layout is None else _timed(lambda: module.masks(layout.clone(), seq, seq, case["batch"]))
+    with torch.set_grad_enabled(train):  # as inside the forward (grad mode is part of compiled flex's guards)
+        mask = None if layout is None else _timed(lambda: module.masks(layout.clone(), seq, seq, case["batch"]))
     times = [_timed(step) for _ in range(case["repeats"])]
     memory = measure_step_memory(step, device)
     return {**{k: case[k] for k in ("seq_length", "mask", "backend")}, "passes": "fwd+bwd" if train else "fwd",
