@@ -29,6 +29,8 @@ EncoderName = Literal[tuple(ENCODERS)]
 """The registered encoder families (``arch.ENCODERS``)."""
 AttentionBackend = Literal["auto", "sdpa", "flex", "megatron"]
 """Core-attention kernels (``models.core_attention``): auto = flex on a GPU when masks apply, else sdpa."""
+ATTENTION_KERNELS = tuple(name for name in typing.get_args(AttentionBackend) if name != "auto")
+"""What ``model.attention_backend`` resolves to: its values but 'auto'."""
 StripMode = Literal["auto", "always", "never"]
 """How ``DataConfig.strip_wrapper_tokens`` treats [CLS]/[SEP]/eod already around each document."""
 

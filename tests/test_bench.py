@@ -26,7 +26,8 @@ def test_throughput_tiny_writes_json(tmp_path, capsys):
         assert result["samples_per_s_vs_ref"] > 0 and result["model_flops_per_sample"] > 0
         assert result["reference"] == ("mlm-modern" if result["encoder"] == "modern" else "bert")
     assert set(report["profile"]) == set(names)
-    assert (report["meta"]["options"]["attention_backend"], report["meta"]["options"]["document_mask"]) == ("megatron", False)
+    options = report["meta"]["options"]
+    assert (options["attention_backend"], options["document_mask"]) == ("megatron", False)
     assert "| model |" in capsys.readouterr().out
 
 

@@ -111,7 +111,7 @@ def test_exponent_override_parses_as_float():
 
 
 def test_attention_defaults_and_the_window_rule():
-    from megatron_crossbert.attention_windows import hf_layer_types, layer_half_windows
+    from megatron_crossbert.attention_windows import layer_half_windows
 
     model = RunConfig().model
     assert (model.attention_backend, model.local_attention, model.windowed) == ("auto", 0, False)

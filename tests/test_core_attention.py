@@ -1,4 +1,5 @@
-"""``models.core_attention.CoreAttention``: every backend equals megatron's DotProductAttention (fp32, <= 1e-5), forward and grads.
+"""``models.core_attention.CoreAttention``: every backend equals megatron's DotProductAttention (fp32, <= 1e-5),
+forward and gradients.
 
 SDPA and the megatron reference train here; FlexAttention runs forward-only on the CPU (torch 2.13), so
 its forward is compared here and its gradients by the H200 device check.
@@ -48,7 +49,8 @@ def _masks(batch: int = 3):
     dec = token_layout(torch.gather(segments, 1, targets), targets)
     pad = torch.ones(batch, 20, dtype=torch.int64)
     pad[0, 15:] = 0
-    return {"none": (None, 20, 20, False), "self": (enc, 20, 20, False), "cross": (cross_layout(dec, enc), 20, 20, True),
+    return {"none": (None, 20, 20, False), "self": (enc, 20, 20, False),
+            "cross": (cross_layout(dec, enc), 20, 20, True),
             "padding": (padding_layout(pad), 20, 20, False), "bool": (~(pad.bool()[:, None, None, :]), 20, 20, False)}
 
 

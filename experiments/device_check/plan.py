@@ -3,8 +3,9 @@
 The lent H200 gives 15 minutes of device time in all, start-up (1-2 minutes per fresh machine)
 included, and at most 10 minutes per call; what travels with the checkout is capped at 64 MiB.
 So the stages are split over two calls: smoke + gpu_check + attention first (under 6 minutes), the
-claims run second (under 6); with a start-up each they fit the 15 minutes. Each stage runs in its own process and is killed at its budget, so one stage
-that hangs or crashes cannot take the next one's time or results.
+claims run second (under 6); with a start-up each they fit the 15 minutes. Each stage runs in its own
+process and is killed at its budget, so one stage that hangs or crashes cannot take the next one's
+time or results.
 """
 
 from __future__ import annotations
@@ -51,8 +52,9 @@ STAGES: tuple[StageSpec, ...] = (
     StageSpec("smoke", 90, 300, "tests/test_gpu.py, CUDA/NCCL smoke, bf16 train steps of every architecture"),
     StageSpec("gpu_check", 130, 300, "crossbert-bench gpu-check: bf16 MFU at BERT-base/large L=512, "
                                      "CrossBERT vs megatron BertModel, GEMM peak, FLOP-predicted ratios"),
-    StageSpec("attention", 90, 300, "compiled FlexAttention vs SDPA at L=8192 with document masks and windows "
-                                    "(tokens/s, memory, gradients); bf16 MFU with SDPA vs megatron's unfused attention"),
+    StageSpec("attention", 90, 300, "compiled FlexAttention vs SDPA at L=8192 with document masks and "
+                                    "windows (tokens/s, memory, gradients); bf16 MFU with SDPA vs megatron's "
+                                    "unfused attention"),
     StageSpec("claims", 330, 600, "equal-FLOPs bf16 pretraining of MLM baseline and CrossBERT arms, "
                                   "frozen probes on GLUE dev"),
 )

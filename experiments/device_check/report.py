@@ -77,7 +77,8 @@ def claims_markdown(result: dict) -> str:
 def attention_markdown(result: dict) -> str:
     """Flex against SDPA per mask, then MFU with SDPA against megatron's unfused attention."""
     rows = [[r["mask"], r["seq_length"], r["documents"], r["dtype"], r["passes"],
-             fmt(r["flex"]["tokens_per_s"], 0), fmt(r["sdpa"]["tokens_per_s"], 0), fmt(r["flex_speedup"], 2, suffix="x"),
+             fmt(r["flex"]["tokens_per_s"], 0), fmt(r["sdpa"]["tokens_per_s"], 0),
+             fmt(r["flex_speedup"], 2, suffix="x"),
              fmt(r["flex"]["peak_step_mib"], 0), fmt(r["sdpa"]["peak_step_mib"], 0), f"{r['output_rel_err']:.2e}",
              "—" if r["grad_rel_err"] is None else f"{r['grad_rel_err']:.2e}", "ok" if r["ok"] else "MISMATCH"]
             for r in result["kernels"]]

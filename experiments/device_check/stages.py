@@ -120,7 +120,8 @@ def run_gpu_check_stage(config: DeviceCheckConfig) -> dict:
     """Stage 2: the library's gpu check in this process; its JSON becomes the stage's result."""
     from megatron_crossbert.benchmarking.gpu_check import GpuCheckOptions, run_gpu_check
 
-    changes = {"out": str(Path(config.work_dir) / "gpu_check.json"), **(TOY_GPU_CHECK if config.toy else DEVICE_GPU_CHECK)}
+    changes = {"out": str(Path(config.work_dir) / "gpu_check.json"),
+               **(TOY_GPU_CHECK if config.toy else DEVICE_GPU_CHECK)}
     code = run_gpu_check(GpuCheckOptions(**changes))
     payload = json.loads(Path(changes["out"]).read_text())
     return {"command": "crossbert-bench gpu-check " + " ".join(_flag_words(changes)), "exit_code": code,

@@ -25,7 +25,9 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 
-BACKENDS = ("megatron", "sdpa", "flex")
+from megatron_crossbert.config import ATTENTION_KERNELS
+
+BACKENDS = ATTENTION_KERNELS
 MASKS = ("none", "documents", "documents+window")
 
 
@@ -90,7 +92,6 @@ def _segments(case: dict):
 
 def _attention(case: dict, device):
     """(CoreAttention module, layout or None, documents) of one case."""
-    import torch
     from megatron.core.transformer.enums import AttnMaskType
     from megatron.core.transformer.transformer_config import TransformerConfig
 
@@ -141,8 +142,9 @@ def run_case(case: dict) -> dict:
     memory = measure_step_memory(step, device)
     return {**{k: case[k] for k in ("seq_length", "mask", "backend")}, "passes": "fwd+bwd" if train else "fwd",
             "documents": documents, "wall_ms": 1e3 * statistics.median(t[0] for t in times),
-            "cpu_ms": 1e3 * statistics.median(t[1] for t in times), "mask_build_ms": None if mask is None else 1e3 * mask[0],
-            "warmup_s": warmup[0], "peak_step_mib": memory["peak_step_bytes"] / 2**20, "memory_method": memory["method"]}
+            "cpu_ms": 1e3 * statistics.median(t[1] for t in times),
+            "mask_build_ms": None if mask is None else 1e3 * mask[0], "warmup_s": warmup[0],
+            "peak_step_mib": memory["peak_step_bytes"] / 2**20, "memory_method": memory["method"]}
 
 
 def _timed(fn) -> tuple[float, float]:

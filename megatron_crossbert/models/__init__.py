@@ -51,5 +51,6 @@ def model_encode(model: torch.nn.Module, input_ids: torch.Tensor,
     return model.encode(input_ids, attention_mask)
 
 
-__all__ = ["AttentionPlan", "BaselineBertModel", "attention_plan", "CrossBertModel", "MlmModel", "bert_encode", "build_bert_model", "build_model",
-           "model_encode", "model_flops_per_sample", "transformer_config", "use_transformer_engine"]
+__all__ = ["AttentionPlan", "BaselineBertModel", "CrossBertModel", "MlmModel", "attention_plan", "bert_encode",
+           "build_bert_model", "build_model", "model_encode", "model_flops_per_sample", "transformer_config",
+           "use_transformer_engine"]

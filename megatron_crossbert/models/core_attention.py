@@ -17,8 +17,8 @@ spec this replaces only ``TEDotProductAttention``: TE keeps its fused LayerNorm+
   and per window, shared by every layer through a small cache keyed on the layout tensor;
 - a bool tensor in megatron's convention (True = masked out), e.g. megatron BertModel's own masks.
 
-The backend is resolved once per run (``resolve_backend``) and logged by the model builder
-(``models.attention_plan``).
+The backend is resolved once per run (``resolve_backend``, called by ``models.attention_plan``); the
+training loop prints the decision on its first line.
 """
 
 from __future__ import annotations
@@ -35,10 +35,10 @@ from megatron.core.transformer.dot_product_attention import DotProductAttention
 from megatron.core.transformer.module import MegatronModule
 from torch import Tensor
 
+from megatron_crossbert.config import ATTENTION_KERNELS
 from megatron_crossbert.models.attention_masks import dense_keep, flex_mask_mod, ranges_for
 
-BACKENDS = ("sdpa", "flex", "megatron")
-"""What ``model.attention_backend`` resolves to (``config.AttentionBackend`` adds 'auto')."""
+BACKENDS = ATTENTION_KERNELS
 FLEX_CPU_TRAINING = ("model.attention_backend=flex cannot train here: torch's FlexAttention has no backward "
                      "pass on the CPU; use auto or sdpa")
 
