@@ -126,7 +126,8 @@ def mfu_comparison(toy: bool) -> list[dict]:
     runs = []
     for backend in ("sdpa", "megatron"):
         options = ThroughputOptions(size="tiny" if toy else "base", precision="fp32" if toy else "bf16",
-                                    steps=1 if toy else 4, warmup=1 if toy else 2, only=[MFU_CASE],
+                                    steps=1 if toy else 4, warmup=0 if toy else 2, only=[MFU_CASE],
+                                    num_layers=1 if toy else None,
                                     peak_tflops=None if toy else H200_BF16_GEMM_TFLOPS, clock="wall",
                                     attention_backend=backend, document_mask=False)
         report = run_throughput(options)

@@ -90,7 +90,7 @@ def run_smoke(config: DeviceCheckConfig) -> dict:
     precision = "fp32" if config.toy else "bf16"
     for case in smoke_cases(precision):
         try:
-            result["train_steps"].append(train_steps(case, 2 if config.toy else 4))
+            result["train_steps"].append(train_steps(case, TOY_TRAIN_STEPS if config.toy else 4))
         except Exception as err:  # record and keep going: the next architecture still runs
             result["train_steps"].append({"name": case.name, "arch": case.arch, "encoder": case.encoder, "ok": False,
                                           "error": f"{type(err).__name__}: {err}"})
@@ -100,8 +100,10 @@ def run_smoke(config: DeviceCheckConfig) -> dict:
     return result
 
 
-TOY_GPU_CHECK = dict(sizes=["tiny"], steps=1, warmup=1, precision="fp32", gemm_size=256, allow_cpu=True)
-"""The CPU dry run's gpu-check options."""
+TOY_TRAIN_STEPS = 1
+"""Training steps per architecture in the CPU dry run's smoke (the H200 runs 4)."""
+TOY_GPU_CHECK = dict(sizes=["tiny"], steps=1, warmup=0, precision="fp32", gemm_size=256, allow_cpu=True)
+"""The CPU dry run's gpu-check options (no warm-up round: the dry run checks the code path, not speed)."""
 DEVICE_GPU_CHECK = dict(steps=6, warmup=2)
 """The H200 run's changes to ``GpuCheckOptions``' defaults: two rounds fewer each, so the stage fits its
 130 s beside the attention stage in the first call."""
