@@ -116,7 +116,8 @@ class ArchSpec:
     encoder_mlm_head: bool
     """An MLM head reads the encoder output directly (an HF ``...ForMaskedLM`` target exists)."""
     build_model: LazyRef
-    """``(run_cfg, *, vocab_size, max_sequence_length, use_te, pre_process, post_process) -> module``."""
+    """``(run_cfg, *, vocab_size, max_sequence_length, use_te, attention, pre_process, post_process) -> module``
+    (``attention``: the run's ``models.attention_plan.AttentionPlan``)."""
     dataset_class: LazyRef
     """The ``MegatronDataset`` class of the real data (``dataset_class.get()``)."""
     make_sample: Callable[..., dict]

@@ -20,6 +20,7 @@ import yaml
 
 from megatron_crossbert import masking as masking_rules
 from megatron_crossbert import schedules
+from megatron_crossbert.attention_windows import check_window_options
 from megatron_crossbert.arch import ENCODERS, REGISTRY, get_arch, get_encoder
 from megatron_crossbert.fsutil import atomic_write_text
 
@@ -27,6 +28,10 @@ ArchName = Literal[tuple(REGISTRY)]
 """The registered architectures (``arch.REGISTRY``, the one owner of the names)."""
 EncoderName = Literal[tuple(ENCODERS)]
 """The registered encoder families (``arch.ENCODERS``)."""
+AttentionBackend = Literal["auto", "sdpa", "flex", "megatron"]
+"""Core-attention kernels (``models.core_attention``): auto = flex on a GPU when masks apply, else sdpa."""
+ATTENTION_KERNELS = tuple(name for name in typing.get_args(AttentionBackend) if name != "auto")
+"""What ``model.attention_backend`` resolves to: its values but 'auto'."""
 StripMode = Literal["auto", "always", "never"]
 """How ``DataConfig.strip_wrapper_tokens`` treats [CLS]/[SEP]/eod already around each document."""
 
@@ -120,6 +125,19 @@ class ModelConfig:
     """MLM baselines ('bert', 'mlm'): run the LM head and the vocab projection on the masked positions only
     (ModernBERT / HF ``sparse_prediction``); same loss and weights. False = Megatron-LM's dense head on
     all L positions, for parity. CrossBERT always predicts its targets only."""
+    attention_backend: AttentionBackend = "auto"
+    """Core attention of every layer (both specs): 'sdpa' = torch scaled_dot_product_attention (dense bool
+    mask when documents/windows apply), 'flex' = compiled FlexAttention with a block mask (GPU; no attention
+    dropout), 'megatron' = megatron-core's unfused DotProductAttention (the reference); 'auto' = flex on a
+    GPU when masks apply and attention_dropout is 0, else sdpa. Resolved and logged once per run."""
+    local_attention: int = 0
+    """ModernBERT's sliding window in tokens (0 = every layer global; ModernBERT uses 128): a local layer's
+    query sees keys within local_attention // 2 ORIGINAL positions. Modern encoder only."""
+    global_attn_every_n_layers: int = 3
+    """ModernBERT's pattern: layer i (0-based) is global when i % n == 0, local otherwise (with windows on).
+    The decoder follows the same rule over its own layers."""
+    local_rotary_base: float = 10000.0
+    """RoPE base of the local layers (ModernBERT's local_rope_theta); rotary_base stays the global layers'."""
 
     def __post_init__(self) -> None:
         spec, _ = get_arch(self.arch), get_encoder(self.encoder)  # unknown names list the registered ones
@@ -141,6 +159,23 @@ class ModelConfig:
                  f"decoder_num_attention_heads={self.dec_heads} must divide decoder width {self.dec_hidden}")
         for name in ("hidden_dropout", "attention_dropout"):
             _require(0.0 <= getattr(self, name) < 1.0, f"ModelConfig.{name} must be in [0, 1)")
+        self._check_attention()
+
+    def _check_attention(self) -> None:
+        """Windows and backends that cannot work are refused here, before anything is built."""
+        check_window_options(self.local_attention, self.global_attn_every_n_layers)
+        _require(self.local_rotary_base > 0, f"ModelConfig.local_rotary_base must be > 0, got {self.local_rotary_base}")
+        _require(not self.local_attention or not get_encoder(self.encoder).learned_positions,
+                 f"model.local_attention needs the modern encoder (RoPE, as ModernBERT); the {self.encoder!r} "
+                 "encoder has no exact Hugging Face target with windows")
+        _require(self.attention_backend != "flex" or self.attention_dropout == 0,
+                 f"model.attention_backend=flex has no attention dropout; set model.attention_dropout=0 "
+                 f"(got {self.attention_dropout}) or use sdpa")
+
+    @property
+    def windowed(self) -> bool:
+        """Some layers attend locally (``attention_windows`` owns which)."""
+        return self.local_attention > 0 and self.global_attn_every_n_layers > 1
 
     @property
     def ffn(self) -> int:
@@ -252,6 +287,10 @@ class DataConfig:
     strip_wrapper_tokens: StripMode = "auto"
     """[CLS]/[SEP]/eod already around each document (Megatron-LM-written data): auto (strip when every
     sampled document has them), always (when most do), never (keep the data's tokens)."""
+    document_mask: bool = True
+    """Every attention stays inside the query's document: samples carry each position's document
+    (fragment) id from the packing index and the models mask attention with it. False = every token of
+    a packed sample attends to every other (the pre-issue-21 behaviour)."""
 
     def __post_init__(self) -> None:
         _positive(self, "seq_length")

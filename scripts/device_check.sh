@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Usage: scripts/device_check.sh prepare [--no-wheels] [--limit-mib 64]   (here: fills .device_carry/, prints the device calls)
-#        scripts/device_check.sh run [--stages smoke gpu_check claims] [--toy]   (on the device; --toy on the CPU)
+#        scripts/device_check.sh run [--stages smoke gpu_check attention claims] [--toy]   (on the device; --toy on the CPU)
 #        scripts/device_check.sh render DEVICE_CHECK.json... [--results-md docs/results.md]
 # PYTHON (default: python3) runs the driver, experiments/device_check. `run` installs the carried wheels into SITE
 # (/tmp/device_site) when megatron-core, nltk or mteb does not import, then runs the stages, each under its own budget,

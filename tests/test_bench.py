@@ -17,7 +17,7 @@ from megatron_crossbert.cli.bench import main
 def test_throughput_tiny_writes_json(tmp_path, capsys):
     out = tmp_path / "tp.json"
     assert main(["throughput", "--size", "tiny", "--steps", "1", "--warmup", "1", "--profile",
-                 "--out", str(out)]) == 0
+                 "--attention-backend", "megatron", "--no-document-mask", "--out", str(out)]) == 0
     report = json.loads(out.read_text())
     names = [r["name"] for r in report["results"]]
     assert names == [s.name for s in SETTINGS] and len(names) == 14
@@ -35,6 +35,8 @@ def test_throughput_tiny_writes_json(tmp_path, capsys):
     assert (narrow["decoder_hidden_size"], narrow["decoder_num_layers"]) == (32, 1)
     assert narrow["model_flops_per_sample"] < by_name["crossbert r=0.5 compl"]["model_flops_per_sample"]
     assert set(report["profile"]) == set(names)
+    options = report["meta"]["options"]
+    assert (options["attention_backend"], options["document_mask"]) == ("megatron", False)
     table = capsys.readouterr().out
     assert "| model |" in table and "× sparse MLM" in table and "step CPU ms | step wall ms" in table
     only = tmp_path / "only.json"
@@ -43,6 +45,26 @@ def test_throughput_tiny_writes_json(tmp_path, capsys):
     assert [r["name"] for r in json.loads(only.read_text())["results"]] == ["bert", "crossbert r=0.5 single",
                                                                            "mlm-modern"]
     assert main(["throughput", "--size", "tiny", "--only", "crossbert r=0.9", "--out", str(only)]) == 2
+
+
+def test_attention_bench_tiny_writes_json_tables_and_leakage(tmp_path, capsys, text_corpus, bpe_tokenizer):
+    """Every backend at L=256 with documents and a window (flex forward-only and eager on the CPU), real
+    document masks and the leakage table from the session corpus; the megatron row is the 'before'."""
+    out = tmp_path / "attention.json"
+    assert main(["attention", "--seq-lengths", "256", "--masks", "documents+window", "--repeats", "1", "--window",
+                 "8", "--flex-eager", "--corpus", str(text_corpus.path), "--tokenizer", str(bpe_tokenizer),
+                 "--leakage-lengths", "64", "256", "--leakage-samples", "20", "5", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    rows = {r["backend"]: r for r in report["results"]}
+    assert set(rows) == {"megatron", "sdpa", "flex"} and all(r["wall_ms"] > 0 for r in rows.values())
+    assert rows["flex"]["passes"] == "fwd" and rows["sdpa"]["passes"] == "fwd+bwd"
+    assert rows["sdpa"]["documents"] > 1 and rows["sdpa"]["mask_build_ms"] > 0
+    leak = {r["seq_length"]: r for r in report["leakage"]}
+    assert 0 < leak[64]["cross_document_pairs"] < leak[256]["cross_document_pairs"] < 1
+    assert report["meta"]["cpu_s_process_tree"] > 0 and report["meta"]["documents"] == "corpus median sample"
+    text = capsys.readouterr().out
+    assert "| 256 | documents+window" in text and "pairs crossing documents" in text
+    assert out.with_suffix(".md").read_text().startswith("| L | mask |")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the check really runs (minutes)")

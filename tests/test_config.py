@@ -30,6 +30,12 @@ def test_mask_ratio_outside_range(ratio):
     (dict(vocab_size=0), "vocab_size"),
     (dict(arch="gpt"), "arch"),
     (dict(transformer_impl="apex"), "transformer_impl"),
+    (dict(attention_backend="xformers"), "attention_backend"),
+    (dict(encoder="modern", local_attention=127), "positive even number"),
+    (dict(encoder="modern", local_attention=128, global_attn_every_n_layers=0), "global_attn_every_n_layers"),
+    (dict(local_attention=128), "needs the modern encoder"),
+    (dict(encoder="modern", local_rotary_base=0), "local_rotary_base"),
+    (dict(attention_backend="flex", attention_dropout=0.1), "no attention dropout"),
 ])
 def test_bad_model_values(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -112,3 +118,27 @@ def test_exponent_override_parses_as_float():
     assert load_run_config(None, ["training.lr=3e-4"]).training.lr == 3e-4
     with pytest.raises(ValueError, match="training.lr must be a number"):
         load_run_config(None, ["training.lr=fast"])
+
+
+def test_attention_defaults_and_the_window_rule():
+    from megatron_crossbert.attention_windows import layer_half_windows
+
+    model = RunConfig().model
+    assert (model.attention_backend, model.local_attention, model.windowed) == ("auto", 0, False)
+    assert RunConfig().data.document_mask is True
+    assert ModelConfig(encoder="modern", local_attention=128).windowed
+    assert not ModelConfig(encoder="modern", local_attention=128, global_attn_every_n_layers=1).windowed
+    assert layer_half_windows(7, 128, 3) == (0, 64, 64, 0, 64, 64, 0)
+    assert layer_half_windows(3, 0, 3) == (0, 0, 0)
+
+
+def test_layer_types_equal_hf_modernbert_config():
+    """The rule's layer types are exactly what HF ``ModernBertConfig`` derives from the same options."""
+    from transformers import ModernBertConfig
+
+    from megatron_crossbert.attention_windows import every_n_of_layer_types, hf_layer_types
+
+    for layers, window, every in ((22, 128, 3), (4, 8, 2), (5, 64, 1), (3, 4, 5)):
+        hf = ModernBertConfig(num_hidden_layers=layers, local_attention=window, global_attn_every_n_layers=every)
+        assert hf_layer_types(layers, window, every) == hf.layer_types and hf.sliding_window == window // 2
+        assert every_n_of_layer_types(hf.layer_types, window) == (min(every, layers) if every > 1 else 1)

@@ -110,7 +110,7 @@ def test_bert_variant_and_dataloader(tmp_path):
     cross, _, _ = build_datasets(_cfg([str(prefix)], vocab=300), (40, 0, 0))
     bert, _, _ = build_datasets(_cfg([str(prefix)], arch="bert", vocab=300), (40, 0, 0))
     sample = bert[5]
-    assert set(sample) == {"tokens", "labels", "loss_mask", "padding_mask", "index"}
+    assert set(sample) == {"tokens", "labels", "loss_mask", "padding_mask", "segments", "index"}
     assert np.array_equal(sample["labels"], cross[5]["tokens"]), "same packed samples as CrossBERT"
     assert sample["loss_mask"].dtype == np.float32 and sample["padding_mask"].tolist() == [1] * L
     special = np.isin(sample["labels"], [0, 1, 2, 3, 4, 5])

@@ -53,7 +53,7 @@ def test_static_dataset_equals_on_the_fly_dataset(static_root):
     dynamic, _, _ = build_datasets(_cfg(root, tok, ratio, complementary, static=False), (rows, 0, 0))
     for i in range(rows):
         a, b = static[i], dynamic[i]
-        assert set(a) == set(b) == {"tokens", "visible", "targets", "index"}
+        assert set(a) == set(b) == {"tokens", "visible", "targets", "segments", "index"}
         for key in a:
             assert np.array_equal(a[key], b[key]) and a[key].dtype == b[key].dtype, (i, key)
 

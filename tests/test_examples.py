@@ -37,6 +37,8 @@ def test_example_configs_validate(name):
     assert cfg.model.arch == "crossbert"
     if name != "tiny_cpu.yaml":
         assert cfg.training.precision == "bf16" and cfg.data.seq_length == (1024 if "modern" in name else 512)
+    if "modern" in name:  # ModernBERT's phase 1: local/global windows, both RoPE bases 10000
+        assert (cfg.model.local_attention, cfg.model.global_attn_every_n_layers, cfg.model.rotary_base) == (128, 3, 1e4)
     if "modern" in name:  # the MLM baseline of the header's command line validates too
         mlm = load_run_config(EXAMPLES / name, ["model.arch=mlm", "model.decoder_num_layers=0",
                                                 "masking.bert_mask_prob=0.3"])
@@ -71,6 +73,17 @@ def test_modernbert_style_example_loads_and_trains_on_its_schedules(indexed_corp
     assert summary["iteration"] == 6 and summary["batch_sizes"] == [2, 2, 4, 6, 6, 6]
     lrs = summary["lrs"]                                                         # warmup 1, stable, 1-sqrt decay
     assert lrs[1:4] == [8e-4] * 3 and 8e-4 > lrs[4] > lrs[5] > 0 and set(summary["valid_losses"]) == {3, 6}
+
+
+def test_context_extension_example_continues_the_modern_base_run():
+    from megatron_crossbert.checkpoint.context_extension import extension_refusals
+    from megatron_crossbert.config import load_run_config
+
+    base = load_run_config(EXAMPLES / "crossbert_modern_base.yaml")
+    long = load_run_config(EXAMPLES / "crossbert_modern_8k.yaml", ["checkpoint.init_from=CKPT"])
+    assert (long.data.seq_length, long.model.max_position_embeddings, long.model.rotary_base) == (8192, 8192, 160000)
+    assert (long.model.local_attention, long.model.local_rotary_base) == (base.model.local_attention, 10000)
+    assert not extension_refusals(base, long)
 
 
 def _run_tiny(work: Path, extra: str = "", **env) -> str:

@@ -64,6 +64,7 @@ def test_modern_mlm_counts_the_geglu_fc1_twice_as_wide():
     assert model_flops_per_sample(cfg) == 3 * (2 * layer + 2 * seq * h * (h + vocab))
 
 
+
 def test_narrow_decoder_matches_hand_count():
     """Decoder width d=4 under an h=8 encoder: cross-attention K/V project from h, the head's dense d -> h."""
     cfg = load_run_config(None, TINY + ["model.decoder_hidden_size=4", "model.decoder_num_attention_heads=2"])
@@ -75,3 +76,17 @@ def test_narrow_decoder_matches_hand_count():
     head = 2 * t * d * h + 2 * t * h * vocab
     assert decoder_forward_flops(cfg, t, lv) == dec_layer
     assert model_flops_per_sample(cfg) == 3 * 2 * (2 * enc_layer + dec_layer + head)
+
+
+def test_local_layers_count_only_their_window():
+    """MLM-modern at L=8192, window 128, every 3rd layer global: local layers score 129 keys per query."""
+    args = ["model.arch=mlm", "model.encoder=modern", "data.seq_length=8192", "model.max_position_embeddings=8192",
+            "model.hidden_size=64", "model.num_attention_heads=2", "model.num_layers=3", "model.decoder_num_layers=0"]
+    windowed = load_run_config(None, args + ["model.local_attention=128", "model.global_attn_every_n_layers=3"])
+    dense = load_run_config(None, args)
+    seq, h = 8192, 64
+    saved = 2 * (4 * seq * seq * h - 4 * seq * 129 * h)          # layers 1 and 2 are local
+    assert encoder_forward_flops(dense, seq) - encoder_forward_flops(windowed, seq) == pytest.approx(saved)
+    crossbert = args[1:-1] + ["model.decoder_num_layers=1"]
+    cross = load_run_config(None, crossbert + ["model.local_attention=128", "model.global_attn_every_n_layers=3"])
+    assert encoder_forward_flops(cross, 4096) < encoder_forward_flops(load_run_config(None, crossbert), 4096)

@@ -9,7 +9,9 @@ and each parallel layout is loaded from those same weights by slicing along mega
 (megatron's BertModel and the modern MLM). MLM batches carry a ragged prediction mask, and every layout
 runs them twice, with the dense head and with sparse prediction: sparse must equal dense of the same
 layout within 1e-6 (loss and every gradient, vocab-parallel cross-entropy at TP=2) and the TP=1 reference
-within 1e-5.
+within 1e-5. And (issue 21) modern CrossBERT and MLM with document masks, local/global windows and a
+local RoPE base, whose TP=1 reference runs megatron's DotProductAttention while every parallel layout
+runs SDPA: the attention backends agree at TP=1 (test_document_masks.py), TP=2 (+SP) and PP=2.
 """
 
 from __future__ import annotations
@@ -35,6 +37,10 @@ class Variant:
     """The batch entry holding token ids (what encode() is checked on); 'input_ids' = an MLM baseline."""
     sequence_parallel: bool = True
     """Check TP=2 with sequence parallelism too (megatron's BertModel needs apex for it)."""
+    reference_overrides: tuple[str, ...] = ()
+    """Applied to the TP=1/PP=1 reference only (e.g. another attention backend)."""
+    documents: bool = False
+    """The batch carries ``segments``: fragments of 5, 1, 6, 1 and 3 tokens (two 1-token fragments)."""
 
     @property
     def is_mlm(self) -> bool:
@@ -49,12 +55,26 @@ VARIANTS = {
     "mlm": Variant(MLM_ARCHS["mlm"], ids_key="input_ids"),
     "bert": Variant(MLM_ARCHS["bert"], ids_key="input_ids", sequence_parallel=False),
 }
+_WINDOWS = ("model.local_attention=4", "model.global_attn_every_n_layers=2", "model.local_rotary_base=10000",
+            "model.attention_backend=sdpa")
+VARIANTS.update({
+    "modern-documents": Variant(("model.encoder=modern", *_WINDOWS),
+                                reference_overrides=("model.attention_backend=megatron",), documents=True),
+    "mlm-documents": Variant(("model.arch=mlm", "model.encoder=modern", "model.decoder_num_layers=0", *_WINDOWS),
+                             ids_key="input_ids", reference_overrides=("model.attention_backend=megatron",),
+                             documents=True),
+})
 _ACTIVE: list[Variant] = [VARIANTS["classic"]]
 
 
 def _make_batch(cfg, variant: Variant) -> dict[str, torch.Tensor]:
-    """CrossBERT views, or an MLM batch with a ragged prediction mask (``test_model.mlm_batch``)."""
-    return mlm_batch(cfg, batch=2, seed=3) if variant.is_mlm else make_batch(cfg, batch=2, seed=3)
+    """CrossBERT views, or an MLM batch with a ragged prediction mask (``test_model.mlm_batch``); with
+    ``documents``, the ``segments`` of five fragments."""
+    batch = mlm_batch(cfg, batch=2, seed=3) if variant.is_mlm else make_batch(cfg, batch=2, seed=3)
+    if variant.documents:
+        sizes = torch.tensor([5, 1, 6, 1, 3])
+        batch["segments"] = torch.repeat_interleave(torch.arange(5), sizes).expand(2, int(sizes.sum())).contiguous()
+    return batch
 
 
 def _objective(model, batch) -> torch.Tensor:
@@ -91,7 +111,7 @@ def _reference(batch, ckpt_dir: str):
     """
     from megatron.core import dist_checkpointing
 
-    _, model = _layout([])
+    _, model = _layout(list(_ACTIVE[0].reference_overrides))
     dist_checkpointing.save(model.sharded_state_dict(), ckpt_dir)
     model.sparse_prediction = False   # the reference is the dense head (MLM baselines)
     loss = _objective(model, batch)

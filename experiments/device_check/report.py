@@ -78,12 +78,30 @@ def claims_markdown(result: dict) -> str:
     return head + "\n\n" + markdown_table(headers, claims_rows(result))
 
 
+def attention_markdown(result: dict) -> str:
+    """Flex against SDPA per mask, then MFU with SDPA against megatron's unfused attention."""
+    rows = [[r["mask"], r["seq_length"], r["documents"], r["dtype"], r["passes"],
+             fmt(r["flex"]["tokens_per_s"], 0), fmt(r["sdpa"]["tokens_per_s"], 0),
+             fmt(r["flex_speedup"], 2, suffix="x"),
+             fmt(r["flex"]["peak_step_mib"], 0), fmt(r["sdpa"]["peak_step_mib"], 0), f"{r['output_rel_err']:.2e}",
+             "—" if r["grad_rel_err"] is None else f"{r['grad_rel_err']:.2e}", "ok" if r["ok"] else "MISMATCH"]
+            for r in result["kernels"]]
+    headers = ["mask", "L", "documents", "dtype", "passes", "flex tok/s", "sdpa tok/s", "flex / sdpa",
+               "flex MiB", "sdpa MiB", "out rel err", "grad rel err", "status"]
+    mfu = [[run["attention_backend"], r["name"], fmt(r["samples_per_s"], 1), fmt(r["achieved_tflops"], 1),
+            fmt(r["mfu"], 1, 100, "%")] for run in result["mfu"] for r in run["results"]]
+    return (markdown_table(headers, rows) + "\n\n" + markdown_table(
+        ["attention backend", "model", "samples/s", "TFLOP/s", "MFU"], mfu))
+
+
 def _stage_body(name: str, record: dict) -> str:
     result = record.get("result")
     if not result:
         return f"Stage failed before producing results: {record.get('error')}"
     if name == "smoke":
         return smoke_markdown(result)
+    if name == "attention":
+        return attention_markdown(result)
     if name == "gpu_check":
         return (f"`{result['command']}`; GEMM now {fmt(result.get('gemm_tflops_measured_now'), 1)} TFLOP/s "
                 f"(MFU quoted against {result.get('peak_tflops_used')}); {result.get('transformer_engine')}\n\n"

@@ -14,12 +14,14 @@ import time
 import traceback
 from pathlib import Path
 
+from .attention_stage import run_attention
 from .claims import run_claims
 from .plan import config_from_dict
 from .stage_io import log_tails
 from .stages import run_gpu_check_stage, run_smoke
 
-STAGE_FUNCTIONS = {"smoke": run_smoke, "gpu_check": run_gpu_check_stage, "claims": run_claims}
+STAGE_FUNCTIONS = {"smoke": run_smoke, "gpu_check": run_gpu_check_stage, "attention": run_attention,
+                   "claims": run_claims}
 """Each stage of ``plan.STAGES`` and the function that runs it."""
 
 

@@ -90,7 +90,7 @@ def run_smoke(config: DeviceCheckConfig) -> dict:
     precision = "fp32" if config.toy else "bf16"
     for case in smoke_cases(precision):
         try:
-            result["train_steps"].append(train_steps(case, 2 if config.toy else 4))
+            result["train_steps"].append(train_steps(case, TOY_TRAIN_STEPS if config.toy else 4))
         except Exception as err:  # record and keep going: the next architecture still runs
             result["train_steps"].append({"name": case.name, "arch": case.arch, "encoder": case.encoder, "ok": False,
                                           "error": f"{type(err).__name__}: {err}"})
@@ -100,8 +100,13 @@ def run_smoke(config: DeviceCheckConfig) -> dict:
     return result
 
 
-TOY_GPU_CHECK = dict(sizes=["tiny"], steps=1, warmup=1, precision="fp32", gemm_size=256, allow_cpu=True)
-"""The CPU dry run's gpu-check options (the H200 run uses ``GpuCheckOptions``' defaults)."""
+TOY_TRAIN_STEPS = 1
+"""Training steps per architecture in the CPU dry run's smoke (the H200 runs 4)."""
+TOY_GPU_CHECK = dict(sizes=["tiny"], steps=1, warmup=0, precision="fp32", gemm_size=256, allow_cpu=True)
+"""The CPU dry run's gpu-check options (no warm-up round: the dry run checks the code path, not speed)."""
+DEVICE_GPU_CHECK = dict(steps=6, warmup=2)
+"""The H200 run's changes to ``GpuCheckOptions``' defaults: two rounds fewer each, so the stage fits its
+130 s beside the attention stage in the first call."""
 
 
 def _flag_words(options: dict) -> list[str]:
@@ -117,7 +122,8 @@ def run_gpu_check_stage(config: DeviceCheckConfig) -> dict:
     """Stage 2: the library's gpu check in this process; its JSON becomes the stage's result."""
     from megatron_crossbert.benchmarking.gpu_check import GpuCheckOptions, run_gpu_check
 
-    changes = {"out": str(Path(config.work_dir) / "gpu_check.json"), **(TOY_GPU_CHECK if config.toy else {})}
+    changes = {"out": str(Path(config.work_dir) / "gpu_check.json"),
+               **(TOY_GPU_CHECK if config.toy else DEVICE_GPU_CHECK)}
     code = run_gpu_check(GpuCheckOptions(**changes))
     payload = json.loads(Path(changes["out"]).read_text())
     return {"command": "crossbert-bench gpu-check " + " ".join(_flag_words(changes)), "exit_code": code,

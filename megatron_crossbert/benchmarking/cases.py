@@ -133,7 +133,8 @@ def size_overrides(size: str, **changes) -> dict:
 
 
 def make_run_config(shape: dict, setting: BenchSetting, precision: str = "fp32",
-                    transformer_impl: str = "auto") -> RunConfig:
+                    transformer_impl: str = "auto", attention_backend: str = "auto",
+                    document_mask: bool = True) -> RunConfig:
     """A RunConfig for one benchmark model; dropout off so timings do not depend on RNG work.
 
     ``train_iters``/``global_batch_size`` are irrelevant for timing but must validate; one
@@ -143,12 +144,12 @@ def make_run_config(shape: dict, setting: BenchSetting, precision: str = "fp32",
                  num_layers=shape["num_layers"],
                  num_attention_heads=shape["num_attention_heads"], vocab_size=shape["vocab_size"],
                  max_position_embeddings=max(512, shape["seq_length"]), hidden_dropout=0.0,
-                 attention_dropout=0.0, transformer_impl=transformer_impl,
+                 attention_dropout=0.0, transformer_impl=transformer_impl, attention_backend=attention_backend,
                  sparse_prediction=setting.sparse_prediction, **_decoder_fields(shape, setting))
     raw = {
         "model": model,
         "masking": {"mask_ratio": setting.mask_ratio, "complementary": setting.complementary},
-        "data": {"seq_length": shape["seq_length"]},
+        "data": {"seq_length": shape["seq_length"], "document_mask": document_mask},
         "training": {"micro_batch_size": shape["micro_batch_size"],
                      "global_batch_size": shape["micro_batch_size"], "train_iters": 1000,
                      "lr_warmup_iters": 10, "precision": precision, "log_interval": 1000},
@@ -168,8 +169,9 @@ def _decoder_fields(shape: dict, setting: BenchSetting) -> dict:
 
 
 def default_cases(size: str = "cpu", precision: str = "fp32", transformer_impl: str = "auto",
-                  settings: list[BenchSetting] | None = None, **changes) -> list[BenchCase]:
+                  settings: list[BenchSetting] | None = None, attention_backend: str = "auto",
+                  document_mask: bool = True, **changes) -> list[BenchCase]:
     """Every setting (each family's MLM baselines and its CrossBERT rows) at the same encoder shape and L."""
     shape = size_overrides(size, **changes)
-    return [BenchCase(s.name, make_run_config(shape, s, precision, transformer_impl))
+    return [BenchCase(s.name, make_run_config(shape, s, precision, transformer_impl, attention_backend, document_mask))
             for s in (settings or SETTINGS)]

@@ -55,6 +55,10 @@ class ThroughputOptions:
     """One of ``choices.CLOCKS``."""
     profile: bool = False
     """Add a per-component time breakdown of one extra step per model (see benchmarking.profile)."""
+    attention_backend: str = "auto"
+    """``model.attention_backend`` of every model ('megatron': megatron-core's unfused attention)."""
+    document_mask: bool = True
+    """``data.document_mask``: synthetic samples carry documents and attention stays inside them."""
 
 
 def _sync(device: torch.device) -> None:
@@ -80,7 +84,8 @@ def _timed_step(runner: StepRunner, batch: dict, device: torch.device) -> tuple[
 def select_cases(options: ThroughputOptions) -> list[BenchCase]:
     cases = default_cases(options.size, options.precision, options.transformer_impl,
                           seq_length=options.seq_length, micro_batch_size=options.micro_batch_size,
-                          num_layers=options.num_layers)
+                          num_layers=options.num_layers, attention_backend=options.attention_backend,
+                          document_mask=options.document_mask)
     unknown = sorted(set(options.only) - {c.name for c in cases})
     if unknown:
         raise ValueError(f"unknown throughput case(s) {unknown}; choose from {[c.name for c in cases]}")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 from megatron.core import dist_checkpointing
+from megatron.core.dist_checkpointing.mapping import ShardedTensor
 from torch.distributed.checkpoint.api import CheckpointException as TorchCheckpointException
 
 from megatron_crossbert.checkpoint.errors import CheckpointError
@@ -37,16 +38,40 @@ def _checked(source: VerifiedCheckpoint) -> Path:
     return source.directory
 
 
-def read_model_weights(model, source: VerifiedCheckpoint) -> Path:
-    """Load the 'model' entry of a verified checkpoint into ``model`` (any TP/PP layout)."""
+def _grow_requests(request: dict, grown: dict[str, int]) -> dict[str, tuple[torch.Tensor, ShardedTensor]]:
+    """Replace each position table that grows by a request of the saved (shorter) shape."""
+    swapped = {}
+    for key, entry in request.items():
+        rows = next((saved for suffix, saved in grown.items() if key.endswith(suffix)), None)
+        if rows is None or not isinstance(entry, ShardedTensor) or entry.data.shape[0] == rows:
+            continue
+        saved = torch.empty((rows, *entry.data.shape[1:]), dtype=entry.data.dtype, device=entry.data.device)
+        request[key] = ShardedTensor.from_rank_offsets(entry.key, saved, replica_id=entry.replica_id,
+                                                       prepend_axis_num=entry.prepend_axis_num)
+        swapped[key] = (entry.data, saved)
+    return swapped
+
+
+def read_model_weights(model, source: VerifiedCheckpoint, grown: dict[str, int] | None = None) -> Path:
+    """Load the 'model' entry of a verified checkpoint into ``model`` (any TP/PP layout).
+
+    ``grown`` (``context_extension.grown_tables``): position tables the model holds more rows of than
+    the checkpoint; their saved rows are copied in and the new rows keep the model's initialisation.
+    """
     ckpt_dir = _checked(source)
+    request = model.sharded_state_dict()
+    swapped = _grow_requests(request, grown or {})
     try:
         with checked_read(ckpt_dir):
-            state = dist_checkpointing.load({"model": model.sharded_state_dict()}, str(ckpt_dir))
+            state = dist_checkpointing.load({"model": request}, str(ckpt_dir))
     except CheckpointError:
         raise
     except (Exception, TorchCheckpointException) as err:  # DCP's CheckpointException is a BaseException
         raise CheckpointError(f"cannot load model weights from {ckpt_dir}: {err}") from err
+    for key, (table, saved) in swapped.items():
+        table = table.detach().clone()
+        table[:saved.shape[0]] = state["model"][key]
+        state["model"][key] = table
     result = model.load_state_dict(state["model"], strict=False)
     missing = [key for key in result.missing_keys if not key.endswith("_extra_state")]
     if missing:

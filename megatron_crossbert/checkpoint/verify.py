@@ -13,6 +13,7 @@ group exists (:func:`verify_contents`, ``collective=True``), so every rank hashe
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -25,9 +26,12 @@ from megatron_crossbert.checkpoint.checksums import (
     read_record,
     warn_unrecorded,
 )
+from megatron_crossbert.checkpoint.context_extension import extension_refusals, log_extension, resume_mismatches
 from megatron_crossbert.checkpoint.data_record import check_resume_data
 from megatron_crossbert.checkpoint.errors import CheckpointError
-from megatron_crossbert.checkpoint.layout import iteration_of, load_saved_config, resolve_checkpoint_dir
+from megatron_crossbert.checkpoint.layout import (
+    RUN_CONFIG_FILE, iteration_of, load_saved_config, resolve_checkpoint_dir,
+)
 from megatron_crossbert.checkpoint.optimizer_format import reshard_refusal, saved_sharding_type
 from megatron_crossbert.checkpoint.tokenizer_record import TokenizerVerdict, check_checkpoint_tokenizer
 from megatron_crossbert.config import RunConfig
@@ -83,11 +87,19 @@ class VerifiedCheckpoint:
                              f"so it has no sharding type (got {self.sharding_type!r})")
 
 
-def config_mismatches(saved: RunConfig, current: RunConfig) -> list[str]:
+def config_mismatches(saved: RunConfig, current: RunConfig, *, weights_only: bool = False) -> list[str]:
     """Human-readable model differences that make ``saved`` unusable for ``current`` (the data,
-    ``seq_length`` included, is ``data_record``'s to compare)."""
-    return [f"model.{name}: checkpoint {getattr(saved.model, name)!r} vs run {getattr(current.model, name)!r}"
-            for name in _MODEL_FIELDS if getattr(saved.model, name) != getattr(current.model, name)]
+    ``seq_length`` included, is ``data_record``'s to compare on a resume).
+
+    ``init_from`` (``weights_only``) may extend the context (``context_extension``: a longer position
+    table, new RoPE bases and windows); a full resume may change none of them.
+    """
+    fields = [name for name in _MODEL_FIELDS if not (weights_only and name == "max_position_embeddings")]
+    diffs = [f"model.{name}: checkpoint {getattr(saved.model, name)!r} vs run {getattr(current.model, name)!r}"
+             for name in fields if getattr(saved.model, name) != getattr(current.model, name)]
+    if weights_only:
+        return diffs + extension_refusals(saved, current)
+    return diffs + resume_mismatches(saved, current)
 
 
 def schedule_changes(saved: RunConfig, current: RunConfig) -> list[str]:
@@ -124,6 +136,16 @@ def check_schedule(ckpt_dir: Path, saved: RunConfig, current: RunConfig) -> list
         logger.warning("resume from %s: schedule changed (%s); %s (checkpoint.lr_schedule_on_resume=%s)",
                        ckpt_dir, "; ".join(changes), verb, policy)
     return changes
+
+
+def _note_document_mask(ckpt_dir: Path, current: RunConfig) -> None:
+    """Turning document masks on or off changes what attention sees, not any shape: allowed, logged.
+    Checkpoints written before document masks existed record none: they were trained without."""
+    saved_data = json.loads((ckpt_dir / RUN_CONFIG_FILE).read_text()).get("data") or {}
+    trained = bool(saved_data.get("document_mask", False))
+    if trained != current.data.document_mask:
+        logger.warning("resume from %s: checkpoint trained %s document masks; this run uses %s", ckpt_dir,
+                       "with" if trained else "without", "them" if current.data.document_mask else "none")
 
 
 def _stored_sharding_type(ckpt_dir: Path, saved: RunConfig, current: RunConfig) -> str | None:
@@ -179,7 +201,7 @@ def verify_checkpoint(ckpt_dir: Path, current: RunConfig, *, weights_only: bool 
     """
     contents = "pending" if defer_contents else _contents(ckpt_dir, current.checkpoint.verify, False)
     saved = load_saved_config(ckpt_dir)
-    diffs = config_mismatches(saved, current)
+    diffs = config_mismatches(saved, current, weights_only=weights_only)
     sharding_type = None if weights_only else _stored_sharding_type(ckpt_dir, saved, current)
     if not weights_only:
         diffs += reshard_refusal(ckpt_dir, saved, sharding_type, current)
@@ -188,6 +210,9 @@ def verify_checkpoint(ckpt_dir: Path, current: RunConfig, *, weights_only: bool 
     if not weights_only:
         check_resume_data(ckpt_dir, saved, current)
         check_schedule(ckpt_dir, saved, current)
+        _note_document_mask(ckpt_dir, current)
+    else:
+        log_extension(str(ckpt_dir), saved, current)
     verdict = check_checkpoint_tokenizer(ckpt_dir, current)
     return VerifiedCheckpoint(ckpt_dir, saved, sharding_type, verdict, weights_only,
                               str(ckpt_dir if reference is None else reference), contents)

@@ -1,4 +1,4 @@
-"""crossbert-bench: throughput, GPU-check, HF export-speed, checkpoint and preprocessing benchmarks (argparse).
+"""crossbert-bench: throughput, attention, GPU-check, HF export-speed, checkpoint and preprocessing benchmarks.
 
 Each subcommand parses options into the importable function that does the work
 (``megatron_crossbert.benchmarking``), prints a markdown table on stdout and writes JSON. The
@@ -13,7 +13,7 @@ import sys
 
 from megatron_crossbert.benchmarking.choices import CLOCKS, EXPORT_DEVICES, GPU_CHECK_PRECISIONS, GPU_DTYPES
 from megatron_crossbert.cli.errors import add_debug_flag, cli_main
-from megatron_crossbert.config import CheckpointConfig, ModelConfig, TrainingConfig, field_choices
+from megatron_crossbert.config import CheckpointConfig, DataConfig, ModelConfig, TrainingConfig, field_choices
 
 
 def _add_throughput(sub) -> None:
@@ -29,6 +29,11 @@ def _add_throughput(sub) -> None:
     p.add_argument("--precision", default=None, choices=field_choices(TrainingConfig, "precision"),
                    help="default: fp32 on CPU, bf16 on GPU")
     p.add_argument("--transformer-impl", default="auto", choices=field_choices(ModelConfig, "transformer_impl"))
+    p.add_argument("--attention-backend", default=ModelConfig.attention_backend,
+                   choices=field_choices(ModelConfig, "attention_backend"),
+                   help="core attention of every model (megatron = megatron-core's unfused attention, the 'before')")
+    p.add_argument("--document-mask", action=argparse.BooleanOptionalAction, default=DataConfig.document_mask,
+                   help="attention inside each synthetic document (geometric lengths, corpus mean 67 tokens)")
     p.add_argument("--seq-length", type=int, default=None, help="override the size's sequence length L")
     p.add_argument("--micro-batch-size", type=int, default=None, help="override the size's micro-batch")
     p.add_argument("--num-layers", type=int, default=None, help="override the size's encoder depth")
@@ -41,6 +46,33 @@ def _add_throughput(sub) -> None:
     p.add_argument("--profile", action="store_true",
                    help="also break one step per model into embedding/encoder/decoder/LM head/optimizer time")
     p.add_argument("--out", default="benchmarks/out/throughput.json", help="JSON report path")
+
+
+def _add_attention(sub) -> None:
+    from megatron_crossbert.benchmarking.attention import BACKENDS, MASKS, AttentionBenchOptions
+
+    defaults = AttentionBenchOptions()
+    p = sub.add_parser("attention", help="one attention layer per backend (megatron/sdpa/flex), with and without "
+                                         "document masks and windows: time, CPU time, peak memory; with --corpus "
+                                         "also the share of unmasked attention pairs that cross documents")
+    p.add_argument("--seq-lengths", type=int, nargs="+", default=defaults.seq_lengths)
+    p.add_argument("--backends", nargs="+", default=defaults.backends, choices=BACKENDS)
+    p.add_argument("--masks", nargs="+", default=defaults.masks, choices=MASKS)
+    p.add_argument("--window", type=int, default=defaults.window, help="local window (tokens) of the windowed cases")
+    p.add_argument("--heads", type=int, default=defaults.heads)
+    p.add_argument("--head-dim", type=int, default=defaults.head_dim)
+    p.add_argument("--batch", type=int, default=defaults.batch)
+    p.add_argument("--repeats", type=int, default=defaults.repeats, help="timed calls per case (median)")
+    p.add_argument("--device", default=defaults.device, choices=EXPORT_DEVICES)
+    p.add_argument("--flex-eager", action="store_true", help="run flex uncompiled (materialises scores; debugging)")
+    p.add_argument("--corpus", nargs="*", default=[], help="JSONL(.gz) files or globs (quoted): real document "
+                                                           "masks and the leakage table")
+    p.add_argument("--tokenizer", default=None, help="the corpus' tokenizer (default: a 32k WordPiece trained on "
+                                                      "a 20k-document sample)")
+    p.add_argument("--leakage-lengths", type=int, nargs="+", default=defaults.leakage_lengths)
+    p.add_argument("--leakage-samples", type=int, nargs="+", default=defaults.leakage_samples,
+                   help="packed samples measured per leakage length")
+    p.add_argument("--out", default="benchmarks/out/attention.json", help="JSON report path (markdown beside it)")
 
 
 def _add_gpu_check(sub) -> None:
@@ -111,6 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="crossbert-bench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     _add_throughput(sub)
+    _add_attention(sub)
     _add_gpu_check(sub)
     _add_export_speed(sub)
     _add_checkpoint(sub)
@@ -136,7 +169,8 @@ def run_throughput_command(args) -> int:
                                 transformer_impl=args.transformer_impl, peak_tflops=args.peak_tflops,
                                 seq_length=args.seq_length, micro_batch_size=args.micro_batch_size,
                                 num_layers=args.num_layers, only=args.only, profile=args.profile,
-                                clock=args.clock)
+                                clock=args.clock, attention_backend=args.attention_backend,
+                                document_mask=args.document_mask)
     report = run_throughput(options)
     write_json(args.out, report)
     print(throughput_markdown(report))
@@ -147,6 +181,29 @@ def run_throughput_command(args) -> int:
         print(profile_markdown(report["profile"]))
     print(f"\nJSON written to {args.out}")
     return 0
+
+
+def run_attention_command(args) -> int:
+    import tempfile
+    from pathlib import Path
+
+    from megatron_crossbert.benchmarking.attention import AttentionBenchOptions, attention_markdown, run_attention_bench
+    from megatron_crossbert.benchmarking.report import write_json
+
+    options = AttentionBenchOptions(
+        seq_lengths=args.seq_lengths, backends=args.backends, masks=args.masks, window=args.window, heads=args.heads,
+        head_dim=args.head_dim, batch=args.batch, repeats=args.repeats, device=args.device, flex_eager=args.flex_eager,
+        corpus=args.corpus, tokenizer=args.tokenizer, leakage_lengths=args.leakage_lengths,
+        leakage_samples=args.leakage_samples)
+    with tempfile.TemporaryDirectory(prefix="crossbert-attention-") as work:
+        report = run_attention_bench(options, work)
+    write_json(args.out, report)
+    table = attention_markdown(report)
+    Path(args.out).with_suffix(".md").write_text(table + "\n")
+    print(table)
+    print(f"\n{report['meta']['cpu_s_process_tree']} CPU-s (process tree), {report['meta']['wall_s']} s wall. "
+          f"JSON written to {args.out}")
+    return 0 if all("error" not in r for r in report["results"]) else 1
 
 
 def run_gpu_check_command(args) -> int:
@@ -223,7 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command != "preprocess":  # preprocessing cases are subprocesses; the harness needs no torch
         _set_threads(getattr(args, "threads", None))
-    handlers = {"throughput": run_throughput_command, "gpu-check": run_gpu_check_command,
+    handlers = {"throughput": run_throughput_command, "attention": run_attention_command,
+                "gpu-check": run_gpu_check_command,
                 "export-speed": run_export_speed_command, "checkpoint": run_checkpoint_command,
                 "preprocess": run_preprocess_command}
     return handlers[args.command](args)

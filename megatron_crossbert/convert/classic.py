@@ -26,11 +26,14 @@ EXPORTED_FIELDS = frozenset({
     "vocab_size", "make_vocab_size_divisible_by", "hidden_size", "num_layers", "num_attention_heads",
     "ffn_hidden_size", "max_position_embeddings", "layernorm_epsilon", "bias_gelu_fusion"})
 # Fields that do not change the exported encoder's eval-mode forward (the decoder is discarded; dropout
-# is off at inference; init and kernel choice do not change the math; arch decides traits only).
+# is off at inference; init and kernel choice (transformer_impl, attention_backend) do not change the math;
+# arch decides traits only; windows and RoPE exist only on the modern encoder: ModelConfig refuses
+# local_attention on the classic one).
 NEUTRAL_FIELDS = frozenset({
     "arch", "decoder_num_layers", "decoder_hidden_size", "decoder_num_attention_heads",
     "decoder_ffn_hidden_size", "hidden_dropout", "attention_dropout", "init_method_std", "transformer_impl",
-    "rotary_base", "decoder_position_embedding", "sparse_prediction"})
+    "attention_backend", "rotary_base", "local_rotary_base", "local_attention", "global_attn_every_n_layers",
+    "decoder_position_embedding", "sparse_prediction"})
 # Fields checked against the registry: which encoder families a format serves is ``arch.EncoderLayout.hf_formats``.
 REGISTRY_FIELDS = frozenset({"encoder"})
 

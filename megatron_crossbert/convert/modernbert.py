@@ -8,9 +8,12 @@ plus two layout changes:
 - layer 0 has no attention norm on either side (``attn_norm`` is ``nn.Identity`` in HF).
 
 GeGLU needs no change at TP=1: megatron computes ``gelu(fc1[:ffn]) * fc1[ffn:]`` and HF
-``act(input) * gate`` with ``input, gate = Wi(x).chunk(2)``. Every attention layer is global
-(``layer_types`` all ``full_attention``) and both rope entries carry the trained ``rotary_base``;
-our norms have biases, so ``norm_bias=True``. Dropouts are written as 0 (an inference export).
+``act(input) * gate`` with ``input, gate = Wi(x).chunk(2)``. Local/global attention is ModernBERT's
+own (``attention_windows``): ``window_fields`` writes ``layer_types``, ``local_attention``,
+``global_attn_every_n_layers`` and both RoPE bases, in transformers 5's form (``layer_types``,
+``rope_parameters``) and in the flat keys older releases read; windows off is every layer global with
+both bases equal to ``rotary_base``. Our norms have biases, so ``norm_bias=True``. Dropouts are
+written as 0 (an inference export).
 
 The functions take and return plain TP=1 state dicts with the local-spec names (what
 ``layout.gather_tensor_parallel`` produces); they plug into the convert package's format registry.
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import torch
 
+from megatron_crossbert.attention_windows import GLOBAL, LOCAL, every_n_of_layer_types, hf_layer_types
 from megatron_crossbert.config import ModelConfig
 from megatron_crossbert.convert.errors import ConversionError
 from megatron_crossbert.convert.layout import merge_qkv, split_qkv
@@ -49,13 +53,42 @@ MLM_HEAD_KEYS: dict[str, str] = {
 }
 HF_BASE_PREFIX = "model."
 """Prefix of the base model inside ``ModernBertForMaskedLM``."""
+HF_DEFAULT_LOCAL_ATTENTION = 128
+"""``ModernBertConfig.local_attention``'s default: what an all-global export writes there."""
+
+
+def window_fields(model_cfg: ModelConfig) -> dict:
+    """config.json entries of the encoder's attention pattern and both RoPE bases."""
+    every = model_cfg.global_attn_every_n_layers if model_cfg.windowed else 1
+    window = model_cfg.local_attention if model_cfg.windowed else HF_DEFAULT_LOCAL_ATTENTION
+    global_base = float(model_cfg.rotary_base)
+    local_base = float(model_cfg.local_rotary_base) if model_cfg.windowed else global_base
+    return {"layer_types": hf_layer_types(model_cfg.num_layers, window, every), "local_attention": window,
+            "global_attn_every_n_layers": every, "global_rope_theta": global_base, "local_rope_theta": local_base,
+            "rope_parameters": {GLOBAL: {"rope_type": "default", "rope_theta": global_base},
+                                LOCAL: {"rope_type": "default", "rope_theta": local_base}}}
+
+
+def windows_from_hf(hf_cfg: dict) -> dict:
+    """``ModelConfig`` fields (windows and RoPE bases) of an HF ModernBert config (all global: only
+    ``rotary_base``); ValueError when its ``layer_types`` is not ModernBERT's global-every-n pattern."""
+    layers = hf_cfg["num_hidden_layers"]
+    rope = hf_cfg.get("rope_parameters") or {}
+    global_base = rope.get(GLOBAL, {}).get("rope_theta", hf_cfg.get("global_rope_theta", 160000.0))
+    local_base = rope.get(LOCAL, {}).get("rope_theta", hf_cfg.get("local_rope_theta", 10000.0))
+    window = int(hf_cfg.get("local_attention", HF_DEFAULT_LOCAL_ATTENTION))
+    types = hf_cfg.get("layer_types") or hf_layer_types(layers, window, hf_cfg.get("global_attn_every_n_layers", 3))
+    every = every_n_of_layer_types(list(types), window)
+    if every == 1:  # all global: the window options stay the base config's
+        return {"local_attention": 0, "rotary_base": float(global_base)}
+    return {"local_attention": window, "global_attn_every_n_layers": every, "rotary_base": float(global_base),
+            "local_rotary_base": float(local_base)}
 
 
 def modernbert_config(model_cfg: ModelConfig, vocab_rows: int, special_ids: dict[str, int],
                       masked_lm: bool) -> dict:
     """config.json of the export; ``vocab_rows`` is the (padded) embedding height that is written."""
     layers = model_cfg.num_layers
-    rope = {"rope_type": "default", "rope_theta": float(model_cfg.rotary_base)}
     return {
         "architectures": ["ModernBertForMaskedLM" if masked_lm else "ModernBertModel"],
         "model_type": "modernbert", "vocab_size": vocab_rows, "hidden_size": model_cfg.hidden_size,
@@ -64,8 +97,7 @@ def modernbert_config(model_cfg: ModelConfig, vocab_rows: int, special_ids: dict
         "max_position_embeddings": model_cfg.max_position_embeddings, "norm_eps": model_cfg.layernorm_epsilon,
         "norm_bias": True, "attention_bias": False, "mlp_bias": False, "decoder_bias": True,
         "classifier_bias": False, "classifier_activation": "gelu", "tie_word_embeddings": True,
-        "layer_types": ["full_attention"] * layers,
-        "rope_parameters": {"full_attention": dict(rope), "sliding_attention": dict(rope)},
+        **window_fields(model_cfg),
         "embedding_dropout": 0.0, "attention_dropout": 0.0, "mlp_dropout": 0.0,
         "initializer_range": model_cfg.init_method_std,
         "pad_token_id": special_ids["pad"], "cls_token_id": special_ids["cls"], "bos_token_id": special_ids["cls"],

@@ -15,7 +15,7 @@ import torch
 from megatron_crossbert.config import ModelConfig
 from megatron_crossbert.convert.errors import ConversionError
 from megatron_crossbert.convert.hf_format import ExportContext, HfFormat, encoder_reasons
-from megatron_crossbert.convert.modernbert import from_modernbert, modernbert_config, to_modernbert
+from megatron_crossbert.convert.modernbert import from_modernbert, modernbert_config, to_modernbert, windows_from_hf
 
 _RECONSTRUCTION = ("decoder.", "decoder_position_embedding.", "mask_embedding", "lm_head.", "output_layer.")
 _REQUIRED = {"layer_types": None, "attention_bias": False, "mlp_bias": False, "norm_bias": True,
@@ -60,20 +60,20 @@ class ModernBertFormat(HfFormat):
     def check_importable(self, hf_cfg: dict) -> None:
         wrong = [f"{key}={hf_cfg.get(key)!r} (needs {want!r})" for key, want in _REQUIRED.items()
                  if want is not None and hf_cfg.get(key, want) != want]
-        layer_types = hf_cfg.get("layer_types") or []
-        if any(kind != "full_attention" for kind in layer_types):
-            wrong.append("layer_types has sliding_attention layers (the native encoder is all global)")
+        try:
+            windows_from_hf(hf_cfg)
+        except (ValueError, KeyError) as err:
+            wrong.append(str(err))
         if wrong:
             raise ConversionError(f"config.json: not importable as the modern encoder: {'; '.join(wrong)}")
 
     def model_config_from_hf(self, hf_cfg: dict, base: ModelConfig, vocab_size: int | None) -> ModelConfig:
-        theta = hf_cfg.get("rope_parameters", {}).get("full_attention", {}).get("rope_theta", base.rotary_base)
         return dataclasses.replace(
             base, encoder="modern", vocab_size=vocab_size or hf_cfg["vocab_size"], hidden_size=hf_cfg["hidden_size"],
             num_layers=hf_cfg["num_hidden_layers"], num_attention_heads=hf_cfg["num_attention_heads"],
             ffn_hidden_size=hf_cfg["intermediate_size"],
             max_position_embeddings=hf_cfg.get("max_position_embeddings", base.max_position_embeddings),
-            layernorm_epsilon=hf_cfg.get("norm_eps", base.layernorm_epsilon), rotary_base=float(theta))
+            layernorm_epsilon=hf_cfg.get("norm_eps", base.layernorm_epsilon), **windows_from_hf(hf_cfg))
 
     def from_hf(self, hf_state: dict, hf_cfg: dict, model_cfg: ModelConfig) -> dict[str, torch.Tensor]:
         return from_modernbert(hf_state, model_cfg, self.has_mlm_head(hf_state))
@@ -82,7 +82,13 @@ class ModernBertFormat(HfFormat):
         return "head.dense.weight" in hf_state
 
     def card_notes(self, model_cfg: ModelConfig) -> list[str]:
-        return [f"ModernBERT layout: RoPE (theta {model_cfg.rotary_base:g}) in every layer (all global attention), "
-                "GeGLU MLP, no linear biases, LayerNorms with biases (norm_bias=true).",
+        if model_cfg.windowed:
+            attention = (f"layer i global when i % {model_cfg.global_attn_every_n_layers} == 0 (RoPE theta "
+                         f"{model_cfg.rotary_base:g}), else local with a {model_cfg.local_attention}-token window "
+                         f"(RoPE theta {model_cfg.local_rotary_base:g})")
+        else:
+            attention = f"RoPE (theta {model_cfg.rotary_base:g}) in every layer (all global attention)"
+        return [f"ModernBERT layout: {attention}, GeGLU MLP, no linear biases, LayerNorms with biases "
+                "(norm_bias=true).",
                 "Positions are 0..s-1 per row and padded keys are masked: right and left padding are exact."]
 

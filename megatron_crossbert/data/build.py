@@ -94,7 +94,7 @@ def make_dataset_config(run_cfg: RunConfig, tokenizer: Tokenizer | None = None) 
         path_to_cache=data.cache_dir, tokenizer=None, make_sample=get_arch(run_cfg.model.arch).make_sample,
         cls_id=ids["cls"], sep_id=ids["sep"], mask_id=ids["mask"], eod_id=ids["eod"],
         special_ids=tuple(sorted(set(ids.values()))), vocab_size=vocab_size, masking=masking,
-        strip_wrapper_tokens=data.strip_wrapper_tokens)
+        strip_wrapper_tokens=data.strip_wrapper_tokens, document_mask=data.document_mask)
 
 
 def _dataset_class(run_cfg: RunConfig) -> type:

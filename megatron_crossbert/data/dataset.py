@@ -13,9 +13,14 @@ from the architecture's ``make_sample(masking, index, ...)``), so a resumed run 
 (``sample``), so masking schedules follow training progress and constituents never share mask draws.
 Returned dicts follow docs/architecture.md:
 
-* CrossBERT: ``{"tokens": int64 [L], "visible": int64 [V, Lv], "targets": int64 [V, L-Lv], "index"}``
+* CrossBERT: ``{"tokens": int64 [L], "visible": int64 [V, Lv], "targets": int64 [V, L-Lv], "segments",
+  "index"}``
 * BERT: ``{"tokens" (after 80/10/10), "labels" (original ids), "loss_mask" float32, "padding_mask"
-  int64 all ones, "index"}``
+  int64 all ones, "segments", "index"}``
+
+``segments`` (int32 ``[L]``): the document (fragment) id of every position, from the packing index
+(``packing.sample_segments``); all zeros with ``data.document_mask: false``, which is part of the
+cache key.
 
 Sample-index cache: the packing index is saved as ``<hash>-<Class>-<split>-packing.npz`` under
 ``config.path_to_cache`` (default ``<data dir>/cache/crossbert_indices``), where ``<hash>`` is
@@ -44,7 +49,7 @@ from megatron_crossbert.config import MaskingConfig
 from megatron_crossbert.data.indexed import (
     check_vocab, document_lengths, document_reader, open_indexed, resolve_prefix,
 )
-from megatron_crossbert.data.packing import PackingIndex, assemble_sample, build_packing_index
+from megatron_crossbert.data.packing import PackingIndex, assemble_sample, build_packing_index, sample_segments
 from megatron_crossbert.data.wrappers import StrippedReader, detect_wrappers
 from megatron_crossbert.fsutil import commit_group, temp_sibling
 from megatron_crossbert.masking import TokenIds, crossbert_sample
@@ -68,6 +73,8 @@ class CrossBertDatasetConfig(BlendedMegatronDatasetConfig):
     json_key: str = "text"
     strip_wrapper_tokens: str = "auto"
     """See :mod:`megatron_crossbert.data.wrappers` (``DataConfig.strip_wrapper_tokens``)."""
+    document_mask: bool = True
+    """Samples carry each position's document id (``DataConfig.document_mask``); else all zeros."""
 
     @property
     def token_ids(self) -> TokenIds:
@@ -126,7 +133,7 @@ class CrossBertDataset(MegatronDataset):
 
     @staticmethod
     def _key_config_attributes() -> list[str]:
-        return ["random_seed", "sequence_length", "split", "split_matrix", "strip_wrapper_tokens"]
+        return ["random_seed", "sequence_length", "split", "split_matrix", "strip_wrapper_tokens", "document_mask"]
 
     def _cache_path(self) -> str:
         root = self.config.path_to_cache or os.path.join(
@@ -164,15 +171,24 @@ class CrossBertDataset(MegatronDataset):
                              f"size {cfg.vocab_size} (data and tokenizer do not match)")
         return tokens
 
+    def packed_segments(self, idx: int) -> np.ndarray:
+        """Document (fragment) id of every position of served sample ``idx`` (int32 ``[L]``)."""
+        cfg = self.config
+        if not cfg.document_mask:
+            return np.zeros(cfg.sequence_length, dtype=np.int32)
+        packed = int(self.packing.shuffle[idx % self.packing.num_samples])
+        return sample_segments(self.packing, packed, cfg.sequence_length, self.doc_lengths)
+
     def __getitem__(self, idx: int) -> dict[str, np.ndarray]:
-        """The architecture's sample (``config.make_sample``) of packed sequence ``idx``, plus ``index``."""
+        """The architecture's sample (``config.make_sample``) of packed sequence ``idx``, plus its
+        documents (``segments``) and ``index``."""
         return self.sample(int(idx), int(idx))
 
     def sample(self, idx: int, index: int) -> dict[str, np.ndarray]:
         """Packed sequence ``idx`` of this dataset as global sample ``index`` (masks drawn at ``index``)."""
         cfg = self.config
         sample = cfg.make_sample(self.masking, index, self.packed_tokens(idx), cfg.token_ids)
-        return {**sample, "index": np.int64(index)}
+        return {**sample, "segments": self.packed_segments(idx), "index": np.int64(index)}
 
 
 class BertDataset(CrossBertDataset):

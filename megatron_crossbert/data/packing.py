@@ -27,6 +27,7 @@ different documents. The trailing partial sample is dropped.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -92,6 +93,26 @@ def build_packing_index(doc_ids: np.ndarray, doc_lengths: np.ndarray, seq_length
     return PackingIndex(doc_order=doc_order, starts=starts, shuffle=shuffle)
 
 
+def sample_pieces(index: PackingIndex, packed: int, seq_length: int,
+                  doc_lengths: np.ndarray) -> Iterator[tuple[int, int, int, bool]]:
+    """Walk packed sample ``packed``: ``(doc, offset, take, closes)`` per fragment, in order.
+
+    ``take`` content tokens of ``doc`` from ``offset`` (0 when the sample starts on a document's
+    [SEP]), then one [SEP] when ``closes``. Together they fill positions ``1 .. seq_length - 1``.
+    The one walk of the layout: ``assemble_sample`` and ``sample_segments`` both follow it.
+    """
+    filled = 1
+    pos, offset = (int(v) for v in index.starts[packed])
+    while filled < seq_length:
+        doc = int(index.doc_order[pos])
+        take = min(max(int(doc_lengths[doc]) - offset, 0), seq_length - filled)
+        filled += take
+        closes = filled < seq_length and offset + take >= int(doc_lengths[doc])
+        filled += int(closes)
+        yield doc, offset, take, closes
+        pos, offset = pos + 1, 0
+
+
 def assemble_sample(index: PackingIndex, packed: int, seq_length: int, read_doc_slice,
                     doc_lengths: np.ndarray, cls_id: int, sep_id: int) -> np.ndarray:
     """Materialise packed sample number ``packed`` as int64 ``[seq_length]``.
@@ -102,17 +123,31 @@ def assemble_sample(index: PackingIndex, packed: int, seq_length: int, read_doc_
     out = np.empty(seq_length, dtype=np.int64)
     out[0] = cls_id
     filled = 1
-    pos, offset = (int(v) for v in index.starts[packed])
-    while filled < seq_length:
-        doc = int(index.doc_order[pos])
-        length = int(doc_lengths[doc])
-        take = min(length - offset, seq_length - filled) if offset < length else 0
+    for doc, offset, take, closes in sample_pieces(index, packed, seq_length, doc_lengths):
         if take > 0:
             out[filled:filled + take] = read_doc_slice(doc, offset, take)
             filled += take
-            offset += take
-        if filled < seq_length and offset >= length:  # document finished: its [SEP]
+        if closes:  # document finished: its [SEP]
             out[filled] = sep_id
             filled += 1
-            pos, offset = pos + 1, 0
     return out
+
+
+def sample_segments(index: PackingIndex, packed: int, seq_length: int, doc_lengths: np.ndarray) -> np.ndarray:
+    """int32 ``[seq_length]``: the fragment (document piece) of every position of packed sample ``packed``.
+
+    Fragments are numbered 0, 1, 2, ... in order; each owns its tokens and its closing [SEP], and the
+    [CLS] at position 0 joins fragment 0 (docs/architecture.md, "Document masks"). Computed from the
+    packing index, never from token ids (a document may contain the [SEP] id). Non-decreasing along
+    the sample, so every sorted subset of positions (a view's visible set, its targets) is too.
+    """
+    sizes = [take + int(closes) for _, _, take, closes in sample_pieces(index, packed, seq_length, doc_lengths)]
+    sizes[0] += 1
+    return np.repeat(np.arange(len(sizes), dtype=np.int32), sizes)
+
+
+def cross_document_pairs(segments: np.ndarray) -> tuple[int, int]:
+    """(query-key pairs in different fragments, all pairs) of one sample's unmasked ``L x L`` attention."""
+    _, counts = np.unique(segments, return_counts=True)
+    total = int(segments.size) ** 2
+    return total - int((counts.astype(np.int64) ** 2).sum()), total

@@ -7,8 +7,13 @@ one single-sequence document per row:
 * ``P_samples``: the packed tokens, ``L`` per row;
 * ``P_visible`` / ``P_targets``: the views' positions, ``V*Lv`` / ``V*(L-Lv)`` per row (row-major
   ``[V, Lv]``);
+* ``P_segments``: the document (fragment) id of every position, ``L`` per row (``packing.sample_segments``;
+  what document masks need);
 * ``P_meta.json``: ``seq_length, mask_ratio, complementary, seed, num_views, visible_length,
-  num_samples``.
+  num_samples, segments``.
+
+Files written before document masks existed have no ``P_segments``; they still serve runs with
+``data.document_mask: false`` and are refused (naming the file and the fix) otherwise.
 
 Row ``r`` is exactly what the on-the-fly :class:`CrossBertDataset` serves as sample ``r`` for the
 same data, seed, ``L`` and split ``1,0,0`` (one epoch, same packing and shuffle), with masks
@@ -33,10 +38,11 @@ from megatron_crossbert.data.indexed import (
     AtomicIndexedWriter, document_lengths, document_reader, open_indexed,
 )
 from megatron_crossbert.config import MaskingConfig
-from megatron_crossbert.data.packing import assemble_sample, build_packing_index
+from megatron_crossbert.data.packing import assemble_sample, build_packing_index, sample_segments
 from megatron_crossbert.masking import complementary_views
 
-PARTS = ("samples", "visible", "targets")
+PARTS = ("samples", "visible", "targets", "segments")
+"""Indexed datasets of a static-mask prefix, in row order; ``segments`` may be absent in older files."""
 
 
 def write_static_masks(doc_dataset: IndexedDataset, out_prefix: str, *, seq_length: int, masking: MaskingConfig,
@@ -54,12 +60,15 @@ def write_static_masks(doc_dataset: IndexedDataset, out_prefix: str, *, seq_leng
     pos_dtype = DType.optimal_dtype(seq_length)
     writers = [AtomicIndexedWriter(f"{out_prefix}_samples", vocab_size),
                AtomicIndexedWriter(f"{out_prefix}_visible", None, dtype=pos_dtype),
-               AtomicIndexedWriter(f"{out_prefix}_targets", None, dtype=pos_dtype)]
+               AtomicIndexedWriter(f"{out_prefix}_targets", None, dtype=pos_dtype),
+               AtomicIndexedWriter(f"{out_prefix}_segments", None, dtype=pos_dtype)]
     try:
         for row in range(packing.num_samples):
-            tokens = assemble_sample(packing, int(packing.shuffle[row]), seq_length, read, lengths, cls_id, sep_id)
+            packed = int(packing.shuffle[row])
+            tokens = assemble_sample(packing, packed, seq_length, read, lengths, cls_id, sep_id)
             views = complementary_views(seed, row, seq_length, mask_ratio, complementary)
-            for writer, values in zip(writers, (tokens, views.visible.ravel(), views.targets.ravel())):
+            segments = sample_segments(packing, packed, seq_length, lengths)
+            for writer, values in zip(writers, (tokens, views.visible.ravel(), views.targets.ravel(), segments)):
                 writer.add_document(values, [values.size])
         for writer in writers:
             writer.finalize()
@@ -69,17 +78,19 @@ def write_static_masks(doc_dataset: IndexedDataset, out_prefix: str, *, seq_leng
         raise
     meta = {"seq_length": seq_length, "mask_ratio": mask_ratio, "complementary": complementary, "seed": seed,
             "num_views": masking.num_views, "visible_length": masking.visible_length(seq_length),
-            "num_samples": packing.num_samples}
+            "num_samples": packing.num_samples, "segments": True}
     return writers, meta
 
 
 @dataclass
 class StaticPairs:
-    """The three indexed datasets of a static-mask prefix plus its metadata."""
+    """The indexed datasets of a static-mask prefix plus its metadata."""
 
     samples: IndexedDataset
     visible: IndexedDataset
     targets: IndexedDataset
+    segments: IndexedDataset | None
+    """None in files written before document masks (no ``segments`` in their meta)."""
     meta: dict
 
     def __len__(self) -> int:
@@ -93,10 +104,19 @@ def open_static_pairs(prefix: str) -> StaticPairs:
                                 "crossbert-preprocess --emit-mask-pairs)")
     with open(meta_path) as handle:
         meta = json.load(handle)
-    parts = [open_indexed(f"{prefix}_{part}") for part in PARTS]
+    names = PARTS if meta.get("segments") else PARTS[:3]
+    parts = [open_indexed(f"{prefix}_{part}") for part in names]
     if len({len(p) for p in parts}) != 1:
-        raise ValueError(f"static masks {prefix!r}: samples/visible/targets have different row counts")
-    return StaticPairs(*parts, meta=meta)
+        raise ValueError(f"static masks {prefix!r}: {'/'.join(names)} have different row counts")
+    return StaticPairs(*parts, *[None] * (len(PARTS) - len(parts)), meta=meta)
+
+
+def check_static_segments(pairs: StaticPairs, document_mask: bool, prefix: str) -> None:
+    """Document masks need the files' segments; older files lack them."""
+    if document_mask and pairs.segments is None:
+        raise ValueError(f"static masks {prefix!r} hold no document ids ({prefix}_segments; written before "
+                         "document masks): rewrite them with crossbert-preprocess --emit-mask-pairs, or set "
+                         "data.document_mask=false")
 
 
 def check_static_meta(meta: dict, *, seq_length: int, mask_ratio: float, complementary: bool, seed: int,
@@ -130,11 +150,12 @@ class StaticCrossBertDataset(MegatronDataset):
         pairs = open_static_pairs(dataset_path)
         check_static_meta(pairs.meta, seq_length=config.sequence_length, mask_ratio=config.masking.mask_ratio,
                           complementary=config.masking.complementary, seed=config.random_seed, prefix=dataset_path)
+        check_static_segments(pairs, config.document_mask, dataset_path)
         return pairs
 
     @staticmethod
     def _key_config_attributes() -> list[str]:
-        return ["random_seed", "sequence_length", "split", "split_matrix"]
+        return ["random_seed", "sequence_length", "split", "split_matrix", "document_mask"]
 
     def __len__(self) -> int:
         return self.num_samples if self.num_samples is not None else int(self.indices.size)
@@ -149,4 +170,9 @@ class StaticCrossBertDataset(MegatronDataset):
         return {"tokens": tokens,
                 "visible": self.dataset.visible[row].astype(np.int64).reshape(self.shape_visible),
                 "targets": self.dataset.targets[row].astype(np.int64).reshape(self.shape_targets),
-                "index": np.int64(idx)}
+                "segments": self._segments(row, tokens.size), "index": np.int64(idx)}
+
+    def _segments(self, row: int, length: int) -> np.ndarray:
+        if not self.config.document_mask:
+            return np.zeros(length, dtype=np.int32)
+        return self.dataset.segments[row].astype(np.int32)

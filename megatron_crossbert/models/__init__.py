@@ -11,6 +11,7 @@ import torch
 
 from megatron_crossbert.arch import get_arch
 from megatron_crossbert.config import RunConfig
+from megatron_crossbert.models.attention_plan import AttentionPlan, attention_plan
 from megatron_crossbert.models.bert_baseline import BaselineBertModel, bert_encode, build_bert_model
 from megatron_crossbert.models.crossbert import CrossBertModel
 from megatron_crossbert.models.flops import model_flops_per_sample
@@ -19,8 +20,12 @@ from megatron_crossbert.models.specs import require_support, use_transformer_eng
 from megatron_crossbert.models.transformer_config import transformer_config
 
 
-def build_model(run_cfg: RunConfig, pre_process: bool = True, post_process: bool = True) -> torch.nn.Module:
+def build_model(run_cfg: RunConfig, pre_process: bool = True, post_process: bool = True, *,
+                training: bool = False) -> torch.nn.Module:
     """The model chunk of this pipeline stage (megatron parallel state must already be initialised).
+
+    ``training``: the model will be trained here, so an attention backend that cannot train here is
+    refused (``attention_plan``); evaluation and export of a flex-trained checkpoint run SDPA on a CPU.
 
     Embedding rows are padded for the run's TP size. bf16/fp8 runs get all-bf16 parameters (the
     optimizer keeps fp32 main weights), so no Float16Module wrapper is needed: inputs are integer ids
@@ -31,7 +36,8 @@ def build_model(run_cfg: RunConfig, pre_process: bool = True, post_process: bool
     use_te = use_transformer_engine(model_cfg)
     common = dict(vocab_size=model_cfg.padded_vocab_size(run_cfg.parallel.tensor_model_parallel_size),
                   max_sequence_length=model_cfg.max_position_embeddings, use_te=use_te,
-                  pre_process=pre_process, post_process=post_process)
+                  pre_process=pre_process, post_process=post_process,
+                  attention=attention_plan(run_cfg, training=training))
     model = get_arch(model_cfg.arch).build_model(run_cfg, **common)
     if run_cfg.training.half_precision:
         model = model.bfloat16()          # what megatron's Float16Module would do; norms included
@@ -46,5 +52,6 @@ def model_encode(model: torch.nn.Module, input_ids: torch.Tensor,
     return model.encode(input_ids, attention_mask)
 
 
-__all__ = ["BaselineBertModel", "CrossBertModel", "MlmModel", "bert_encode", "build_bert_model", "build_model",
-           "model_encode", "model_flops_per_sample", "transformer_config", "use_transformer_engine"]
+__all__ = ["AttentionPlan", "BaselineBertModel", "CrossBertModel", "MlmModel", "attention_plan", "bert_encode",
+           "build_bert_model", "build_model", "model_encode", "model_flops_per_sample", "transformer_config",
+           "use_transformer_engine"]

@@ -9,6 +9,11 @@ Layout per pipeline stage (decided by ``pre_process`` / ``post_process`` from th
 
 Both views of a sequence run as separate rows of one batch: ``[b, V, Lv] -> b*V`` sequences of Lv
 tokens, so the pipeline tensor is ``[Lv, b*V, h]``. There is no padding anywhere in pretraining.
+
+Document masks and windows (``attention_plan``): the views' document ids are gathered from the
+sample's ``segments`` exactly as their tokens are, and each attention gets its token layout
+(``attention_masks.view_layouts``): encoder self-attention over the visible tokens, decoder
+self-attention among the targets, decoder cross-attention from targets to visible tokens.
 """
 
 from __future__ import annotations
@@ -21,8 +26,10 @@ from torch import Tensor
 
 from megatron_crossbert.arch import EncoderLayout, get_encoder
 from megatron_crossbert.config import RunConfig
+from megatron_crossbert.models.attention_masks import view_layouts
+from megatron_crossbert.models.attention_plan import AttentionPlan
 from megatron_crossbert.models.encoder import EncoderLanguageModel, LMHead
-from megatron_crossbert.models.rotary import RowRotary
+from megatron_crossbert.models.rotary import KindRotary
 from megatron_crossbert.models.specs import decoder_block_spec, final_norm
 from megatron_crossbert.models.transformer_config import transformer_config
 
@@ -32,13 +39,15 @@ class CrossBertModel(EncoderLanguageModel):
 
     def __init__(self, config: TransformerConfig, decoder_config: TransformerConfig, *, layout: EncoderLayout,
                  vocab_size: int, max_sequence_length: int, rotary_base: float, use_te: bool,
-                 decoder_position_embedding: bool = True, pre_process: bool = True,
+                 attention: AttentionPlan, decoder_position_embedding: bool = True, pre_process: bool = True,
                  post_process: bool = True) -> None:
         super().__init__(config, layout=layout, vocab_size=vocab_size, max_sequence_length=max_sequence_length,
-                         rotary_base=rotary_base, use_te=use_te, pre_process=pre_process, post_process=post_process)
+                         rotary_base=rotary_base, use_te=use_te, attention=attention, pre_process=pre_process,
+                         post_process=post_process)
         if post_process:
             self._build_reconstruction_branch(decoder_config, use_te, decoder_position_embedding)
-            self.decoder_rotary = None if self.rotary is None else RowRotary(decoder_config, rotary_base)
+            self.decoder_rotary = (None if self.rotary is None
+                                   else KindRotary(decoder_config, rotary_base, attention.local_rotary_base))
         self.setup_embeddings_and_output_layer()
 
     def _build_reconstruction_branch(self, dec_cfg: TransformerConfig, use_te: bool, positions: bool) -> None:
@@ -56,29 +65,40 @@ class CrossBertModel(EncoderLanguageModel):
         # The decoder may be narrower than the encoder: its cross-attention projects keys/values from the
         # encoder width, and the head maps the decoder width back to the tied embeddings' width.
         self.decoder = TransformerBlock(config=dec_cfg, spec=decoder_block_spec(
-            use_te, dec_cfg.num_layers, memory_size=cfg.hidden_size))
+            use_te, dec_cfg.num_layers, self.attention.decoder, memory_size=cfg.hidden_size))
         self.lm_head = LMHead(cfg, use_te, bias=True, input_size=dec_cfg.hidden_size)
         self.output_layer = tensor_parallel.ColumnParallelLinear(
             cfg.hidden_size, self.vocab_size, config=cfg, init_method=cfg.init_method, bias=True,
             skip_bias_add=False, gather_output=False,
             skip_weight_param_allocation=self.pre_process and self.share_embeddings_and_output_weights)
 
-    def forward(self, tokens: Tensor, visible: Tensor, targets: Tensor) -> Tensor:
+    def forward(self, tokens: Tensor, visible: Tensor, targets: Tensor, segments: Tensor | None = None) -> Tensor:
         """Per-target-token LM loss ``float32 [b*V, T]`` (last stage) or encoder states ``[Lv, b*V, h]``.
 
-        Every stage receives the full batch (tokens, visible, targets are tiny); only the first
-        stage embeds and only the last stage reconstructs.
+        Every stage receives the full batch (tokens, visible, targets, segments are tiny); only the
+        first stage embeds and only the last stage reconstructs. ``segments [b, L]``: each position's
+        document (fragment) id; used when document masks are on (None = one document per sample).
         """
         batch, views = visible.shape[:2]
         rows = tokens.repeat_interleave(views, dim=0)                  # [b*V, L], row = b_i*V + v
         visible = visible.reshape(batch * views, -1)
         targets = targets.reshape(batch * views, -1)
-        hidden = self.run_encoder(torch.gather(rows, 1, visible), visible)
+        row_segments = None if segments is None else segments.repeat_interleave(views, dim=0)
+        layouts = self._view_layouts(row_segments, rows, visible, targets)
+        hidden = self.run_encoder(torch.gather(rows, 1, visible), visible, layouts[0])
         if not self.post_process:
             return hidden
-        logits = self._reconstruct(hidden, visible, targets)
+        logits = self._reconstruct(hidden, visible, targets, *layouts[1:])
         labels = torch.gather(rows, 1, targets)
         return self.compute_language_model_loss(labels, logits).float()   # CE upcasts logits itself
+
+    def _view_layouts(self, row_segments: Tensor | None, rows: Tensor, visible: Tensor, targets: Tensor) -> tuple:
+        """(encoder, decoder self, decoder cross) token layouts, or Nones when no mask applies."""
+        if not self.attention.layouts:
+            return None, None, None
+        if row_segments is None or not self.attention.document_mask:
+            row_segments = torch.zeros_like(rows)
+        return view_layouts(row_segments, visible, targets)
 
     def _queries(self, targets: Tensor) -> Tensor:
         """Decoder input ``[T, bV, h]``: the mask embedding, plus the target's learned position if enabled."""
@@ -87,7 +107,8 @@ class CrossBertModel(EncoderLanguageModel):
             queries = queries + self.decoder_position_embedding(targets)
         return queries.transpose(0, 1).contiguous()
 
-    def _reconstruct(self, memory: Tensor, visible: Tensor, targets: Tensor) -> Tensor:
+    def _reconstruct(self, memory: Tensor, visible: Tensor, targets: Tensor, self_layout: Tensor | None = None,
+                     cross_layout: Tensor | None = None) -> Tensor:
         """Decoder queries at the target positions attend to the encoder output -> vocab logits [T, bV, V/tp].
 
         Modern family: self-attention rotates at the targets, cross-attention rotates queries at the
@@ -99,8 +120,8 @@ class CrossBertModel(EncoderLanguageModel):
         rotary = None
         if self.decoder_rotary is not None:
             rotary = (self.decoder_rotary(targets), self.decoder_rotary(visible))
-        decoded = self.decoder(hidden_states=queries, attention_mask=None, context=memory,
-                               context_mask=None, rotary_pos_emb=rotary)
+        decoded = self.decoder(hidden_states=queries, attention_mask=self_layout, context=memory,
+                               context_mask=cross_layout, rotary_pos_emb=rotary)
         weight = self.shared_embedding_or_output_weight()
         logits, _ = self.output_layer(self.lm_head(decoded), weight=weight)
         return logits

@@ -6,8 +6,12 @@ and ``MlmModel`` the MLM head. What differs between the families is read from th
 
 - classic: word + learned absolute position embeddings (no embedding norm, as HF MegatronBert);
 - modern: word embeddings -> LayerNorm -> dropout (ModernBERT), no position table; every attention
-  rotates queries and keys at the tokens' positions (``RowRotary``), so visible tokens keep their
-  original positions exactly as the learned table gives them in the classic family.
+  rotates queries and keys at the tokens' positions (``RowRotary``; ``KindRotary`` when local layers
+  have their own base), so visible tokens keep their original positions exactly as the learned table
+  gives them in the classic family.
+
+Masks reach attention as token layouts (``attention_masks``): the subclasses' forwards pass the
+samples' documents, ``encode`` a padding layout when the batch is padded or layers are windowed.
 """
 
 from __future__ import annotations
@@ -24,7 +28,9 @@ from megatron.core.utils import get_pg_rank
 from torch import Tensor
 
 from megatron_crossbert.arch import EncoderLayout
-from megatron_crossbert.models.rotary import RowRotary
+from megatron_crossbert.models.attention_masks import padding_layout
+from megatron_crossbert.models.attention_plan import AttentionPlan
+from megatron_crossbert.models.rotary import KindRotary
 from megatron_crossbert.models.specs import encoder_block_spec, final_norm
 
 
@@ -61,19 +67,19 @@ class EncoderLanguageModel(LanguageModule):
     """Embedding (first stage), this stage's encoder layers, final LayerNorm (last stage), tied vocab."""
 
     def __init__(self, config: TransformerConfig, *, layout: EncoderLayout, vocab_size: int,
-                 max_sequence_length: int, rotary_base: float, use_te: bool, pre_process: bool = True,
-                 post_process: bool = True) -> None:
+                 max_sequence_length: int, rotary_base: float, use_te: bool, attention: AttentionPlan,
+                 pre_process: bool = True, post_process: bool = True) -> None:
         super().__init__(config=config)
-        self.pre_process, self.post_process = pre_process, post_process
+        self.pre_process, self.post_process, self.attention = pre_process, post_process, attention
         self.vocab_size, self.max_sequence_length = vocab_size, max_sequence_length
         self.share_embeddings_and_output_weights = True
         self.use_te, self.layout = use_te, layout
         self.model_type = ModelType.encoder_or_decoder
         if pre_process:
             self.embedding = build_embedding(layout, config, vocab_size, max_sequence_length, use_te)
-        self.rotary = None if layout.learned_positions else RowRotary(config, rotary_base)
+        self.rotary = None if layout.learned_positions else KindRotary(config, rotary_base, attention.local_rotary_base)
         num_layers = get_num_layers_to_build(config, pp_rank=get_pg_rank(self.pp_group))
-        spec = encoder_block_spec(use_te, num_layers, layout, first_stage=pre_process)
+        spec = encoder_block_spec(use_te, num_layers, attention.encoder, layout, first_stage=pre_process)
         self.encoder = TransformerBlock(config=config, spec=spec, pre_process=pre_process, post_process=post_process)
 
     def set_input_tensor(self, input_tensor) -> None:
@@ -84,11 +90,13 @@ class EncoderLanguageModel(LanguageModule):
         self.encoder.set_input_tensor(input_tensor)
 
     def rotary_at(self, positions: Tensor) -> Tensor | None:
-        """RoPE frequencies ``[s, b, 1, d]`` at ``positions [b, s]``; None for learned positions."""
+        """RoPE frequencies ``[s, b, 1, d]`` (``[2, s, b, 1, d]`` with a local base) at ``positions [b, s]``;
+        None for learned positions."""
         return None if self.rotary is None else self.rotary(positions)
 
     def run_encoder(self, input_ids: Tensor, positions: Tensor, attention_mask: Tensor | None = None) -> Tensor:
-        """This stage's encoder output ``[s, b, h]`` for tokens ``[b, s]`` at ``positions [b, s]``."""
+        """This stage's encoder output ``[s, b, h]`` for tokens ``[b, s]`` at ``positions [b, s]``;
+        ``attention_mask`` is a token layout ``[b, 2, s]`` or None (every token sees every other)."""
         embedded = self.embedding(input_ids=input_ids, position_ids=positions) if self.pre_process else None
         return self.encoder(hidden_states=embedded, attention_mask=attention_mask,
                             rotary_pos_emb=self.rotary_at(positions))
@@ -97,7 +105,8 @@ class EncoderLanguageModel(LanguageModule):
         """Full-sequence encoder output ``[b, s, h]`` (positions 0..s-1, final LayerNorm applied).
 
         Evaluation/export path; needs the whole encoder on this rank (PP=1). ``attention_mask`` is
-        HF-style (1 = keep); padded keys are masked out, padded query rows are left as computed.
+        HF-style (1 = keep); real tokens never see padding (padded rows see only padding and are
+        not meant to be read). Local layers keep their windows (positions 0..s-1).
         Under sequence parallelism the batch is right-padded to a multiple of TP and trimmed back.
         """
         if not (self.pre_process and self.post_process):
@@ -105,7 +114,7 @@ class EncoderLanguageModel(LanguageModule):
         length = input_ids.shape[1]
         input_ids, attention_mask = self._pad_for_sequence_parallel(input_ids, attention_mask)
         positions = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
-        hidden = self.run_encoder(input_ids, positions, self._key_padding_mask(attention_mask))
+        hidden = self.run_encoder(input_ids, positions, self._key_padding_mask(attention_mask, input_ids))
         if self.config.sequence_parallel:
             hidden = tensor_parallel.gather_from_sequence_parallel_region(
                 hidden, tensor_parallel_output_grad=False, group=self.tp_group)
@@ -121,14 +130,13 @@ class EncoderLanguageModel(LanguageModule):
         pad_fn = torch.nn.functional.pad
         return pad_fn(input_ids, (0, pad)), pad_fn(attention_mask, (0, pad))
 
-    def _key_padding_mask(self, attention_mask: Tensor | None) -> Tensor | None:
-        """HF mask (1 = keep) -> megatron's ``[b, 1, 1, s]`` bool (True = masked out); None when unpadded."""
-        if attention_mask is None or bool(attention_mask.bool().all()):
+    def _key_padding_mask(self, attention_mask: Tensor | None, input_ids: Tensor) -> Tensor | None:
+        """HF mask (1 = keep) -> a padding layout ``[b, 2, s]``; None when unpadded and every layer global
+        (then SDPA runs its unmasked kernels)."""
+        padded = attention_mask is not None and not bool(attention_mask.bool().all())
+        if not padded and not self.attention.windowed:
             return None
-        if self.use_te:
-            raise NotImplementedError("padded encode() batches need the local spec: the TE spec is built "
-                                      "mask-free for pretraining speed")
-        return (attention_mask < 0.5)[:, None, None, :]
+        return padding_layout(torch.ones_like(input_ids) if attention_mask is None else attention_mask)
 
 
 class LMHead(MegatronModule):

@@ -5,7 +5,11 @@ Conventions (the usual "model FLOPs", as in the Megatron-LM / PaLM MFU papers):
   embedding lookups and the cross-entropy are ignored;
 - backward = 2x forward, so the total is 3x the forward count; activation recompute is NOT added
   (it is hardware work, not model work);
-- attention counts both ``Q K^T`` and ``P V`` over the full (unmasked, bidirectional) score matrix;
+- attention counts both ``Q K^T`` and ``P V`` over the full bidirectional score matrix, except in local
+  layers (``attention_windows``): a query there sees ``local_attention + 1`` positions, i.e. the
+  fraction ``(local_attention + 1) / L`` of the keys spread over the ``L`` positions of the sample
+  (deterministic; edges ignored). Document masks are data-dependent and not subtracted: MFU counts
+  the dense score matrix of global layers, so masked runs are not credited with skipped blocks;
 - the LM output projection uses the padded vocabulary at the run's TP size (the GEMM that runs).
 
 Per architecture:
@@ -22,21 +26,39 @@ Per architecture:
 from __future__ import annotations
 
 from megatron_crossbert.arch import get_arch, get_encoder
+from megatron_crossbert.attention_windows import layer_half_windows
 from megatron_crossbert.config import RunConfig
 
 BACKWARD_FACTOR = 3.0
 
 
-def self_attention_flops(seq: int, hidden: int) -> float:
-    """QKV projection, scores, weighted values and output projection for ``seq`` tokens."""
-    return 2.0 * seq * hidden * 3 * hidden + 4.0 * seq * seq * hidden + 2.0 * seq * hidden * hidden
+def keys_per_query(keys: int, span: int, half_window: int) -> float:
+    """Keys a query scores: all ``keys``, or in a local layer the share of them (spread over ``span``
+    original positions) inside its ``2 * half_window + 1`` positions."""
+    if not half_window:
+        return float(keys)
+    return min(float(keys), keys * (2 * half_window + 1) / span)
 
 
-def cross_attention_flops(queries: int, memory: int, hidden: int, memory_width: int | None = None) -> float:
-    """Q projection (d x d), K/V projection of the memory (its width -> 2d), scores, values, output (d x d)."""
+def self_attention_flops(seq: int, hidden: int, keys: float | None = None) -> float:
+    """QKV projection, scores, weighted values and output projection for ``seq`` tokens (each query
+    scoring ``keys`` keys; default all ``seq``)."""
+    keys = seq if keys is None else keys
+    return 2.0 * seq * hidden * 3 * hidden + 4.0 * seq * keys * hidden + 2.0 * seq * hidden * hidden
+
+
+def cross_attention_flops(queries: int, memory: int, hidden: int, keys: float | None = None,
+                          memory_width: int | None = None) -> float:
+    """Q projection (d x d), K/V projection of the memory (its width -> 2d), scores and values over
+    ``keys`` keys per query (default all ``memory``), output (d x d)."""
     width = hidden if memory_width is None else memory_width
     projections = 2.0 * queries * hidden * hidden * 2 + 2.0 * memory * width * 2 * hidden
-    return projections + 4.0 * queries * memory * hidden
+    return projections + 4.0 * queries * (memory if keys is None else keys) * hidden
+
+
+def _half_windows(run_cfg: RunConfig, layers: int) -> tuple[int, ...]:
+    model = run_cfg.model
+    return layer_half_windows(layers, model.local_attention, model.global_attn_every_n_layers)
 
 
 def mlp_flops(seq: int, hidden: int, ffn: int, gated: bool = False) -> float:
@@ -45,22 +67,23 @@ def mlp_flops(seq: int, hidden: int, ffn: int, gated: bool = False) -> float:
 
 
 def encoder_forward_flops(run_cfg: RunConfig, seq: int) -> float:
-    """One forward pass of the whole encoder stack over ``seq`` tokens."""
-    model = run_cfg.model
-    gated = get_encoder(model.encoder).gated_mlp
-    layer = self_attention_flops(seq, model.hidden_size) + mlp_flops(seq, model.hidden_size, model.ffn, gated)
-    return model.num_layers * layer
+    """One forward pass of the whole encoder stack over ``seq`` tokens (of the ``L`` positions of a sample)."""
+    model, span = run_cfg.model, run_cfg.data.seq_length
+    mlp = mlp_flops(seq, model.hidden_size, model.ffn, get_encoder(model.encoder).gated_mlp)
+    return sum(self_attention_flops(seq, model.hidden_size, keys_per_query(seq, span, half)) + mlp
+               for half in _half_windows(run_cfg, model.num_layers))
 
 
 def decoder_forward_flops(run_cfg: RunConfig, queries: int, memory: int) -> float:
     """One forward pass of the reconstruction decoder (``queries`` targets over ``memory`` visible states);
     its layers are ``dec_hidden`` wide, their cross-attention K/V read the encoder's ``hidden_size``."""
-    model = run_cfg.model
+    model, span = run_cfg.model, run_cfg.data.seq_length
     hidden = model.dec_hidden
-    layer = (self_attention_flops(queries, hidden)
-             + cross_attention_flops(queries, memory, hidden, memory_width=model.hidden_size)
-             + mlp_flops(queries, hidden, model.dec_ffn, get_encoder(model.encoder).gated_mlp))
-    return model.decoder_num_layers * layer
+    mlp = mlp_flops(queries, hidden, model.dec_ffn, get_encoder(model.encoder).gated_mlp)
+    return sum(self_attention_flops(queries, hidden, keys_per_query(queries, span, half))
+               + cross_attention_flops(queries, memory, hidden, keys_per_query(memory, span, half),
+                                       memory_width=model.hidden_size) + mlp
+               for half in _half_windows(run_cfg, model.decoder_num_layers))
 
 
 def lm_head_forward_flops(run_cfg: RunConfig, positions: float, input_width: int | None = None) -> float:

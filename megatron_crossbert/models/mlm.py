@@ -18,6 +18,8 @@ from torch import Tensor
 
 from megatron_crossbert.arch import EncoderLayout, get_encoder
 from megatron_crossbert.config import RunConfig
+from megatron_crossbert.models.attention_masks import sample_layout
+from megatron_crossbert.models.attention_plan import AttentionPlan
 from megatron_crossbert.models.encoder import EncoderLanguageModel, LMHead
 from megatron_crossbert.models.sparse_head import sparse_lm_loss
 from megatron_crossbert.models.transformer_config import transformer_config
@@ -27,10 +29,11 @@ class MlmModel(EncoderLanguageModel):
     """Encoder + MLM head; per-token LM loss ``[b, L]`` (last stage) or encoder states ``[L, b, h]``."""
 
     def __init__(self, config: TransformerConfig, *, layout: EncoderLayout, vocab_size: int,
-                 max_sequence_length: int, rotary_base: float, use_te: bool, pre_process: bool = True,
-                 post_process: bool = True) -> None:
+                 max_sequence_length: int, rotary_base: float, use_te: bool, attention: AttentionPlan,
+                 pre_process: bool = True, post_process: bool = True) -> None:
         super().__init__(config, layout=layout, vocab_size=vocab_size, max_sequence_length=max_sequence_length,
-                         rotary_base=rotary_base, use_te=use_te, pre_process=pre_process, post_process=post_process)
+                         rotary_base=rotary_base, use_te=use_te, attention=attention, pre_process=pre_process,
+                         post_process=post_process)
         if post_process:
             self.lm_head = LMHead(config, use_te, bias=layout.linear_bias)
             self.output_layer = tensor_parallel.ColumnParallelLinear(
@@ -43,14 +46,17 @@ class MlmModel(EncoderLanguageModel):
     """Set by ``build_mlm_model`` from ``ModelConfig.sparse_prediction``."""
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
-                lm_labels: Tensor | None = None, prediction_mask: Tensor | None = None) -> Tensor:
+                lm_labels: Tensor | None = None, prediction_mask: Tensor | None = None,
+                segments: Tensor | None = None) -> Tensor:
         """Loss ``float32 [b, L]`` with ``lm_labels``, else vocab-parallel logits ``[b, L, V/tp]``.
 
         With ``prediction_mask`` (and ``sparse_prediction``) the head runs on its nonzero positions only
-        and the loss is zero elsewhere.
+        and the loss is zero elsewhere. ``segments [b, L]`` (packed pretraining samples): each position's
+        document id, used when document masks are on; ``attention_mask`` (HF-style, 1 = keep) is for
+        padded batches.
         """
         positions = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
-        hidden = self.run_encoder(input_ids, positions, self._key_padding_mask(attention_mask))
+        hidden = self.run_encoder(input_ids, positions, self._layout(input_ids, attention_mask, segments))
         if not self.post_process:
             return hidden
         if lm_labels is not None and prediction_mask is not None and self.sparse_prediction:
@@ -59,6 +65,11 @@ class MlmModel(EncoderLanguageModel):
         if lm_labels is None:
             return logits.transpose(0, 1).contiguous()
         return self.compute_language_model_loss(lm_labels, logits).float()
+
+    def _layout(self, input_ids: Tensor, attention_mask: Tensor | None, segments: Tensor | None) -> Tensor | None:
+        if segments is None or not self.attention.layouts:
+            return self._key_padding_mask(attention_mask, input_ids)
+        return sample_layout(segments if self.attention.document_mask else torch.zeros_like(segments))
 
 
 def build_mlm_model(run_cfg: RunConfig, **common) -> MlmModel:

@@ -94,3 +94,55 @@ class RotaryDecoderLayer(TransformerLayer):
             return super()._forward_attention(*args, rotary_pos_emb=(queries, queries), **kwargs)
         finally:
             self.cross_attention.pending_rotary = None
+
+
+class KindRotary(torch.nn.Module):
+    """Per-row RoPE of both layer kinds: ``[s, b, 1, d]``, or ``[2, s, b, 1, d]`` (0 = global, 1 = local)
+    when local layers rotate with their own base (ModernBERT: global 160000, local 10000).
+
+    megatron's ``TransformerBlock`` hands one ``rotary_pos_emb`` to every layer, so both kinds travel
+    stacked and each layer keeps its slice (``pick_rotary``). A single tensor, or a (query, key) pair of
+    them for the decoder, survives megatron's activation recompute (``recompute.py`` unpacks 2-tuples
+    only), which a dict or a 4-tuple would not.
+    """
+
+    def __init__(self, config: TransformerConfig, global_base: float, local_base: float | None = None) -> None:
+        super().__init__()
+        self.global_rotary = RowRotary(config, global_base)
+        self.local_rotary = None if local_base in (None, global_base) else RowRotary(config, local_base)
+
+    def forward(self, positions: Tensor) -> Tensor:
+        freqs = self.global_rotary(positions)
+        if self.local_rotary is None:
+            return freqs
+        return torch.stack((freqs, self.local_rotary(positions)))
+
+
+def pick_rotary(rotary, local: bool):
+    """This layer's frequencies from what the block passed (None, a tensor, or a (query, key) pair)."""
+    if rotary is None:
+        return None
+    if isinstance(rotary, (tuple, list)):
+        return tuple(pick_rotary(part, local) for part in rotary)
+    return rotary[int(local)] if rotary.dim() == 5 else rotary
+
+
+def _is_local(layer: TransformerLayer) -> bool:
+    """A layer's kind is its core attention's (``attention_windows`` owns the rule)."""
+    return getattr(layer.self_attention.core_attention, "half_window", 0) > 0
+
+
+class LocalGlobalLayer(TransformerLayer):
+    """An encoder layer that rotates with the RoPE frequencies of its kind (local or global)."""
+
+    def _forward_attention(self, *args, rotary_pos_emb=None, **kwargs):
+        return super()._forward_attention(*args, rotary_pos_emb=pick_rotary(rotary_pos_emb, _is_local(self)),
+                                          **kwargs)
+
+
+class LocalGlobalDecoderLayer(RotaryDecoderLayer):
+    """The decoder layer (self-attn, cross-attn with rotated keys, MLP) with its kind's frequencies."""
+
+    def _forward_attention(self, *args, rotary_pos_emb=None, **kwargs):
+        return super()._forward_attention(*args, rotary_pos_emb=pick_rotary(rotary_pos_emb, _is_local(self)),
+                                          **kwargs)

@@ -11,10 +11,14 @@ Engine spec (fused LayerNorm+GEMM, FP8-capable; GPU only). Which one a run uses 
 ``use_transformer_engine``; everything else asks it. Transformer Engine is imported lazily so that a
 CPU process never touches it (a half-installed TE even breaks ``import megatron.core``).
 
-All attention is bidirectional and padding-free during pretraining (every view has exactly Lv visible
-and T target positions), so no mask is built in training. The local spec keeps ``AttnMaskType.padding``
-so ``encode`` can still pass a key-padding mask for ragged evaluation batches; the TE spec uses
-``no_mask`` so TE can pick its flash/fused kernels without a mask tensor.
+Every attention of both families and both specs runs ``core_attention.CoreAttention`` in megatron's
+``core_attention`` slot (torch SDPA, FlexAttention or megatron's own ``DotProductAttention``, per
+``model.attention_backend``); in the TE spec only that slot changes, so TE keeps its fused
+LayerNorm+GEMM and FP8 linears. Masks reach it as token layouts (document ids and original positions,
+``attention_masks``) through megatron's ``attention_mask``/``context_mask``; each layer derives its own
+(global or windowed) mask. Layers are ``LocalGlobalLayer``/``LocalGlobalDecoderLayer``, which pick their
+kind's RoPE frequencies (``rotary``). ``attn_mask_type`` is ``padding`` everywhere: it only tells
+megatron that a mask may come; CoreAttention reads the mask itself.
 """
 
 from __future__ import annotations
@@ -29,18 +33,18 @@ from megatron.core.transformer.attention import (
     SelfAttention,
     SelfAttentionSubmodules,
 )
-from megatron.core.transformer.dot_product_attention import DotProductAttention
 from megatron.core.transformer.enums import AttnMaskType
 from megatron.core.transformer.identity_op import IdentityOp
 from megatron.core.transformer.mlp import MLP, MLPSubmodules
 from megatron.core.transformer.spec_utils import ModuleSpec
 from megatron.core.transformer.transformer_block import TransformerBlockSubmodules
 from megatron.core.transformer.transformer_config import TransformerConfig
-from megatron.core.transformer.transformer_layer import TransformerLayer, TransformerLayerSubmodules
+from megatron.core.transformer.transformer_layer import TransformerLayerSubmodules
 
 from megatron_crossbert.arch import EncoderLayout
 from megatron_crossbert.config import ModelConfig
-from megatron_crossbert.models.rotary import RotaryCrossAttention, RotaryDecoderLayer
+from megatron_crossbert.models.core_attention import AttentionOptions, CoreAttention
+from megatron_crossbert.models.rotary import LocalGlobalDecoderLayer, LocalGlobalLayer, RotaryCrossAttention
 
 
 FP8_MIN_CAPABILITY = (8, 9)
@@ -142,23 +146,28 @@ def _local_mlp() -> partial:
                    submodules=MLPSubmodules(linear_fc1=ColumnParallelLinear, linear_fc2=RowParallelLinear))
 
 
-def _local_self_attention() -> ModuleSpec:
+def core_attention(attention: AttentionOptions) -> partial:
+    """The ``core_attention`` slot's value: megatron calls it directly (not through ``build_module``)
+    with ``(config=, layer_number=, attn_mask_type=, attention_type=, ...)``, so a partial, not a spec."""
+    return partial(CoreAttention, options=attention)
+
+
+def _self_attention(qkv, proj, attention: AttentionOptions) -> ModuleSpec:
     return ModuleSpec(
         module=SelfAttention,
         params={"attn_mask_type": AttnMaskType.padding},
         submodules=SelfAttentionSubmodules(
-            linear_qkv=ColumnParallelLinear, core_attention=DotProductAttention,
-            linear_proj=RowParallelLinear, q_layernorm=IdentityOp, k_layernorm=IdentityOp),
+            linear_qkv=qkv, core_attention=core_attention(attention),
+            linear_proj=proj, q_layernorm=IdentityOp, k_layernorm=IdentityOp),
     )
 
 
-def _local_cross_attention(memory_size: int | None = None) -> ModuleSpec:
+def _cross_attention(q, kv, proj, attention: AttentionOptions, memory_size: int | None = None) -> ModuleSpec:
     return ModuleSpec(
         module=RotaryCrossAttention,
         params={"attn_mask_type": AttnMaskType.padding, "memory_size": memory_size},
         submodules=CrossAttentionSubmodules(
-            linear_q=ColumnParallelLinear, linear_kv=ColumnParallelLinear,
-            core_attention=DotProductAttention, linear_proj=RowParallelLinear),
+            linear_q=q, linear_kv=kv, core_attention=core_attention(attention), linear_proj=proj),
     )
 
 
@@ -170,11 +179,11 @@ _LOCAL_KEYS_MAP = {
 }
 
 
-def local_encoder_layer_spec(attention_norm: bool = True) -> ModuleSpec:
+def local_encoder_layer_spec(attention: AttentionOptions, attention_norm: bool = True) -> ModuleSpec:
     """Pre-LN layer (classic: maps onto HF MegatronBert), bidirectional, megatron-core modules only."""
-    return ModuleSpec(module=TransformerLayer, submodules=TransformerLayerSubmodules(
+    return ModuleSpec(module=LocalGlobalLayer, submodules=TransformerLayerSubmodules(
         input_layernorm=SequenceParallelLayerNorm if attention_norm else IdentityOp,
-        self_attention=_local_self_attention(),
+        self_attention=_self_attention(ColumnParallelLinear, RowParallelLinear, attention),
         self_attn_bda=get_bias_dropout_add,
         pre_mlp_layernorm=SequenceParallelLayerNorm,
         mlp=_local_mlp(),
@@ -183,35 +192,32 @@ def local_encoder_layer_spec(attention_norm: bool = True) -> ModuleSpec:
     ))
 
 
-def local_decoder_layer_spec(memory_size: int | None = None) -> ModuleSpec:
+def local_decoder_layer_spec(attention: AttentionOptions, memory_size: int | None = None) -> ModuleSpec:
     """The encoder layer plus cross-attention to the encoder output: self-attn, cross-attn, MLP; all pre-LN.
 
     ``memory_size``: the encoder's width when the decoder is narrower (keys/values project from it).
     """
-    layer = local_encoder_layer_spec()
-    layer.module = RotaryDecoderLayer
+    layer = local_encoder_layer_spec(attention)
+    layer.module = LocalGlobalDecoderLayer
     layer.submodules.pre_cross_attn_layernorm = SequenceParallelLayerNorm
-    layer.submodules.cross_attention = _local_cross_attention(memory_size)
+    layer.submodules.cross_attention = _cross_attention(ColumnParallelLinear, ColumnParallelLinear,
+                                                        RowParallelLinear, attention, memory_size)
     layer.submodules.cross_attn_bda = get_bias_dropout_add
     return layer
 
 
-def te_encoder_layer_spec(attention_norm: bool = True) -> ModuleSpec:
-    """Same layer with TE fused LayerNorm+QKV (plain QKV without the norm) and LayerNorm+FC1 (FP8-capable)."""
+def te_encoder_layer_spec(attention: AttentionOptions, attention_norm: bool = True) -> ModuleSpec:
+    """Same layer with TE fused LayerNorm+QKV (plain QKV without the norm) and LayerNorm+FC1 (FP8-capable);
+    the core attention is ours (TE's fp8_autocast covers the linears, not SDPA/flex)."""
     from megatron.core.extensions.transformer_engine import (
         TEColumnParallelLinear,
-        TEDotProductAttention,
         TELayerNormColumnParallelLinear,
         TERowParallelLinear,
     )
 
     qkv = TELayerNormColumnParallelLinear if attention_norm else TEColumnParallelLinear
-    return ModuleSpec(module=TransformerLayer, submodules=TransformerLayerSubmodules(
-        self_attention=ModuleSpec(
-            module=SelfAttention, params={"attn_mask_type": AttnMaskType.no_mask},
-            submodules=SelfAttentionSubmodules(
-                linear_qkv=qkv, core_attention=TEDotProductAttention,
-                linear_proj=TERowParallelLinear, q_layernorm=IdentityOp, k_layernorm=IdentityOp)),
+    return ModuleSpec(module=LocalGlobalLayer, submodules=TransformerLayerSubmodules(
+        self_attention=_self_attention(qkv, TERowParallelLinear, attention),
         self_attn_bda=get_bias_dropout_add,
         mlp=partial(MLP.as_mlp_submodule, submodules=MLPSubmodules(
             linear_fc1=TELayerNormColumnParallelLinear, linear_fc2=TERowParallelLinear)),
@@ -219,23 +225,15 @@ def te_encoder_layer_spec(attention_norm: bool = True) -> ModuleSpec:
     ))
 
 
-def te_decoder_layer_spec(memory_size: int | None = None) -> ModuleSpec:
+def te_decoder_layer_spec(attention: AttentionOptions, memory_size: int | None = None) -> ModuleSpec:
     """TE decoder layer; the cross-attention LayerNorm stays a separate TENorm (q and kv differ in input)."""
-    from megatron.core.extensions.transformer_engine import (
-        TEColumnParallelLinear,
-        TEDotProductAttention,
-        TENorm,
-    )
+    from megatron.core.extensions.transformer_engine import TEColumnParallelLinear, TENorm, TERowParallelLinear
 
-    layer = te_encoder_layer_spec()
-    layer.module = RotaryDecoderLayer
+    layer = te_encoder_layer_spec(attention)
+    layer.module = LocalGlobalDecoderLayer
     layer.submodules.pre_cross_attn_layernorm = TENorm
-    layer.submodules.cross_attention = ModuleSpec(
-        module=RotaryCrossAttention, params={"attn_mask_type": AttnMaskType.no_mask, "memory_size": memory_size},
-        submodules=CrossAttentionSubmodules(
-            linear_q=TEColumnParallelLinear, linear_kv=TEColumnParallelLinear,
-            core_attention=TEDotProductAttention,
-            linear_proj=layer.submodules.self_attention.submodules.linear_proj))
+    layer.submodules.cross_attention = _cross_attention(TEColumnParallelLinear, TEColumnParallelLinear,
+                                                        TERowParallelLinear, attention, memory_size)
     layer.submodules.cross_attn_bda = get_bias_dropout_add
     return layer
 
@@ -249,24 +247,28 @@ def final_norm(use_te: bool):
     return SequenceParallelLayerNorm
 
 
-def encoder_layer_spec(use_te: bool, attention_norm: bool = True) -> ModuleSpec:
+def encoder_layer_spec(use_te: bool, attention: AttentionOptions, attention_norm: bool = True) -> ModuleSpec:
     """One encoder layer of the chosen implementation (local or TE)."""
-    return te_encoder_layer_spec(attention_norm) if use_te else local_encoder_layer_spec(attention_norm)
+    build = te_encoder_layer_spec if use_te else local_encoder_layer_spec
+    return build(attention, attention_norm)
 
 
-def encoder_block_spec(use_te: bool, num_layers: int, layout: EncoderLayout | None = None,
-                       first_stage: bool = True) -> TransformerBlockSubmodules:
+def encoder_block_spec(use_te: bool, num_layers: int, attention: AttentionOptions,
+                       layout: EncoderLayout | None = None, first_stage: bool = True) -> TransformerBlockSubmodules:
     """Block spec for the layers this pipeline stage builds (caller computes ``num_layers``).
 
     With an embedding norm (modern) the globally first layer, i.e. layer 0 of the first stage, has
     no attention norm.
     """
     skip_first = bool(layout is not None and layout.embedding_norm and first_stage)
-    layers = [encoder_layer_spec(use_te, attention_norm=not (skip_first and i == 0)) for i in range(num_layers)]
+    layers = [encoder_layer_spec(use_te, attention, attention_norm=not (skip_first and i == 0))
+              for i in range(num_layers)]
     return TransformerBlockSubmodules(layer_specs=layers, layer_norm=final_norm(use_te))
 
 
-def decoder_block_spec(use_te: bool, num_layers: int, memory_size: int | None = None) -> TransformerBlockSubmodules:
+def decoder_block_spec(use_te: bool, num_layers: int, attention: AttentionOptions,
+                       memory_size: int | None = None) -> TransformerBlockSubmodules:
     """The reconstruction decoder's block; ``memory_size`` = the encoder width its cross-attention reads."""
-    layer = te_decoder_layer_spec(memory_size) if use_te else local_decoder_layer_spec(memory_size)
+    layer = te_decoder_layer_spec(attention, memory_size) if use_te else local_decoder_layer_spec(attention,
+                                                                                                  memory_size)
     return TransformerBlockSubmodules(layer_specs=[layer] * num_layers, layer_norm=final_norm(use_te))

@@ -123,6 +123,7 @@ def _make_logger(session: Session) -> MetricsLogger:
     world = dist.get_world_size() if dist.is_initialized() else 1
     logger = MetricsLogger(session.run_cfg, world_size=world, flops_per_sample=_model_flops(session.run_cfg),
                            enabled=is_rank_zero(), start_iteration=session.progress.iteration)
+    logger.print(session.model.attention.describe())
     if session.resumed_from is not None:
         logger.print(f"resumed from {session.resumed_from} at step {session.progress.iteration}, "
                      f"{session.progress.consumed_samples} samples consumed")

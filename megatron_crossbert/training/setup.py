@@ -15,6 +15,7 @@ import torch
 from megatron.core import parallel_state
 
 from megatron_crossbert import platform
+from megatron_crossbert.checkpoint.context_extension import grown_tables
 from megatron_crossbert.checkpoint.load import load_checkpoint, read_model_weights
 from megatron_crossbert.checkpoint.save import RunSaves
 from megatron_crossbert.checkpoint.save_errors import check_room_to_start
@@ -52,18 +53,21 @@ def build_model_chunk(run_cfg: RunConfig) -> torch.nn.Module:
     from megatron_crossbert.models import build_model
 
     return build_model(run_cfg, pre_process=parallel_state.is_pipeline_first_stage(),
-                       post_process=parallel_state.is_pipeline_last_stage())
+                       post_process=parallel_state.is_pipeline_last_stage(), training=True)
 
 
 def check_sources(run_cfg: RunConfig) -> StartPlan:
     """Before building or writing anything: refuse settings this machine cannot honour (fp8 or TE
-    layers without CUDA and TE), decide where to start and verify that checkpoint once
-    (``checkpoint.start_guard.plan_start``: shapes, optimizer layout, LR schedule, tokenizer), refuse
-    a save dir that cannot hold the next checkpoint (before TensorBoard writes its first event),
-    then check the datasets' tokenizers. The plan's ``source`` then drives the load."""
+    layers without CUDA and TE; an attention backend that cannot train here, ``models.attention_plan``),
+    decide where to start and verify that checkpoint once (``checkpoint.start_guard.plan_start``:
+    shapes, optimizer layout, LR schedule, tokenizer), refuse a save dir that cannot hold the next
+    checkpoint (before TensorBoard writes its first event), then check the datasets' tokenizers. The
+    plan's ``source`` then drives the load."""
+    from megatron_crossbert.models.attention_plan import attention_plan
     from megatron_crossbert.models.specs import require_support
 
     require_support(run_cfg.training.precision, run_cfg.model.transformer_impl)
+    attention_plan(run_cfg, training=True)
     plan = plan_start(run_cfg)
     check_room_to_start(run_cfg.checkpoint.save_dir)
     check_dataset_tokenizers(run_cfg)
@@ -79,7 +83,7 @@ def restore(session: Session, source: VerifiedCheckpoint | None) -> None:
                                            session.run_cfg)
         session.resumed_from = source.directory
         return
-    read_model_weights(session.model, source)
+    read_model_weights(session.model, source, grown_tables(source.saved, session.run_cfg))
     # bf16 keeps fp32 main params inside the optimizer; refresh them from the loaded weights.
     reload = getattr(session.optimizer, "reload_model_params", None)
     if reload is not None:

@@ -42,7 +42,7 @@ def _to_device(batch: dict, device: torch.device) -> dict:
 def crossbert_forward_step(device: torch.device, data_iterator, model):
     """Every target position of every view is supervised, so the loss mask is all ones."""
     batch = _to_device(next(data_iterator), device)
-    output = model(batch["tokens"], batch["visible"], batch["targets"])
+    output = model(batch["tokens"], batch["visible"], batch["targets"], segments=batch.get("segments"))
     b, views, num_targets = batch["targets"].shape
     loss_mask = torch.ones(b * views, num_targets, dtype=torch.float32, device=device)
     return output, partial(loss_func, loss_mask)
@@ -50,10 +50,13 @@ def crossbert_forward_step(device: torch.device, data_iterator, model):
 
 def mlm_forward_step(device: torch.device, data_iterator, model):
     """MLM baselines (megatron-core BertModel, MlmModel) return the per-token LM loss given lm_labels;
-    the loss mask is also where they predict (sparse prediction, unless ``model.sparse_prediction`` is off)."""
+    the loss mask is also where they predict (sparse prediction, unless ``model.sparse_prediction`` is off).
+
+    Packed samples have no padding: attention is masked by the samples' documents (``segments``) when
+    document masks are on, else unmasked (no all-ones mask, which would force a dense-mask kernel)."""
     batch = _to_device(next(data_iterator), device)
-    output = model(batch["tokens"], batch["padding_mask"], lm_labels=batch["labels"],
-                   prediction_mask=batch["loss_mask"])
+    output = model(batch["tokens"], None, lm_labels=batch["labels"], prediction_mask=batch["loss_mask"],
+                   segments=batch.get("segments"))
     return output, partial(loss_func, batch["loss_mask"])
 
 
