@@ -57,6 +57,8 @@ def test_modernbert_style_example_loads_and_trains_on_its_schedules(indexed_corp
     cfg = load_run_config(EXAMPLES / "modernbert_style.yaml")
     train_cfg, seq = cfg.training, cfg.data.seq_length
     assert (cfg.model.arch, cfg.model.sparse_prediction, train_cfg.lr_decay_style) == ("mlm", True, "WSD")
+    assert (cfg.model.local_attention, cfg.model.global_attn_every_n_layers, cfg.data.document_mask) == (128, 3, True)
+    assert (cfg.model.num_layers - 1) % cfg.model.global_attn_every_n_layers == 0   # the last layer is global
     points = schedules.sample_points(train_cfg.batch_step_schedule(seq), seq)
     assert points[-1] == (50_000_000_000 // seq, 4608)                           # the warmup spans 50B tokens
     assert schedules.consumed_after(points, train_cfg.train_iters) * seq >= 1.719e12   # 1.719T tokens

@@ -21,7 +21,7 @@ from megatron_crossbert.platform import is_rank_zero
 from megatron_crossbert.training.hooks import ProbeFn, ProbeHook
 from megatron_crossbert.training.logging import MetricsLogger
 from megatron_crossbert.training.optimizer import current_lr
-from megatron_crossbert.training.setup import Session, build_data, build_session, valid_iterator
+from megatron_crossbert.training.setup import Session, build_data, build_session, check_support, valid_iterator
 from megatron_crossbert.training.signals import StopSignal
 from megatron_crossbert.training.steps import StepResult, evaluate, train_step
 
@@ -166,8 +166,10 @@ def train(run_cfg: RunConfig, *, exit_at_iteration: int | None = None, probe_fn:
     the LR schedule, like a preemption. ``probe_fn`` runs the in-training probes of
     ``training.probe_tasks`` (see ``hooks.py``). Returns a summary dict (identical on every rank).
     Rank 0 holds ``save_dir``'s run lock for the whole run: a second run into the same directory is
-    refused before it reads or writes anything there.
+    refused before it reads or writes anything there; what this machine cannot run is refused before the
+    lock (``setup.check_support``), so such a run leaves the directory untouched.
     """
+    check_support(run_cfg)
     with run_lock_for(run_cfg):
         session = build_session(run_cfg)
         start_iteration = session.progress.iteration

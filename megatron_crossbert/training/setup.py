@@ -56,18 +56,25 @@ def build_model_chunk(run_cfg: RunConfig) -> torch.nn.Module:
                        post_process=parallel_state.is_pipeline_last_stage(), training=True)
 
 
-def check_sources(run_cfg: RunConfig) -> StartPlan:
-    """Before building or writing anything: refuse settings this machine cannot honour (fp8 or TE
-    layers without CUDA and TE; an attention backend that cannot train here, ``models.attention_plan``),
-    decide where to start and verify that checkpoint once (``checkpoint.start_guard.plan_start``:
-    shapes, optimizer layout, LR schedule, tokenizer), refuse a save dir that cannot hold the next
-    checkpoint (before TensorBoard writes its first event), then check the datasets' tokenizers. The
-    plan's ``source`` then drives the load."""
+def check_support(run_cfg: RunConfig) -> None:
+    """Refuse, in one line, settings this machine cannot honour: fp8 or TE layers without CUDA and TE
+    (``models.specs.require_support``), an attention backend that cannot train here
+    (``models.attention_plan``). It reads and writes nothing, so it runs before the save directory's
+    run lock is taken: a refused run leaves no trace there."""
     from megatron_crossbert.models.attention_plan import attention_plan
     from megatron_crossbert.models.specs import require_support
 
     require_support(run_cfg.training.precision, run_cfg.model.transformer_impl)
     attention_plan(run_cfg, training=True)
+
+
+def check_sources(run_cfg: RunConfig) -> StartPlan:
+    """Before building or writing anything: refuse what this machine cannot honour (:func:`check_support`),
+    decide where to start and verify that checkpoint once (``checkpoint.start_guard.plan_start``:
+    shapes, optimizer layout, LR schedule, tokenizer), refuse a save dir that cannot hold the next
+    checkpoint (before TensorBoard writes its first event), then check the datasets' tokenizers. The
+    plan's ``source`` then drives the load."""
+    check_support(run_cfg)
     plan = plan_start(run_cfg)
     check_room_to_start(run_cfg.checkpoint.save_dir)
     check_dataset_tokenizers(run_cfg)
