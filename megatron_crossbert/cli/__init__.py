@@ -42,7 +42,8 @@ def add_encoder_arguments(parser: argparse.ArgumentParser, *, max_len: int, reci
         parser.add_argument("--max-len", type=int, default=None,
                             help=f"max tokens per text (default: the model's max_seq_length, else {max_len})")
     else:
-        parser.add_argument("--pooling", choices=typing.get_args(Pooling), default="mean")
+        parser.add_argument("--pooling", choices=typing.get_args(Pooling), default="mean",
+                            help="how token states become one vector (default: mean)")
         parser.add_argument("--max-len", type=int, default=max_len, help="max tokens per text")
     parser.add_argument("--batch-size", type=int, default=32, help="texts per forward pass")
     parser.add_argument("--tokenizer-dir",

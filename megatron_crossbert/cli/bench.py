@@ -28,7 +28,8 @@ def _add_throughput(sub) -> None:
     p.add_argument("--warmup", type=int, default=2, help="untimed rounds first")
     p.add_argument("--precision", default=None, choices=field_choices(TrainingConfig, "precision"),
                    help="default: fp32 on CPU, bf16 on GPU")
-    p.add_argument("--transformer-impl", default="auto", choices=field_choices(ModelConfig, "transformer_impl"))
+    p.add_argument("--transformer-impl", default="auto", choices=field_choices(ModelConfig, "transformer_impl"),
+                   help="layer spec: auto = Transformer Engine on a GPU with TE, else megatron-core's local spec")
     p.add_argument("--attention-backend", default=ModelConfig.attention_backend,
                    choices=field_choices(ModelConfig, "attention_backend"),
                    help="core attention of every model (megatron = megatron-core's unfused attention, the 'before')")
@@ -55,21 +56,26 @@ def _add_attention(sub) -> None:
     p = sub.add_parser("attention", help="one attention layer per backend (megatron/sdpa/flex), with and without "
                                          "document masks and windows: time, CPU time, peak memory; with --corpus "
                                          "also the share of unmasked attention pairs that cross documents")
-    p.add_argument("--seq-lengths", type=int, nargs="+", default=defaults.seq_lengths)
-    p.add_argument("--backends", nargs="+", default=defaults.backends, choices=BACKENDS)
-    p.add_argument("--masks", nargs="+", default=defaults.masks, choices=MASKS)
+    p.add_argument("--seq-lengths", type=int, nargs="+", default=defaults.seq_lengths,
+                   help="sequence lengths L of the layer (default: %(default)s)")
+    p.add_argument("--backends", nargs="+", default=defaults.backends, choices=BACKENDS,
+                   help="core-attention kernels to time (flex: forward only on the CPU)")
+    p.add_argument("--masks", nargs="+", default=defaults.masks, choices=MASKS,
+                   help="none, document masks, or document masks plus the local window")
     p.add_argument("--window", type=int, default=defaults.window, help="local window (tokens) of the windowed cases")
-    p.add_argument("--heads", type=int, default=defaults.heads)
-    p.add_argument("--head-dim", type=int, default=defaults.head_dim)
-    p.add_argument("--batch", type=int, default=defaults.batch)
+    p.add_argument("--heads", type=int, default=defaults.heads, help="attention heads (default: %(default)s)")
+    p.add_argument("--head-dim", type=int, default=defaults.head_dim, help="channels per head (default: %(default)s)")
+    p.add_argument("--batch", type=int, default=defaults.batch, help="samples per call (default: %(default)s)")
     p.add_argument("--repeats", type=int, default=defaults.repeats, help="timed calls per case (median)")
-    p.add_argument("--device", default=defaults.device, choices=EXPORT_DEVICES)
+    p.add_argument("--device", default=defaults.device, choices=EXPORT_DEVICES,
+                   help="auto = cuda when available (bf16), else cpu (fp32)")
     p.add_argument("--flex-eager", action="store_true", help="run flex uncompiled (materialises scores; debugging)")
     p.add_argument("--corpus", nargs="*", default=[], help="JSONL(.gz) files or globs (quoted): real document "
                                                            "masks and the leakage table")
     p.add_argument("--tokenizer", default=None, help="the corpus' tokenizer (default: a 32k WordPiece trained on "
                                                       "a 20k-document sample)")
-    p.add_argument("--leakage-lengths", type=int, nargs="+", default=defaults.leakage_lengths)
+    p.add_argument("--leakage-lengths", type=int, nargs="+", default=defaults.leakage_lengths,
+                   help="with --corpus: sample lengths of the leakage table (default: %(default)s)")
     p.add_argument("--leakage-samples", type=int, nargs="+", default=defaults.leakage_samples,
                    help="packed samples measured per leakage length")
     p.add_argument("--out", default="benchmarks/out/attention.json", help="JSON report path (markdown beside it)")
@@ -79,29 +85,30 @@ def _add_gpu_check(sub) -> None:
     p = sub.add_parser("gpu-check", help="H200 validation: bf16 (and FP8 if TE) throughput and MFU, base and large")
     p.add_argument("--peak-tflops", type=float, default=790.0,
                    help="bf16 dense peak for MFU (790 = measured 8192^3 GEMM on an H200)")
-    p.add_argument("--sizes", nargs="*", default=["base", "large"])
-    p.add_argument("--steps", type=int, default=8)
-    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--sizes", nargs="*", default=["base", "large"], help="model sizes (default: %(default)s)")
+    p.add_argument("--steps", type=int, default=8, help="timed rounds (default: %(default)s)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed rounds first (default: %(default)s)")
     p.add_argument("--precision", default="bf16", choices=GPU_CHECK_PRECISIONS, help="main runs' precision")
     p.add_argument("--gemm-size", type=int, default=8192, help="side of the GEMM re-measured as the peak")
     p.add_argument("--allow-cpu", action="store_true", help="without CUDA, run on the CPU (dry run) instead of skipping")
     p.add_argument("--only", nargs="*", default=None,
                    help="throughput rows to time (default: gpu_check.GPU_CHECK_ROWS; sparse MLM baselines always run)")
-    p.add_argument("--out", default="benchmarks/out/gpu_check.json")
+    p.add_argument("--out", default="benchmarks/out/gpu_check.json", help="JSON report path")
 
 
 def _add_export_speed(sub) -> None:
     p = sub.add_parser("export-speed", help="HF export inference speed: every format x attention backend, s=128/512")
     p.add_argument("--hidden-size", type=int, default=512, help="encoder width (default: BERT-small 512)")
-    p.add_argument("--num-layers", type=int, default=4)
-    p.add_argument("--num-attention-heads", type=int, default=8)
-    p.add_argument("--seq-lengths", type=int, nargs="+", default=[128, 512])
+    p.add_argument("--num-layers", type=int, default=4, help="encoder layers (default: %(default)s)")
+    p.add_argument("--num-attention-heads", type=int, default=8, help="attention heads (default: %(default)s)")
+    p.add_argument("--seq-lengths", type=int, nargs="+", default=[128, 512],
+                   help="input lengths (default: %(default)s)")
     p.add_argument("--batch-size", type=int, default=8, help="sentences per forward (half padded to half length)")
     p.add_argument("--warmup", type=int, default=1, help="untimed rounds per sequence length")
     p.add_argument("--repeats", type=int, default=3, help="timed round-robin rounds per sequence length")
     p.add_argument("--formats", nargs="*", default=[], help="export formats to include (default: all)")
-    p.add_argument("--device", default="auto", choices=EXPORT_DEVICES)
-    p.add_argument("--gpu-dtype", default="bfloat16", choices=GPU_DTYPES)
+    p.add_argument("--device", default="auto", choices=EXPORT_DEVICES, help="auto = cuda when available, else cpu")
+    p.add_argument("--gpu-dtype", default="bfloat16", choices=GPU_DTYPES, help="dtype on the GPU (CPU: fp32)")
     p.add_argument("--clock", default="auto", choices=CLOCKS,
                    help="auto: process CPU time on CPU (robust to other jobs), wall on GPU")
     p.add_argument("--work-dir", default=None, help="keep the checkpoint and exports here (default: temp dir)")
@@ -133,7 +140,8 @@ def _add_preprocess(sub) -> None:
     p.add_argument("--tokenizer", required=True, help="HF tokenizer directory with a tokenizer.json")
     p.add_argument("--megatron-lm", default=None, help="Megatron-LM checkout: also time its tools/preprocess_data*.py")
     p.add_argument("--workers", type=int, default=2, help="threads/processes for every case that takes them")
-    p.add_argument("--backends", nargs="+", default=["auto", "tokenizers"], choices=BACKENDS)
+    p.add_argument("--backends", nargs="+", default=["auto", "tokenizers"], choices=BACKENDS,
+                   help="tokenizer back ends to time (default: %(default)s)")
     p.add_argument("--cases", nargs="*", default=list(CASES), choices=CASES, help="reference cases to run beside ours")
     p.add_argument("--work-dir", default="benchmarks/out/preprocess", help="combined input and every case's outputs")
     p.add_argument("--out", default="benchmarks/out/preprocess.json", help="JSON report path")

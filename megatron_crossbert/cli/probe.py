@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-train", type=int, help="subsample each train split to N rows (seeded)")
     p.add_argument("--max-test", type=int, help="subsample each test split to N rows (seeded)")
     p.add_argument("--cv-folds", type=int, default=3, help="folds for choosing C")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the subsampling and the probe's folds (default: 0)")
     p.add_argument("--out", default="probe_results", help="output directory for JSON, markdown and plot")
     add_debug_flag(p)
     return p
