@@ -21,6 +21,7 @@ import os
 import re
 import socket
 import tempfile
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Iterator, Sequence
@@ -137,6 +138,18 @@ def commit_group(moves: Sequence[tuple[str | Path, str | Path]]) -> None:
         os.remove(moves[-1][1])
     for temporary, final in moves:
         os.replace(temporary, final)
+
+
+def move_aside(path: str | Path) -> Path:
+    """Rename an existing output that a ``--force`` replaces to ``<name>.replaced-<UTC time>-<id>`` beside
+    it, and return the new path: what another run (or the user) made is never deleted, only moved."""
+    path = Path(path)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    target = Path(tempfile.mkdtemp(prefix=f"{path.name}.replaced-{stamp}-", dir=path.parent))  # unique
+    os.rmdir(target)  # only the name is wanted; the rename below takes it (atomic, same directory)
+    os.rename(path, target)
+    logger.warning("moved the existing %s aside to %s (nothing deleted)", path, target)
+    return target
 
 
 def _temporary_pattern(target: Path) -> re.Pattern:

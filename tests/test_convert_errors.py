@@ -90,6 +90,8 @@ def test_existing_output_needs_force(setup, tmp_path):
     (out / "stale.bin").write_bytes(b"old")
     export_to_hf(ckpt, out, force=True)
     assert not (out / "stale.bin").exists() and (out / "model.safetensors").is_file()
+    moved = list(tmp_path.glob("out.replaced-*"))   # --force moves the old output aside, it deletes nothing
+    assert len(moved) == 1 and (moved[0] / "stale.bin").read_bytes() == b"old"
     with pytest.raises(ConversionError, match="--force"):
         import_from_hf(hf, work / "ckpt")
 

@@ -29,6 +29,18 @@ def test_help_and_refusal_to_overwrite(tmp_path, capsys):
     assert (tmp_path / "keep.txt").read_text() == "precious"
 
 
+def test_force_moves_the_old_output_aside(tmp_path, capsys):
+    from crossbert_demo.pipeline import _prepare_out_dir
+
+    out = tmp_path / "demo"
+    out.mkdir()
+    (out / "keep.txt").write_text("precious")
+    assert (_prepare_out_dir(DemoOptions(out_dir=str(out), force=True)) / "corpus").is_dir()
+    moved = list(tmp_path.glob("demo.replaced-*"))
+    assert len(moved) == 1 and (moved[0] / "keep.txt").read_text() == "precious"
+    assert "nothing deleted" in capsys.readouterr().out
+
+
 def test_run_flags_set_the_config_sections(tmp_path, capsys):
     args = demo_cli.build_parser().parse_args(["--arch", "mlm", "--encoder", "modern", "--micro-batch-size", "8",
                                                "--seed", "7", "--seq-length", "64", "--train-iters", "50"])

@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="MTEB-lite folders: both encoders' STS12-16 average is printed ('none': print the "
                              "crossbert-mteb command instead; default: ../shared/data/mteb_lite when present, "
                              "here %(default)s)")
-    parser.add_argument("--force", action="store_true", help="replace an existing, non-empty --out-dir")
+    parser.add_argument("--force", action="store_true", help="move an existing, non-empty --out-dir aside (to <dir>.replaced-<time>-<id>; nothing is deleted)")
     add_debug_flag(parser)
     return parser
 

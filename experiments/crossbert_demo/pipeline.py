@@ -29,6 +29,7 @@ from pathlib import Path
 from megatron_crossbert.arch import get_arch
 from megatron_crossbert.config import (CheckpointConfig, DataConfig, MaskingConfig, ModelConfig, RunConfig,
                                        TrainingConfig)
+from megatron_crossbert.fsutil import move_aside
 
 HOLDOUT_EVERY = 10
 MTEB_LITE_CANDIDATES = (Path(__file__).resolve().parents[2].parent / "shared" / "data" / "mteb_lite",
@@ -250,13 +251,11 @@ def sts_stage(models: dict[str, Path], opts: DemoOptions, out: Path) -> dict:
 
 def _prepare_out_dir(opts: DemoOptions) -> Path:
     out = Path(opts.out_dir)
-    if out.exists() and any(out.iterdir()) and not opts.force:
-        raise FileExistsError(f"{out} is not empty; pass --force to overwrite it or choose --out-dir")
-    if out.exists() and opts.force:
-        import shutil
-
-        shutil.rmtree(out)
-    (out / "corpus").mkdir(parents=True)
+    if out.exists() and any(out.iterdir()):
+        if not opts.force:
+            raise FileExistsError(f"{out} is not empty; pass --force to move it aside or choose --out-dir")
+        print(f"  --force: moved the existing {out} to {move_aside(out)} (nothing deleted)")
+    (out / "corpus").mkdir(parents=True, exist_ok=True)
     return out
 
 

@@ -38,14 +38,16 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("out_dir", help="HF directory to write")
     export.add_argument("--tokenizer", default=None,
                         help="tokenizer directory to ship (default: data.tokenizer of the run config)")
-    export.add_argument("--force", action="store_true", help="replace OUT_DIR if it exists")
+    export.add_argument("--force", action="store_true",
+                        help="replace OUT_DIR if it exists (the old one moves to OUT_DIR.replaced-<time>-<id>)")
     export.add_argument("--format", dest="format_name", default=None, choices=_format_names(),
                         help="HF target (default: the first exact one, in this order)")
     add_verify_flag(export)
     imp = sub.add_parser("import", help="HF directory -> native model-only checkpoint")
     imp.add_argument("hf_dir", help="HF directory of a supported format (config.json + model.safetensors)")
     imp.add_argument("out_root", help="checkpoint root to write (use as checkpoint.init_from)")
-    imp.add_argument("--force", action="store_true", help="replace OUT_ROOT if it exists")
+    imp.add_argument("--force", action="store_true",
+                     help="replace OUT_ROOT if it exists (the old one moves to OUT_ROOT.replaced-<time>-<id>)")
     add_debug_flag(parser)
     return parser
 

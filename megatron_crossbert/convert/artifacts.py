@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from megatron_crossbert.convert.errors import ConversionError
-from megatron_crossbert.fsutil import apply_umask_modes
+from megatron_crossbert.fsutil import apply_umask_modes, move_aside
 
 WEIGHTS_FILE = "model.safetensors"
 WEIGHTS_INDEX_FILE = "model.safetensors.index.json"
@@ -169,7 +169,8 @@ def _check_not_inside(out_dir: Path, protected: list[Path]) -> None:
 
 @contextmanager
 def staged_output(out_dir: str | Path, force: bool, protected: list[Path] = ()):
-    """Yield a temp dir beside ``out_dir``; on success it replaces ``out_dir`` (needs ``force`` if it exists)."""
+    """Yield a temp dir beside ``out_dir``; on success it takes ``out_dir``'s place (needs ``force`` if it
+    exists: the old one is then moved aside to ``<out_dir>.replaced-<time>-<id>``, never deleted)."""
     out_dir = Path(out_dir)
     _check_not_inside(out_dir, list(protected))
     if out_dir.exists() and not force:
@@ -180,7 +181,7 @@ def staged_output(out_dir: str | Path, force: bool, protected: list[Path] = ()):
         yield stage
         apply_umask_modes(stage)  # mkdtemp makes 0700 and safetensors 0600: a shared model must be readable
         if out_dir.exists():
-            shutil.rmtree(out_dir) if out_dir.is_dir() else out_dir.unlink()
+            move_aside(out_dir)
         stage.rename(out_dir)
     finally:
         if stage.exists():
