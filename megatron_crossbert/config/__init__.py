@@ -4,6 +4,9 @@ Nothing here imports torch or megatron, so configs can be built, validated and s
 process. ``RunConfig`` is what gets written next to every checkpoint (``run_config.json``) and what
 the YAML files in ``examples/`` hold. Each ``__post_init__`` checks only its own fields; checks that
 span concerns (e.g. sequence length against the position table) live in ``RunConfig``.
+
+Import every name from this package face: ``model``, ``data`` (with masking), ``parallel``, ``training``
+(with checkpoint) and ``run`` hold one section each, ``checks`` their shared checks.
 """
 
 from megatron_crossbert.config.checks import field_choices
