@@ -4,9 +4,9 @@ The torchtitan TrainSpec idea: everything that differs between architectures is 
 looked up once by name (``get_arch(run_cfg.model.arch)``); the training loop, the data builder, the
 benchmarks, evaluation and the demo never compare architecture names themselves.
 
-This module imports neither torch nor megatron, so ``config.py`` can validate against it. The fields that
-need torch are ``LazyRef``s ("module:attribute") resolved on first use. ``config.py`` imports this
-registry, so the registry imports ``config.py`` for type checkers only (``TYPE_CHECKING``): at run time
+This module imports neither torch nor megatron, so ``config`` can validate against it. The fields that
+need torch are ``LazyRef``s ("module:attribute") resolved on first use. The ``config`` package imports this
+registry, so the registry imports ``config`` for type checkers only (``TYPE_CHECKING``): at run time
 the dependency runs one way, config -> arch.
 
 Architectures:
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from megatron_crossbert import masking
 
-if TYPE_CHECKING:  # annotations only; config.py imports this module at run time
+if TYPE_CHECKING:  # annotations only; config imports this module at run time
     from megatron_crossbert.config import RunConfig
 
 

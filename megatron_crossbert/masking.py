@@ -21,7 +21,7 @@ agree on shapes.
 
 ``crossbert_sample`` and ``mlm_sample`` turn one packed sequence into the sample dict of its
 architecture (docs/architecture.md); the datasets and the benchmarks' synthetic batches both call
-them, with the ``MaskingConfig`` itself, so no call site unpacks masking fields. (``config.py``
+them, with the ``MaskingConfig`` itself, so no call site unpacks masking fields. (``config``
 imports this module at run time; this one imports ``MaskingConfig`` for type checkers only.)
 """
 
@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:  # annotations only; config.py imports this module at run time
+if TYPE_CHECKING:  # annotations only; config imports this module at run time
     from megatron_crossbert.config import MaskingConfig
 
 

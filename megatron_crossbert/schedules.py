@@ -1,6 +1,6 @@
 """Training schedules the strongest peers use, as pure functions of the run's position.
 
-Nothing here imports torch or megatron, so ``config.py`` validates through it. Three schedules:
+Nothing here imports torch or megatron, so ``config`` validates through it. Three schedules:
 
 - **LR: warmup-stable-decay** (``training.lr_decay_style: WSD``; ModernBERT's trapezoid). megatron-core's
   ``OptimizerParamScheduler`` has it (``lr_decay_style="WSD"``, ``wsd_decay_steps``, ``lr_wsd_decay_style``

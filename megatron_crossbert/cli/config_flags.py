@@ -2,7 +2,7 @@
 
 A CLI lists its shorthands as ``ConfigFlag(flag, keys, help)``; the argument's type, ``choices``
 (the field's ``Literal`` values, or a registry's names through it) and ``nargs`` come from the
-dataclass field the first key names, so no CLI retypes what ``config.py`` declares. A flag may set
+dataclass field the first key names, so no CLI retypes what ``config`` declares. A flag may set
 several keys at once (``--seed`` sets ``training.seed`` and ``masking.seed``). The values a user
 gave come back either as ``section.key=value`` overrides (``crossbert-pretrain``) or applied to an
 object holding the config sections (``crossbert-demo``'s options).

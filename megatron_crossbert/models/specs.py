@@ -105,7 +105,7 @@ def require_support(precision: str, transformer_impl: str) -> None:
     """UnsupportedSettingError naming every problem and the way out; silent when all is well.
 
     Not in ``RunConfig.__post_init__``: configs of fp8 runs must still load on CPU machines (export,
-    probe, MTEB), and config.py imports no torch. Called where a run is about to build a model:
+    probe, MTEB), and ``config`` imports no torch. Called where a run is about to build a model:
     ``training.setup.check_support`` and ``models.build_model``.
     """
     problems = support_problems(precision, transformer_impl)

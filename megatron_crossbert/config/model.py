@@ -1,0 +1,162 @@
+"""The model section: encoder and reconstruction-decoder dimensions, attention kernels and windows.
+
+Architecture and encoder names come from ``arch``'s registry, their one owner.
+"""
+
+from __future__ import annotations
+
+import typing
+from dataclasses import dataclass
+from typing import Literal
+
+from megatron_crossbert.arch import ENCODERS, REGISTRY, get_arch, get_encoder
+from megatron_crossbert.attention_windows import check_window_options
+from megatron_crossbert.config.checks import _check_choices, _positive, _require
+
+ArchName = Literal[tuple(REGISTRY)]
+"""The registered architectures (``arch.REGISTRY``, the one owner of the names)."""
+EncoderName = Literal[tuple(ENCODERS)]
+"""The registered encoder families (``arch.ENCODERS``)."""
+AttentionBackend = Literal["auto", "sdpa", "flex", "megatron"]
+"""Core-attention kernels (``models.core_attention``): auto = flex on a GPU when masks apply, else sdpa."""
+ATTENTION_KERNELS = tuple(name for name in typing.get_args(AttentionBackend) if name != "auto")
+"""What ``model.attention_backend`` resolves to: its values but 'auto'."""
+
+
+@dataclass
+class ModelConfig:
+    """Encoder (kept) and reconstruction decoder (discarded after pretraining) dimensions."""
+
+    arch: ArchName = "crossbert"
+    """A name in ``arch.REGISTRY``: 'crossbert' = encoder on visible tokens + cross-attention decoder;
+    'bert' = megatron-core BertModel baseline (classic encoder); 'mlm' = modern encoder + MLM head."""
+    encoder: EncoderName = "classic"
+    """Encoder family (``arch.ENCODERS``): 'classic' = BERT layout (learned positions, GELU, biases);
+    'modern' = ModernBERT layout (embedding norm, RoPE, GeGLU, no biases, no attention norm on layer 0)."""
+    rotary_base: float = 160000.0
+    """RoPE base (theta) of the modern encoder and decoder (ModernBERT's global layers use 160000)."""
+    decoder_position_embedding: bool = True
+    """CrossBERT decoder queries add a learned position embedding of their target position. With the
+    modern encoder RoPE already places queries and keys, so this can be turned off."""
+    vocab_size: int = 32768
+    """Tokenizer vocabulary size; the embedding table is padded up (see make_vocab_size_divisible_by)."""
+    make_vocab_size_divisible_by: int = 128
+    """Embedding rows are padded to a multiple of this (GEMM-friendly). It must be divisible by the TP
+    size, so the table height - and hence every checkpoint - is the same at any TP (resharding works)."""
+    hidden_size: int = 768
+    """Encoder width; also the width of the tied word embeddings."""
+    num_layers: int = 12
+    """Encoder layers (split across pipeline stages)."""
+    num_attention_heads: int = 12
+    """Encoder attention heads; must divide hidden_size."""
+    ffn_hidden_size: int | None = None
+    """Encoder MLP width; None means 4 * hidden_size."""
+    max_position_embeddings: int = 512
+    """Rows of the learned absolute position table; the packed sequence length must fit in it."""
+    decoder_num_layers: int = 2
+    """Reconstruction-branch layers (self-attn, cross-attn to the encoder, MLP). Ignored for 'bert'."""
+    decoder_hidden_size: int | None = None
+    """Decoder width; None means hidden_size. May be narrower (e.g. hidden_size/2): cross-attention keys and
+    values project the encoder output from hidden_size, and the LM head's dense maps the decoder width back
+    to hidden_size, so the output layer stays tied to the word embeddings."""
+    decoder_num_attention_heads: int | None = None
+    """Decoder heads; None keeps the encoder's head dim at the decoder width (num_attention_heads at full
+    width, half of them at half width)."""
+    decoder_ffn_hidden_size: int | None = None
+    """Decoder MLP width; None means 4 * decoder width."""
+    layernorm_epsilon: float = 1e-5
+    """LayerNorm epsilon; exported verbatim to HF (whose default 1e-12 would be wrong)."""
+    hidden_dropout: float = 0.1
+    """Dropout after attention/MLP projections and on embeddings."""
+    attention_dropout: float = 0.1
+    """Dropout on attention probabilities."""
+    init_method_std: float = 0.02
+    """Std of the normal initialiser."""
+    bias_gelu_fusion: bool = False
+    """Fused bias+GELU uses the tanh approximation; exported as HF 'gelu_pytorch_tanh' when True."""
+    transformer_impl: Literal["auto", "local", "transformer_engine"] = "auto"
+    """Layer spec: 'auto' = Transformer Engine when CUDA and TE are present, else megatron-core's local spec."""
+    sparse_prediction: bool = True
+    """MLM baselines ('bert', 'mlm'): run the LM head and the vocab projection on the masked positions only
+    (ModernBERT / HF ``sparse_prediction``); same loss and weights. False = Megatron-LM's dense head on
+    all L positions, for parity. CrossBERT always predicts its targets only."""
+    attention_backend: AttentionBackend = "auto"
+    """Core attention of every layer (both specs): 'sdpa' = torch scaled_dot_product_attention (dense bool
+    mask when documents/windows apply), 'flex' = compiled FlexAttention with a block mask (GPU; no attention
+    dropout), 'megatron' = megatron-core's unfused DotProductAttention (the reference); 'auto' = flex on a
+    GPU when masks apply and attention_dropout is 0, else sdpa. Resolved and logged once per run."""
+    local_attention: int = 0
+    """ModernBERT's sliding window in tokens (0 = every layer global; ModernBERT uses 128): a local layer's
+    query sees keys within local_attention // 2 ORIGINAL positions. Modern encoder only."""
+    global_attn_every_n_layers: int = 3
+    """ModernBERT's pattern: layer i (0-based) is global when i % n == 0, local otherwise (with windows on).
+    The decoder follows the same rule over its own layers."""
+    local_rotary_base: float = 10000.0
+    """RoPE base of the local layers (ModernBERT's local_rope_theta); rotary_base stays the global layers'."""
+
+    def __post_init__(self) -> None:
+        spec, _ = get_arch(self.arch), get_encoder(self.encoder)  # unknown names list the registered ones
+        _check_choices(self)
+        _require(self.encoder in spec.encoders,
+                 f"arch={self.arch!r} is built with encoder {' or '.join(spec.encoders)}, not {self.encoder!r}")
+        _positive(self, "vocab_size", "make_vocab_size_divisible_by", "hidden_size", "num_layers",
+                  "num_attention_heads", "max_position_embeddings", "layernorm_epsilon")
+        _require(self.hidden_size % self.num_attention_heads == 0,
+                 f"num_attention_heads={self.num_attention_heads} must divide hidden_size={self.hidden_size}")
+        _require(self.decoder_num_layers >= int(spec.has_reconstruction_decoder),
+                 f"arch={self.arch!r} needs decoder_num_layers >= 1, got {self.decoder_num_layers}")
+        _require(self.rotary_base > 0, f"ModelConfig.rotary_base must be > 0, got {self.rotary_base}")
+        _require(get_encoder(self.encoder).linear_bias or not self.bias_gelu_fusion,
+                 f"bias_gelu_fusion needs linear biases, which the {self.encoder!r} encoder does not have")
+        _require(self.decoder_hidden_size is None or self.decoder_hidden_size > 0,
+                 f"ModelConfig.decoder_hidden_size must be > 0, got {self.decoder_hidden_size}")
+        _require(self.dec_hidden % self.dec_heads == 0,
+                 f"decoder_num_attention_heads={self.dec_heads} must divide decoder width {self.dec_hidden}")
+        for name in ("hidden_dropout", "attention_dropout"):
+            _require(0.0 <= getattr(self, name) < 1.0, f"ModelConfig.{name} must be in [0, 1)")
+        self._check_attention()
+
+    def _check_attention(self) -> None:
+        """Windows and backends that cannot work are refused here, before anything is built."""
+        check_window_options(self.local_attention, self.global_attn_every_n_layers)
+        _require(self.local_rotary_base > 0, f"ModelConfig.local_rotary_base must be > 0, got {self.local_rotary_base}")
+        _require(not self.local_attention or not get_encoder(self.encoder).learned_positions,
+                 f"model.local_attention needs the modern encoder (RoPE, as ModernBERT); the {self.encoder!r} "
+                 "encoder has no exact Hugging Face target with windows")
+        _require(self.attention_backend != "flex" or self.attention_dropout == 0,
+                 f"model.attention_backend=flex has no attention dropout; set model.attention_dropout=0 "
+                 f"(got {self.attention_dropout}) or use sdpa")
+
+    @property
+    def windowed(self) -> bool:
+        """Some layers attend locally (``attention_windows`` owns which)."""
+        return self.local_attention > 0 and self.global_attn_every_n_layers > 1
+
+    @property
+    def ffn(self) -> int:
+        return self.ffn_hidden_size or 4 * self.hidden_size
+
+    @property
+    def dec_hidden(self) -> int:
+        return self.decoder_hidden_size or self.hidden_size
+
+    @property
+    def dec_heads(self) -> int:
+        head_dim = self.hidden_size // self.num_attention_heads
+        return self.decoder_num_attention_heads or max(1, self.dec_hidden // head_dim)
+
+    @property
+    def dec_ffn(self) -> int:
+        return self.decoder_ffn_hidden_size or 4 * self.dec_hidden
+
+    def padded_vocab_size(self, tensor_parallel_size: int = 1) -> int:
+        """Embedding rows: vocab_size rounded up to make_vocab_size_divisible_by, independent of TP.
+
+        Megatron-LM pads to ``multiple * TP``, which changes the table height with the TP size and
+        breaks resharded resume; we instead require the multiple itself to be TP-divisible.
+        """
+        multiple = self.make_vocab_size_divisible_by
+        _require(multiple % tensor_parallel_size == 0,
+                 f"make_vocab_size_divisible_by={multiple} must be divisible by the tensor-parallel size "
+                 f"{tensor_parallel_size} so each rank holds an equal slice of the embedding table")
+        return -(-self.vocab_size // multiple) * multiple

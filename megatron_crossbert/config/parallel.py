@@ -1,0 +1,30 @@
+"""The parallel-layout section (tensor, pipeline, sequence and data parallelism)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from megatron_crossbert.config.checks import _positive, _require
+
+
+@dataclass
+class ParallelConfig:
+    """The parallel layout; chosen here and nowhere else."""
+
+    tensor_model_parallel_size: int = 1
+    """TP degree (heads, FFN and vocab split across ranks)."""
+    pipeline_model_parallel_size: int = 1
+    """PP degree; encoder layers are split across stages, decoder and LM head live on the last."""
+    sequence_parallel: bool = False
+    """Shard LayerNorm/dropout activations along the sequence across TP ranks (needs TP > 1)."""
+    use_distributed_optimizer: bool = False
+    """Shard optimizer state across data-parallel ranks (ZeRO-1)."""
+    overlap_grad_reduce: bool = False
+    """Overlap the data-parallel gradient reduce with the backward pass."""
+    recompute_activations: bool = False
+    """Full activation recompute per layer (trade compute for memory)."""
+
+    def __post_init__(self) -> None:
+        _positive(self, "tensor_model_parallel_size", "pipeline_model_parallel_size")
+        _require(not self.sequence_parallel or self.tensor_model_parallel_size > 1,
+                 "sequence_parallel needs tensor_model_parallel_size > 1")
