@@ -4,10 +4,10 @@ The torchtitan TrainSpec idea: everything that differs between architectures is 
 looked up once by name (``get_arch(run_cfg.model.arch)``); the training loop, the data builder, the
 benchmarks, evaluation and the demo never compare architecture names themselves.
 
-This module imports neither torch nor megatron, so ``config`` can validate against it. The fields that
-need torch are ``LazyRef``s ("module:attribute") resolved on first use. The ``config`` package imports this
-registry, so the registry imports ``config`` for type checkers only (``TYPE_CHECKING``): at run time
-the dependency runs one way, config -> arch.
+This module imports nothing of the project (nor torch, nor megatron), so ``config`` can validate against
+it. Every field that needs more is a ``LazyRef`` ("module:attribute") resolved on first use: the models
+and steps (torch), and the rules that read a run's config (``arch_rules``, which imports ``config``), so
+the dependency runs one way, config -> arch, with no loop.
 
 Architectures:
 - ``crossbert``: encoder over the visible tokens of each view + a cross-attention reconstruction decoder.
@@ -18,15 +18,9 @@ Architectures:
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import import_module
-from typing import TYPE_CHECKING, Any
-
-from megatron_crossbert import masking
-
-if TYPE_CHECKING:  # annotations only; config imports this module at run time
-    from megatron_crossbert.config import RunConfig
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -70,38 +64,6 @@ ENCODERS: dict[str, EncoderLayout] = {
 }
 
 
-def _views_pipeline_shape(run_cfg: RunConfig) -> tuple[int, int]:
-    """CrossBERT stages exchange the visible tokens of every view: ``[Lv, b*V, h]``."""
-    seq, mbs = run_cfg.data.seq_length, run_cfg.training.micro_batch_size
-    return run_cfg.masking.visible_length(seq), mbs * run_cfg.masking.num_views
-
-
-def _full_pipeline_shape(run_cfg: RunConfig) -> tuple[int, int]:
-    """MLM stages exchange the whole packed sequence: ``[L, b, h]``."""
-    return run_cfg.data.seq_length, run_cfg.training.micro_batch_size
-
-
-def _views_supervised(run_cfg: RunConfig) -> float:
-    """CrossBERT: every target of every view gets a loss, ``(L - Lv) * V``."""
-    seq, mask = run_cfg.data.seq_length, run_cfg.masking
-    return float((seq - mask.visible_length(seq)) * mask.num_views)
-
-
-def _mlm_supervised(run_cfg: RunConfig) -> float:
-    """MLM: ``round(p * L)`` selected positions (no special tokens in synthetic batches)."""
-    return float(max(1, round(run_cfg.masking.bert_mask_prob * run_cfg.data.seq_length)))
-
-
-def _check_views(run_cfg: RunConfig) -> None:
-    """Fail at config time when the views cannot be drawn (same checks as the data will run)."""
-    mask, seq = run_cfg.masking, run_cfg.data.seq_length
-    masking.check_view_shape(seq, mask.mask_ratio, mask.complementary)
-
-
-def _no_check(run_cfg: RunConfig) -> None:
-    return None
-
-
 @dataclass(frozen=True)
 class ArchSpec:
     """Everything that differs between pretraining architectures."""
@@ -120,25 +82,26 @@ class ArchSpec:
     (``attention``: the run's ``models.attention_plan.AttentionPlan``)."""
     dataset_class: LazyRef
     """The ``MegatronDataset`` class of the real data (``dataset_class.get()``)."""
-    make_sample: Callable[..., dict]
+    make_sample: LazyRef
     """``(masking_cfg, index, tokens, TokenIds) -> sample dict``: pure numpy, shared by data and benchmarks."""
     forward_step: LazyRef
     """``(device, data_iterator, model) -> (output, loss_func)`` for megatron's schedules."""
     flops: LazyRef
     """``(run_cfg) -> forward+backward model FLOPs per packed sequence``."""
-    pipeline_shape: Callable[[RunConfig], tuple[int, int]]
-    """``(seq_length, micro_batch)`` of the tensor sent between pipeline stages."""
-    supervised_tokens: Callable[[RunConfig], float]
-    """Tokens with a reconstruction loss per packed sequence (benchmarks)."""
-    check_run: Callable[[RunConfig], None] = _no_check
-    """Cross-section checks of a RunConfig for this architecture (raises ValueError)."""
+    pipeline_shape: LazyRef
+    """``(run_cfg) -> (seq_length, micro_batch)`` of the tensor sent between pipeline stages."""
+    supervised_tokens: LazyRef
+    """``(run_cfg) ->`` tokens with a reconstruction loss per packed sequence (benchmarks)."""
+    check_run: LazyRef = LazyRef("megatron_crossbert.arch_rules:no_check")
+    """``(run_cfg) -> None``: cross-section checks of a RunConfig for this architecture (raises ValueError)."""
     uses_views: bool = False
     """Samples carry visible/target views, so ``masking.mask_ratio`` and ``num_views`` apply."""
 
 
 _MLM_COMMON = dict(dataset_class=LazyRef("megatron_crossbert.data.dataset:BertDataset"),
-                   make_sample=masking.mlm_sample, pipeline_shape=_full_pipeline_shape,
-                   supervised_tokens=_mlm_supervised,
+                   make_sample=LazyRef("megatron_crossbert.arch_rules:mlm_sample"),
+                   pipeline_shape=LazyRef("megatron_crossbert.arch_rules:full_pipeline_shape"),
+                   supervised_tokens=LazyRef("megatron_crossbert.arch_rules:mlm_supervised"),
                    forward_step=LazyRef("megatron_crossbert.training.steps:mlm_forward_step"),
                    flops=LazyRef("megatron_crossbert.models.flops:mlm_flops_per_sample"))
 
@@ -147,8 +110,10 @@ REGISTRY: dict[str, ArchSpec] = {spec.name: spec for spec in (
              has_reconstruction_decoder=True, encoder_mlm_head=False, uses_views=True,
              build_model=LazyRef("megatron_crossbert.models.crossbert:build_crossbert_model"),
              dataset_class=LazyRef("megatron_crossbert.data.dataset:CrossBertDataset"),
-             make_sample=masking.crossbert_sample, pipeline_shape=_views_pipeline_shape,
-             supervised_tokens=_views_supervised, check_run=_check_views,
+             make_sample=LazyRef("megatron_crossbert.arch_rules:crossbert_sample"),
+             pipeline_shape=LazyRef("megatron_crossbert.arch_rules:views_pipeline_shape"),
+             supervised_tokens=LazyRef("megatron_crossbert.arch_rules:views_supervised"),
+             check_run=LazyRef("megatron_crossbert.arch_rules:check_views"),
              forward_step=LazyRef("megatron_crossbert.training.steps:crossbert_forward_step"),
              flops=LazyRef("megatron_crossbert.models.flops:crossbert_flops_per_sample")),
     ArchSpec(name="bert", description="BERT baseline (megatron-core BertModel)", encoders=("classic",),

@@ -19,22 +19,17 @@ One random permutation ``perm`` of the free (non-pinned) positions is drawn per 
 that rule (``MaskingConfig.visible_length`` delegates here) so the model, the config and the data
 agree on shapes.
 
-``crossbert_sample`` and ``mlm_sample`` turn one packed sequence into the sample dict of its
-architecture (docs/architecture.md); the datasets and the benchmarks' synthetic batches both call
-them, with the ``MaskingConfig`` itself, so no call site unpacks masking fields. (``config``
-imports this module at run time; this one imports ``MaskingConfig`` for type checkers only.)
+The sample builders that apply these rules with a ``MaskingConfig`` (``crossbert_sample``,
+``mlm_sample``) are in ``arch_rules``: ``config`` imports this module, so this one imports nothing
+of the project.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
-
-if TYPE_CHECKING:  # annotations only; config imports this module at run time
-    from megatron_crossbert.config import MaskingConfig
 
 
 @dataclass(frozen=True)
@@ -166,21 +161,3 @@ def bert_mask(seed: int, index: int, tokens: np.ndarray, *, mask_prob: float, re
     loss_mask = np.zeros(tokens.shape, dtype=np.float32)
     loss_mask[selected] = 1.0
     return masked, tokens.copy(), loss_mask
-
-
-def crossbert_sample(masking: MaskingConfig, index: int, tokens: np.ndarray, ids: TokenIds) -> dict:
-    """CrossBERT sample: ``tokens [L]``, ``visible [V, Lv]``, ``targets [V, L-Lv]`` (``ids`` unused)."""
-    views = complementary_views(masking.seed, index, len(tokens), masking.mask_ratio,
-                                complementary=masking.complementary, pinned=(0,) if masking.pin_cls else ())
-    return {"tokens": np.asarray(tokens, dtype=np.int64), "visible": views.visible, "targets": views.targets}
-
-
-def mlm_sample(masking: MaskingConfig, index: int, tokens: np.ndarray, ids: TokenIds) -> dict:
-    """MLM sample (BERT and modern MLM): 80/10/10-masked ``tokens``, ``labels``, ``loss_mask``, ``padding_mask``."""
-    masked, labels, loss_mask = bert_mask(
-        masking.seed, index, tokens, mask_prob=masking.bert_mask_prob_at(index, len(tokens)),
-        replace_mask=masking.bert_replace_mask,
-        replace_random=masking.bert_replace_random, mask_id=ids.mask_id, vocab_size=ids.vocab_size,
-        special_ids=ids.special_ids)
-    return {"tokens": masked, "labels": labels, "loss_mask": loss_mask,
-            "padding_mask": np.ones(len(tokens), dtype=np.int64)}

@@ -137,7 +137,7 @@ def test_weighted_blend(tmp_path):
 def test_masks_follow_the_global_index_through_a_blend_and_a_rate_schedule(tmp_path):
     """A blend masks each sample at its global index (not the constituent's), so a masking-rate schedule
     follows training progress; validation keeps bert_mask_prob."""
-    from megatron_crossbert.masking import mlm_sample
+    from megatron_crossbert.arch_rules import mlm_sample
 
     for name, seed in (("a", 1), ("b", 2)):
         _megatron_written(tmp_path / f"{name}_text_document", seed=seed)

@@ -55,7 +55,7 @@ def test_a_second_run_is_refused_naming_the_holder_and_a_sigkilled_one_is_taken_
     with caplog.at_level(logging.WARNING, logger=run_lock.__name__):
         with RunLock(tmp_path) as lock:  # the kernel dropped the dead holder's flock
             assert lock.holder.pid == os.getpid()
-    assert f"taking over the lock of a run that is gone (host" in caplog.text and f"pid {first.pid}" in caplog.text
+    assert "taking over the lock of a run that is gone (host" in caplog.text and f"pid {first.pid}" in caplog.text
 
 
 def test_release_lets_the_next_run_start_quietly_and_keeps_the_file(tmp_path, caplog):

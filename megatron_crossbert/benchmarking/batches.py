@@ -1,7 +1,7 @@
 """Synthetic micro-batches in the exact layout the real datasets produce (docs/architecture.md).
 
 Throughput does not depend on token content, only on shapes, so the benchmark draws random ids
-and applies the architecture's own sample builder (``ArchSpec.make_sample``, from ``masking``).
+and applies the architecture's own sample builder (``ArchSpec.make_sample``, from ``arch_rules``).
 With document masks on, samples carry ``segments`` drawn like the shared corpus packs: document
 boundaries at a rate of one per ``MEAN_DOCUMENT_TOKENS`` (geometric lengths), so the timed step runs
 the masked attention path pretraining runs.

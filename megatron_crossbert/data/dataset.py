@@ -45,6 +45,7 @@ from megatron.core.datasets.indexed_dataset import IndexedDataset
 from megatron.core.datasets.megatron_dataset import MegatronDataset
 from megatron.core.datasets.utils import Split
 
+from megatron_crossbert.arch_rules import crossbert_sample
 from megatron_crossbert.config import MaskingConfig
 from megatron_crossbert.data.indexed import (
     check_vocab, document_lengths, document_reader, open_indexed, resolve_prefix,
@@ -52,7 +53,7 @@ from megatron_crossbert.data.indexed import (
 from megatron_crossbert.data.packing import PackingIndex, assemble_sample, build_packing_index, sample_segments
 from megatron_crossbert.data.wrappers import StrippedReader, detect_wrappers
 from megatron_crossbert.fsutil import commit_group, temp_sibling
-from megatron_crossbert.masking import TokenIds, crossbert_sample
+from megatron_crossbert.masking import TokenIds
 
 logger = logging.getLogger(__name__)
 

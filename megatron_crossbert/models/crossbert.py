@@ -30,7 +30,7 @@ from megatron_crossbert.models.attention_masks import view_layouts
 from megatron_crossbert.models.attention_plan import AttentionPlan
 from megatron_crossbert.models.encoder import EncoderLanguageModel, LMHead
 from megatron_crossbert.models.rotary import KindRotary
-from megatron_crossbert.models.specs import decoder_block_spec, final_norm
+from megatron_crossbert.models.specs import decoder_block_spec
 from megatron_crossbert.models.transformer_config import transformer_config
 
 

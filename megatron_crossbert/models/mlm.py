@@ -2,7 +2,7 @@
 
 Head: dense (no bias, ModernBERT ``classifier_bias=False``), exact GELU, LayerNorm, then the vocab
 projection tied to the word embeddings, with a bias (``decoder_bias=True``). Masking (15-30%, 80/10/10)
-happens in the data (``masking.mlm_sample``), so CrossBERT-modern against MLM-modern differs in the
+happens in the data (``arch_rules.mlm_sample``), so CrossBERT-modern against MLM-modern differs in the
 objective only. The forward signature mirrors megatron's ``BertModel`` so both MLM baselines share one
 forward step. megatron-core's ``BertModel`` stays the classic family's baseline. Sparse prediction
 (``model.sparse_prediction``, default on): given a ``prediction_mask`` the head runs on those
