@@ -18,9 +18,17 @@ Architectures:
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from importlib import import_module
 from typing import Any
+
+
+@functools.cache
+def _resolve(path: str) -> Any:
+    """The object ``path`` names, imported once per process: ``make_sample`` runs for every sample."""
+    module, _, attribute = path.partition(":")
+    return getattr(import_module(module), attribute)
 
 
 @dataclass(frozen=True)
@@ -30,8 +38,7 @@ class LazyRef:
     path: str
 
     def get(self) -> Any:
-        module, _, attribute = self.path.partition(":")
-        return getattr(import_module(module), attribute)
+        return _resolve(self.path)
 
     def __call__(self, *args, **kwargs):
         return self.get()(*args, **kwargs)
