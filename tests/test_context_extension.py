@@ -82,6 +82,9 @@ def test_classic_encoder_past_its_position_table_is_refused_in_one_line(indexed_
     assert "model.encoder=modern" in str(err.value)
     inside = tiny_config("crossbert", indexed_corpus, model__max_position_embeddings=32, data__seq_length=16)
     verify_checkpoint(ckpt, inside, weights_only=True)        # BERT's 128 -> 512 recipe, inside the table
+    smaller = tiny_config("crossbert", indexed_corpus, model__max_position_embeddings=16, data__seq_length=16)
+    with pytest.raises(CheckpointError, match="checkpoint 32 vs run 16 \\(a position table cannot shrink\\)"):
+        verify_checkpoint(ckpt, smaller, weights_only=True)
     rope = tiny_config("crossbert", indexed_corpus, **{**PHASE_1, "model__rotary_base": 20000.0})
     _save_phase_1(tiny_config("crossbert", indexed_corpus, **PHASE_1), tmp_path / "modern")
     with pytest.raises(CheckpointError, match="rotary_base: checkpoint 10000.0 vs run 20000.0"):
