@@ -15,19 +15,18 @@ import pytest
 import torch
 
 from megatron_crossbert import platform
-from megatron_crossbert.config import load_run_config
 from megatron_crossbert.models import build_model
+
+from test_model import tiny_config
 
 SEQ, TOL = 24, 1e-5
 WINDOWS = ("model.local_attention=6", "model.global_attn_every_n_layers=2", "model.local_rotary_base=10000")
 
 
 def tiny(*overrides: str, arch: str = "crossbert"):
-    base = [f"model.arch={arch}", "model.vocab_size=200", "model.make_vocab_size_divisible_by=64",
-            "model.hidden_size=32", "model.num_layers=3", "model.num_attention_heads=4",
-            "model.max_position_embeddings=32", "model.decoder_num_layers=2", "model.hidden_dropout=0.0",
-            "model.attention_dropout=0.0", f"data.seq_length={SEQ}", "model.transformer_impl=local"]
-    return load_run_config(None, base + list(overrides))
+    """``test_model.tiny_config`` at L=24 with 3 encoder layers (local and global ones) and 2 decoder layers."""
+    return tiny_config("model.num_layers=3", "model.decoder_num_layers=2", f"data.seq_length={SEQ}", *overrides,
+                       arch=arch)
 
 
 def make(cfg, seed: int = 1, training: bool = True):

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from test_train_support import tiny_overrides
+from test_train_support import copy_corpus, tiny_overrides
 
 REPO = Path(__file__).resolve().parents[1]
 PRETRAIN = "megatron_crossbert.cli.pretrain"
@@ -25,13 +25,6 @@ PRETRAIN = "megatron_crossbert.cli.pretrain"
 def _pretrain(prefix: str, *extra: str, save: Path | None = None) -> dict:
     overrides = tiny_overrides("crossbert", prefix, save, training__train_iters=2)
     return {"module": PRETRAIN, "argv": [a for o in overrides for a in ("--set", o)] + list(extra)}
-
-
-def _copy_corpus(src: str, dst: Path) -> str:
-    dst.mkdir()
-    for suffix in (".bin", ".idx"):
-        shutil.copy(src + suffix, dst / ("corpus_text_document" + suffix))
-    return str(dst / "corpus_text_document")
 
 
 def _truncate(path: Path, keep: int) -> None:
@@ -114,9 +107,9 @@ def _build_cases(tmp: Path, corpus: str, ckpt: Path) -> dict[str, tuple[dict, st
     """name -> (case, a fragment the single error line must contain)."""
     from test_safety_checkpoint import write_malicious_metadata, write_tokenizer
 
-    short_bin = _copy_corpus(corpus, tmp / "short_bin")
+    short_bin = copy_corpus(corpus, tmp / "short_bin")
     _truncate(Path(short_bin + ".bin"), 1000)
-    short_idx = _copy_corpus(corpus, tmp / "short_idx")
+    short_idx = copy_corpus(corpus, tmp / "short_idx")
     _truncate(Path(short_idx + ".idx"), 40)
     no_meta = _checkpoint_copy(ckpt, tmp / "no_meta")
     (no_meta / ".metadata").unlink()

@@ -8,7 +8,6 @@ sample count. The CLI rows (refused, and allowed with ``--allow-data-change``) a
 from __future__ import annotations
 
 import logging
-import shutil
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,7 @@ from megatron_crossbert.checkpoint.data_record import (
     write_data_record,
 )
 from megatron_crossbert.checkpoint.errors import DataChangedError
-from test_train_support import tiny_config, write_corpus
+from test_train_support import copy_corpus, tiny_config, write_corpus
 
 
 @pytest.fixture(scope="module")
@@ -34,19 +33,12 @@ def _blend(*data_path: str) -> list[dict]:
     return run_blend(tiny_config("crossbert", data_path[0], data__data_path=list(data_path)))
 
 
-def _copy(prefix: str, directory: Path) -> str:
-    directory.mkdir()
-    for suffix in (".bin", ".idx"):
-        shutil.copy(prefix + suffix, directory / ("corpus_text_document" + suffix))
-    return str(directory / "corpus_text_document")
-
-
 def test_the_same_data_moved_elsewhere_is_the_same_data(indexed_corpus, tmp_path):
-    assert blend_differences(_blend(indexed_corpus), _blend(_copy(indexed_corpus, tmp_path / "moved"))) == []
+    assert blend_differences(_blend(indexed_corpus), _blend(copy_corpus(indexed_corpus, tmp_path / "moved"))) == []
 
 
 def test_other_content_of_the_same_size_is_caught(indexed_corpus, tmp_path):
-    edited = _copy(indexed_corpus, tmp_path / "edited")
+    edited = copy_corpus(indexed_corpus, tmp_path / "edited")
     data = bytearray(Path(edited + ".bin").read_bytes())
     data[:64] = bytes(64)
     Path(edited + ".bin").write_bytes(bytes(data))

@@ -35,6 +35,16 @@ def write_corpus(directory: Path, num_docs: int = 120, seed: int = 0) -> str:
     return prefix
 
 
+def copy_corpus(prefix: str, directory: Path) -> str:
+    """Copy ``prefix.{bin,idx}`` into a new ``directory`` (same name); returns the new prefix."""
+    import shutil
+
+    directory.mkdir()
+    for suffix in (".bin", ".idx"):
+        shutil.copy(prefix + suffix, directory / ("corpus_text_document" + suffix))
+    return str(directory / "corpus_text_document")
+
+
 def tiny_overrides(arch: str, data_prefix: str, save_dir: Path | None = None, **extra) -> list[str]:
     values = {
         "model.arch": arch, "model.vocab_size": VOCAB, "model.make_vocab_size_divisible_by": 32,
