@@ -145,9 +145,8 @@ def move_aside(path: str | Path) -> Path:
     it, and return the new path: what another run (or the user) made is never deleted, only moved."""
     path = Path(path)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    target = Path(tempfile.mkdtemp(prefix=f"{path.name}.replaced-{stamp}-", dir=path.parent))  # unique
-    os.rmdir(target)  # only the name is wanted; the rename below takes it (atomic, same directory)
-    os.rename(path, target)
+    target = path.with_name(f"{path.name}.replaced-{stamp}-{os.urandom(4).hex()}")
+    os.rename(path, target)  # atomic within the directory
     logger.warning("moved the existing %s aside to %s (nothing deleted)", path, target)
     return target
 
