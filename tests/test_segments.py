@@ -79,3 +79,18 @@ def test_static_masks_without_segments_are_refused_with_document_masks(tmp_path)
     check_static_segments(old, False, "old")
     with pytest.raises(ValueError, match="hold no document ids.*document_mask=false"):
         check_static_segments(old, True, str(tmp_path / "old"))
+
+
+def test_a_checkpoint_from_before_document_masks_reads_as_trained_without(tmp_path):
+    """The one reader of run_config.json fills a field the checkpoint predates with what that run had."""
+    import json
+
+    from megatron_crossbert.checkpoint.layout import RUN_CONFIG_FILE, load_saved_config
+    from megatron_crossbert.config import RunConfig
+
+    raw = RunConfig().to_dict()
+    (tmp_path / RUN_CONFIG_FILE).write_text(json.dumps(raw))
+    assert load_saved_config(tmp_path).data.document_mask is True          # recorded: kept
+    del raw["data"]["document_mask"]
+    (tmp_path / RUN_CONFIG_FILE).write_text(json.dumps(raw))
+    assert load_saved_config(tmp_path).data.document_mask is False         # written before issue 21

@@ -12,8 +12,6 @@ group exists (:func:`verify_contents`, ``collective=True``), so every rank hashe
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -30,7 +28,7 @@ from megatron_crossbert.checkpoint.context_extension import extension_refusals, 
 from megatron_crossbert.checkpoint.data_record import check_resume_data
 from megatron_crossbert.checkpoint.errors import CheckpointError
 from megatron_crossbert.checkpoint.layout import (
-    RUN_CONFIG_FILE, iteration_of, load_saved_config, resolve_checkpoint_dir,
+    iteration_of, load_saved_config, resolve_checkpoint_dir,
 )
 from megatron_crossbert.checkpoint.optimizer_format import reshard_refusal, saved_sharding_type
 from megatron_crossbert.checkpoint.tokenizer_record import TokenizerVerdict, check_checkpoint_tokenizer
@@ -118,7 +116,7 @@ def schedule_for_resume(current: RunConfig, source: VerifiedCheckpoint | None) -
     for key in DATA_SCHEDULE_FIELDS:
         section, _, name = key.partition(".")
         sections.setdefault(section, {})[name] = _field(source.saved, key)
-    return dataclasses.replace(current, **{section: dataclasses.replace(getattr(current, section), **fields)
+    return replace(current, **{section: replace(getattr(current, section), **fields)
                                            for section, fields in sections.items()})
 
 
@@ -138,11 +136,10 @@ def check_schedule(ckpt_dir: Path, saved: RunConfig, current: RunConfig) -> list
     return changes
 
 
-def _note_document_mask(ckpt_dir: Path, current: RunConfig) -> None:
-    """Turning document masks on or off changes what attention sees, not any shape: allowed, logged.
-    Checkpoints written before document masks existed record none: they were trained without."""
-    saved_data = json.loads((ckpt_dir / RUN_CONFIG_FILE).read_text()).get("data") or {}
-    trained = bool(saved_data.get("document_mask", False))
+def _note_document_mask(ckpt_dir: Path, saved: RunConfig, current: RunConfig) -> None:
+    """Turning document masks on or off changes what attention sees, not any shape: allowed, logged
+    (``load_saved_config`` reads checkpoints from before document masks as trained without)."""
+    trained = saved.data.document_mask
     if trained != current.data.document_mask:
         logger.warning("resume from %s: checkpoint trained %s document masks; this run uses %s", ckpt_dir,
                        "with" if trained else "without", "them" if current.data.document_mask else "none")
@@ -210,7 +207,7 @@ def verify_checkpoint(ckpt_dir: Path, current: RunConfig, *, weights_only: bool 
     if not weights_only:
         check_resume_data(ckpt_dir, saved, current)
         check_schedule(ckpt_dir, saved, current)
-        _note_document_mask(ckpt_dir, current)
+        _note_document_mask(ckpt_dir, saved, current)
     else:
         log_extension(str(ckpt_dir), saved, current)
     verdict = check_checkpoint_tokenizer(ckpt_dir, current)

@@ -72,7 +72,13 @@ class RunConfig:
 
     @classmethod
     def load_json(cls, path: str | Path) -> RunConfig:
-        return cls.from_dict(json.loads(Path(path).read_text()))
+        """A saved run config (a checkpoint's or an export's ``run_config.json``). Fields newer than the
+        file take the value that run had, not today's default: a run saved before document masks
+        existed records no ``data.document_mask`` and was trained without them."""
+        raw = json.loads(Path(path).read_text())
+        if isinstance(raw, dict) and isinstance(raw.get("data", {}), dict):
+            raw.setdefault("data", {}).setdefault("document_mask", False)
+        return cls.from_dict(raw)
 
 
 def _build_section(section_cls: type, values: dict[str, Any], name: str) -> Any:
