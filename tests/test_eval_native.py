@@ -76,7 +76,7 @@ def test_live_encode_suite_matches_exported_features(native):
     from transformers import AutoTokenizer
 
     from megatron_crossbert.checkpoint.layout import read_run_config
-    from megatron_crossbert.evaluation import probe_in_training
+    from megatron_crossbert.evaluation.suite import probe_in_training
     from megatron_crossbert.evaluation.suite import load_suite_tasks, make_encode_embed_fn, run_probe_suite
 
     work, task, tokenizer_dir = native

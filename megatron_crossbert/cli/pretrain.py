@@ -105,11 +105,13 @@ def run(run_cfg: RunConfig, exit_at_iteration: int | None = None) -> int:
     Errors (bad checkpoint, data, tokenizer, non-finite loss) propagate to ``cli_main``, which
     prints them once as one line."""
     from megatron_crossbert import platform
-    from megatron_crossbert.evaluation import probe_in_training
     from megatron_crossbert.training import train
 
+    probe_fn = None
+    if run_cfg.training.probe_interval and run_cfg.training.probe_tasks:  # evaluation's extras load only then
+        from megatron_crossbert.evaluation.suite import probe_in_training as probe_fn
     try:
-        summary = train(run_cfg, exit_at_iteration=exit_at_iteration, probe_fn=probe_in_training)
+        summary = train(run_cfg, exit_at_iteration=exit_at_iteration, probe_fn=probe_fn)
         rank_zero = platform.is_rank_zero()
     finally:
         platform.destroy()

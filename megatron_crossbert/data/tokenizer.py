@@ -67,10 +67,6 @@ class Tokenizer:
     unk_id = property(lambda self: self.special_ids["unk"])
     eod_id = property(lambda self: self.special_ids["eod"])
 
-    @property
-    def all_special_ids(self) -> tuple[int, ...]:
-        return tuple(sorted(set(self.special_ids.values())))
-
     def encode(self, text: str) -> list[int]:
         return self.backend.encode(text, add_special_tokens=False).ids
 

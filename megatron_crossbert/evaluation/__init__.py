@@ -8,9 +8,3 @@ Public entry points (import from the submodules; this package import stays cheap
 - ``mteb_adapter.run_mteb(...)``: MTEB online benchmarks or offline local tasks
 """
 
-
-def probe_in_training(model, run_cfg, tasks, iteration):
-    """In-training probes for ``training/hooks.py``; see :func:`suite.probe_in_training`."""
-    from megatron_crossbert.evaluation.suite import probe_in_training as _probe
-
-    return _probe(model, run_cfg, tasks, iteration)

@@ -18,7 +18,7 @@ Signature the training loop calls (rank 0, PP=1, model in eval mode, under ``tor
 
 The training hook (``training/hooks.py``) calls the packaged form on EVERY rank::
 
-    megatron_crossbert.evaluation.probe_in_training(model, run_cfg, tasks: list[str], iteration) -> dict
+    probe_in_training(model, run_cfg, tasks: list[str], iteration) -> dict
 
 with ``tasks`` = ``TrainingConfig.probe_tasks`` specs: ``glue:DIR:TASK[,TASK]``, ``jsonl:DIR``, a
 bare directory (a JSONL task / dir of them, or a glue_data dir = all its GLUE tasks), or

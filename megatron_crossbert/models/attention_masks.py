@@ -122,11 +122,6 @@ def dense_keep(ranges: KeyRanges, sk: int) -> Tensor:
     return keep[:, None]
 
 
-def megatron_mask(keep: Tensor) -> Tensor:
-    """megatron-core's convention for the same mask: True = masked OUT (``attention_mask_func``)."""
-    return ~keep
-
-
 def reference_keep(query_part: Tensor, key_part: Tensor, half: int) -> Tensor:
     """The rule evaluated pair by pair (``[b, sq, sk]``, no empty-row widening): the tests' oracle."""
     same = query_part[:, SEGMENT, :, None] == key_part[:, SEGMENT, None, :]

@@ -148,7 +148,7 @@ def _loader(dataset, sampler: PretrainingSampler, run_cfg: RunConfig):
 
 def build_data(session: Session):
     """(train iterator, valid dataset or None). The train sampler starts at the restored position."""
-    from megatron_crossbert.data import build_datasets
+    from megatron_crossbert.data.build import build_datasets
 
     cfg = session.run_cfg
     sizes = dataset_sizes(cfg, session.dp_size)
