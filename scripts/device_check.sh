@@ -3,13 +3,13 @@
 #        scripts/device_check.sh run [--stages smoke gpu_check attention claims] [--toy]   (on the device; --toy on the CPU)
 #        scripts/device_check.sh render DEVICE_CHECK.json... [--results-md docs/results.md]
 # PYTHON (default: python3) runs the driver, experiments/device_check. `run` installs the carried wheels into SITE
-# (/tmp/device_site) when megatron-core, nltk or mteb does not import, then runs the stages, each under its own budget,
+# (default: device_site in $TMPDIR, else in /tmp) when megatron-core, nltk or mteb does not import, then runs the stages, each under its own budget,
 # writing to $OUT.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PYTHON="${PYTHON:-python3}"
 CARRY="${CARRY_DIR:-$REPO/.device_carry}"
-SITE="${SITE:-/tmp/device_site}"
+SITE="${SITE:-${TMPDIR:-/tmp}/device_site}"
 if [[ $# -lt 1 ]]; then sed -n '2,7p' "$0"; exit 2; fi
 verb="$1"; shift
 cd "$REPO"

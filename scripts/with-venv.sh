@@ -7,7 +7,9 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$root/.venv"
 py="${CROSSBERT_PYTHON:-}"
 if [ -z "$py" ]; then
-  for candidate in python3.12 /root/.pyenv/versions/3.12.1/bin/python3.12; do
+  # python3.12 on PATH, else any pyenv 3.12 ($PYENV_ROOT, `pyenv root`, or the default ~/.pyenv)
+  pyenv_root="${PYENV_ROOT:-$(pyenv root 2>/dev/null || echo "$HOME/.pyenv")}"
+  for candidate in python3.12 "$pyenv_root"/versions/3.12*/bin/python3.12; do
     if "$candidate" -c 'import sys; assert sys.version_info[:2] >= (3, 12)' 2>/dev/null; then py="$candidate"; break; fi
   done
 fi

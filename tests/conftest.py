@@ -112,9 +112,12 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 MTEB_LITE_ENV = "CROSSBERT_MTEB_LITE"
 
 
-def mteb_lite_path() -> Path:
-    """The real MTEB-lite test sets: ``$CROSSBERT_MTEB_LITE``, else ``../shared/data/mteb_lite`` beside the repo."""
-    return Path(os.environ.get(MTEB_LITE_ENV) or REPO_ROOT.parent / "shared" / "data" / "mteb_lite")
+def mteb_lite_path() -> Path | None:
+    """The real MTEB-lite test sets: ``$CROSSBERT_MTEB_LITE``, else ``mteb_lite/`` of the shared data folder
+    (``megatron_crossbert.shared_data``: ``$CROSSBERT_DATA_DIR``, else ``../shared/data`` beside the repo)."""
+    from megatron_crossbert.shared_data import find_shared
+
+    return Path(os.environ[MTEB_LITE_ENV]) if os.environ.get(MTEB_LITE_ENV) else find_shared("mteb_lite")
 
 
 @pytest.fixture(scope="session")
@@ -122,9 +125,9 @@ def mteb_lite_dir() -> Path:
     """The MTEB-lite folders (STS12-16, Banking77); skips, naming the path, where the shared data is absent
     (a clean clone). Read-only."""
     path = mteb_lite_path()
-    if not (path / "STS13" / "test.jsonl").is_file():
-        pytest.skip(f"MTEB-lite data not found at {path} (../shared/data/mteb_lite beside the repo, "
-                    f"or ${MTEB_LITE_ENV})")
+    if path is None or not (path / "STS13" / "test.jsonl").is_file():
+        pytest.skip(f"MTEB-lite data not found at {path or '../shared/data/mteb_lite beside the repo'} "
+                    f"(set $CROSSBERT_DATA_DIR or ${MTEB_LITE_ENV})")
     return path
 
 

@@ -30,15 +30,15 @@ from megatron_crossbert.arch import get_arch
 from megatron_crossbert.config import (CheckpointConfig, DataConfig, MaskingConfig, ModelConfig, RunConfig,
                                        TrainingConfig)
 from megatron_crossbert.fsutil import move_aside
+from megatron_crossbert.shared_data import find_shared
 
 HOLDOUT_EVERY = 10
-MTEB_LITE_CANDIDATES = (Path(__file__).resolve().parents[2].parent / "shared" / "data" / "mteb_lite",
-                        Path("..") / "shared" / "data" / "mteb_lite")
-"""Where the MTEB-lite folders are looked for: beside the checkout, then relative to the working directory."""
 
 
 def default_mteb_lite_dir() -> str | None:
-    return next((str(path) for path in MTEB_LITE_CANDIDATES if (path / "STS13").is_dir()), None)
+    """The MTEB-lite folders of the shared data folder (``megatron_crossbert.shared_data``), if they are there."""
+    found = find_shared("mteb_lite", "STS13")
+    return None if found is None else str(found.parent)
 
 
 def _demo_model() -> ModelConfig:

@@ -24,6 +24,8 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from megatron_crossbert.shared_data import default_or_error
+
 from .plan import CALLS, CARRY_LIMIT_BYTES, DEFAULT_CARRY_DIR, GLUE_TASKS, call_timeout_s
 
 DEVICE_WHEELS = ("megatron-core", "nltk", "defusedxml", "xxhash", "mteb", "datasets", "dill", "multiprocess",
@@ -45,14 +47,17 @@ class PrepareOptions:
     """The checkout that travels (its tracked and untracked-not-ignored files count too)."""
     carry_dir: str = DEFAULT_CARRY_DIR
     """Folder to fill, relative to ``repo``; must be git-ignored."""
-    shared_data: str = "/work/shared/data"
-    """Source of ``corpus/*.jsonl.gz`` and ``glue/<task>/{train,dev}.tsv``."""
+    shared_data: str | None = None
+    """Source of ``corpus/*.jsonl.gz``, ``glue/<task>/{train,dev}.tsv`` and ``mteb_lite/``; None: the shared data
+    folder (``megatron_crossbert.shared_data``), refused in one line where there is none."""
     wheels: bool = True
     """Download the wheels (needs a package index); off only for tests without network."""
     limit_bytes: int = CARRY_LIMIT_BYTES
     """Refuse past this many bytes in all."""
 
     def __post_init__(self) -> None:
+        if self.shared_data is None:
+            self.shared_data = default_or_error("--shared-data", "shared data folder")
         if self.limit_bytes <= 0:
             raise ValueError(f"PrepareOptions.limit_bytes must be positive, got {self.limit_bytes}")
         if Path(self.carry_dir).is_absolute() or ".." in Path(self.carry_dir).parts:

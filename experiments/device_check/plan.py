@@ -11,6 +11,7 @@ time or results.
 from __future__ import annotations
 
 import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,7 +26,7 @@ INSTALL_MARGIN_S = 30
 """Wheel install, interpreter start and result writing, per call."""
 DEFAULT_CARRY_DIR = ".device_carry"
 """Git-ignored folder named in ``carry`` (wheels/ and data/ inside)."""
-DEFAULT_WORK_DIR = "/tmp/crossbert_device_check"
+DEFAULT_WORK_DIR = str(Path(tempfile.gettempdir()) / "crossbert_device_check")
 """Scratch space on the device (checkpoints, tokenizer, caches); never comes back."""
 GLUE_TASKS = ("CoLA", "SST-2", "MRPC", "STS-B", "RTE")
 """The claims run's frozen-probe tasks (full dev sets on the GPU)."""

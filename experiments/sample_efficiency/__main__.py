@@ -13,27 +13,27 @@ import os
 import sys
 
 from megatron_crossbert.cli.errors import add_debug_flag, cli_main
+from megatron_crossbert.shared_data import default_or_error, find_shared
 
 from .pipeline import STAGES, ExperimentPaths, run_experiment
 from .plan import PLANS
 
-DEFAULT_MTEB_LITE = "/work/shared/data/mteb_lite"
+SHARED = "of the shared data folder ($CROSSBERT_DATA_DIR, else ../shared/data beside the repository)"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    defaults = ExperimentPaths(work_dir="benchmarks/out/sample_efficiency", corpus="/work/shared/data/corpus",
-                               glue_dir="/work/shared/data/glue", probe_dir="/work/shared/data/probe")
+    defaults = ExperimentPaths(work_dir="benchmarks/out/sample_efficiency", corpus="", glue_dir="", probe_dir="")
     p = argparse.ArgumentParser(prog="python -m experiments.sample_efficiency", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--work-dir", default=defaults.work_dir,
                    help="tokenizer, data, checkpoints, probe results (every stage skips what is done)")
     p.add_argument("--plan", default="cpu", choices=list(PLANS), help="experiment size preset (smoke: tests only)")
-    p.add_argument("--corpus", default=defaults.corpus, help="JSONL(.gz) file or directory")
-    p.add_argument("--glue-dir", default=defaults.glue_dir)
-    p.add_argument("--probe-dir", default=defaults.probe_dir)
-    p.add_argument("--mteb-lite-dir", default=DEFAULT_MTEB_LITE,
+    p.add_argument("--corpus", default=None, help=f"JSONL(.gz) file or directory (default: corpus/ {SHARED})")
+    p.add_argument("--glue-dir", default=None, help=f"glue_data directory (default: glue/ {SHARED})")
+    p.add_argument("--probe-dir", default=None, help=f"JSONL probe tasks (default: probe/ {SHARED})")
+    p.add_argument("--mteb-lite-dir", default=None,
                    help="MTEB-lite folders (STS12-16, Banking77) every checkpoint is also scored on with mteb "
-                        "(skipped when the directory is absent; 'none' disables)")
+                        f"(default: mteb_lite/ {SHARED}, skipped when absent; 'none' disables)")
     p.add_argument("--results-md", default=defaults.results_md, help="markdown results page to (re)write")
     p.add_argument("--figures-dir", default=defaults.figures_dir)
     p.add_argument("--throughput-json", nargs="+", default=defaults.throughput_json,
@@ -48,28 +48,35 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _mteb_lite_dir(value: str) -> str | None:
-    """The MTEB-lite directory to use, or None ('none', or the default path absent: said once)."""
+def _mteb_lite_dir(value: str | None) -> str | None:
+    """The MTEB-lite directory to use, or None ('none', or no default folder: said once)."""
+    if value is None:
+        found = find_shared("mteb_lite")
+        if found is None:
+            print("[sample-efficiency] no mteb_lite/ in the shared data folder: checkpoints are not scored on "
+                  "MTEB-lite", flush=True)
+        return None if found is None else str(found)
     if value.lower() == "none":
         return None
     if not os.path.isdir(value):
-        if value != DEFAULT_MTEB_LITE:
-            raise FileNotFoundError(f"--mteb-lite-dir {value} does not exist")
-        print(f"[sample-efficiency] {value} not found: checkpoints are not scored on MTEB-lite", flush=True)
-        return None
+        raise FileNotFoundError(f"--mteb-lite-dir {value} does not exist")
     return value
 
 
 @cli_main
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    corpus = args.corpus or default_or_error("--corpus", "corpus", "corpus")
+    glue_dir = args.glue_dir or default_or_error("--glue-dir", "GLUE folder", "glue")
+    probe_dir = args.probe_dir or default_or_error("--probe-dir", "probe task folder", "probe")
+    mteb_lite_dir = _mteb_lite_dir(args.mteb_lite_dir)
     import torch
 
     torch.set_num_threads(args.threads or max(1, os.cpu_count() or 1))
     os.environ.setdefault("TQDM_DISABLE", "1")  # probe progress bars would flood the experiment log
-    paths = ExperimentPaths(work_dir=args.work_dir, corpus=args.corpus, glue_dir=args.glue_dir,
-                            probe_dir=args.probe_dir, results_md=args.results_md, figures_dir=args.figures_dir,
-                            throughput_json=args.throughput_json, mteb_lite_dir=_mteb_lite_dir(args.mteb_lite_dir))
+    paths = ExperimentPaths(work_dir=args.work_dir, corpus=corpus, glue_dir=glue_dir, probe_dir=probe_dir,
+                            results_md=args.results_md, figures_dir=args.figures_dir,
+                            throughput_json=args.throughput_json, mteb_lite_dir=mteb_lite_dir)
     run_experiment(paths, plan_name=args.plan, stages=args.stages, follow=args.follow)
     return 0
 

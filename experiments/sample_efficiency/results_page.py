@@ -112,7 +112,7 @@ def _plan_section(plan: Plan, runs: list[RunSpec], work_dir: Path) -> str:
     lines = [f"- Plan `{plan.name}`: L={plan.seq_length}, global batch {plan.global_batch} "
              f"(micro-batch {plan.micro_batch}), AdamW lr {plan.lr} constant after {plan.warmup} warm-up steps, "
              f"fp32, 1 process on the CPU, dropout 0.1.",
-             f"- Corpus: {fmt(corpus['bytes'] / 1e6, 1) if corpus else '?'} MB subset of `/work/shared/data/corpus`, "
+             f"- Corpus: {fmt(corpus['bytes'] / 1e6, 1) if corpus else '?'} MB subset of `../shared/data/corpus`, "
              f"round-robin over all sources; tokenizer: unigram, vocab {plan.vocab_size}, trained on that subset.",
              f"- Probes: frozen encoder, mean-pooled last layer, logistic regression (ridge for STS-B) with CV; "
              f"GLUE {', '.join(plan.glue_tasks)} and {', '.join(plan.jsonl_tasks)}; each task subsampled to "

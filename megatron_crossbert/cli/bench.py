@@ -135,8 +135,9 @@ def _add_preprocess(sub) -> None:
 
     p = sub.add_parser("preprocess", help="preprocessing CPU-s/wall/MB/s/RSS: ours per backend, the raw tokenizers "
                                           "ceiling and (with --megatron-lm) Megatron-LM's two tools, side by side")
-    p.add_argument("--input", nargs="+", default=["/work/shared/data/corpus/*.jsonl.gz"],
-                   help="JSONL(.gz) files or globs (quoted)")
+    p.add_argument("--input", nargs="+", default=None,
+                   help="JSONL(.gz) files or globs (quoted); default: corpus/*.jsonl.gz of the shared data folder "
+                        "($CROSSBERT_DATA_DIR, else ../shared/data beside the repository)")
     p.add_argument("--tokenizer", required=True, help="HF tokenizer directory with a tokenizer.json")
     p.add_argument("--megatron-lm", default=None, help="Megatron-LM checkout: also time its tools/preprocess_data*.py")
     p.add_argument("--workers", type=int, default=2, help="threads/processes for every case that takes them")
@@ -268,10 +269,12 @@ def run_preprocess_command(args) -> int:
         PreprocessBenchOptions, preprocess_markdown, run_preprocess_bench,
     )
     from megatron_crossbert.benchmarking.report import write_json
+    from megatron_crossbert.shared_data import default_or_error
 
+    inputs = args.input or [default_or_error("--input", "corpus", "corpus", "*.jsonl.gz")]
     os.makedirs(args.work_dir, exist_ok=True)
     work = tempfile.mkdtemp(prefix="run-", dir=args.work_dir)  # fresh: never overwrites earlier outputs
-    options = PreprocessBenchOptions(inputs=args.input, tokenizer=args.tokenizer, work_dir=work, workers=args.workers,
+    options = PreprocessBenchOptions(inputs=inputs, tokenizer=args.tokenizer, work_dir=work, workers=args.workers,
                                      backends=args.backends, megatron_lm=args.megatron_lm, cases=tuple(args.cases))
     try:
         report = run_preprocess_bench(options)

@@ -4,7 +4,7 @@ A probe task is a train split and a test split of texts (optionally sentence pai
 plus a :class:`TaskSpec` saying how to probe and score it. Every loader returns the same
 :class:`ProbeTask`, so feature extraction and probing never care where the data came from.
 
-JSONL layout (what ``/work/shared/data/probe`` uses): ``<task>/train.jsonl`` and ``<task>/test.jsonl``,
+JSONL layout (what ``../shared/data/probe`` uses): ``<task>/train.jsonl`` and ``<task>/test.jsonl``,
 one object per line with ``text``, optional ``text_pair`` and ``label`` (int or str for
 classification; a float ``label`` or ``score`` makes it a regression task).
 """
