@@ -5,6 +5,15 @@ import typing
 import warnings
 
 
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` adds each flag's ``(default: X)``, except where the help string already says its default:
+    argparse's own formatter would then print it twice ("(default: mean) (default: mean)")."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        return text if "default" in text.lower() else super()._get_help_string(action)
+
+
 def quiet_library_warnings() -> None:
     """Hide torch/megatron/transformers deprecation chatter so progress and results stay readable.
 

@@ -16,6 +16,7 @@ import logging
 import signal
 import sys
 
+from megatron_crossbert.cli import DefaultsHelpFormatter
 from megatron_crossbert.cli.config_flags import ConfigFlag, add_config_flags
 from megatron_crossbert.cli.errors import cli_main
 from megatron_crossbert.config import MaskingConfig, RunConfig
@@ -30,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     from megatron_crossbert.data.jsonl import MAX_DOCUMENT_BYTES
 
     p = argparse.ArgumentParser(prog="crossbert-preprocess", description=__doc__,
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                formatter_class=DefaultsHelpFormatter)
     p.add_argument("--input", nargs="+", required=True, help="JSONL/JSONL.gz files or globs (quoted)")
     p.add_argument("--output-prefix", required=True, help="output path prefix")
     p.add_argument("--tokenizer", default=None, help="tokenizer directory (crossbert-train-tokenizer or any HF dir)")

@@ -15,7 +15,7 @@ import os
 import sys
 import typing
 
-from megatron_crossbert.cli import add_encoder_arguments, cache_dir_arg
+from megatron_crossbert.cli import DefaultsHelpFormatter, add_encoder_arguments, cache_dir_arg
 from megatron_crossbert.cli.errors import add_debug_flag, cli_main
 from megatron_crossbert.evaluation.encoders import Layers
 from megatron_crossbert.evaluation.probes import ProbeConfig
@@ -23,7 +23,7 @@ from megatron_crossbert.evaluation.probes import ProbeConfig
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="crossbert-probe", description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                formatter_class=DefaultsHelpFormatter)
     add_encoder_arguments(p, max_len=128)
     p.add_argument("--glue-dir", help="glue_data directory (<TASK>/train.tsv, dev.tsv)")
     p.add_argument("--glue-tasks", help="comma list, e.g. CoLA,SST-2,MRPC,STS-B,RTE (default: all present)")

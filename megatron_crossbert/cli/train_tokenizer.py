@@ -10,6 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from megatron_crossbert.cli import DefaultsHelpFormatter
 from megatron_crossbert.cli.errors import add_debug_flag, cli_main
 
 
@@ -18,7 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(
         prog="crossbert-train-tokenizer", description=__doc__,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        formatter_class=DefaultsHelpFormatter)
     parser.add_argument("--input", nargs="+", required=True, help="JSONL or JSONL.gz files or globs")
     parser.add_argument("--output-dir", required=True, help="tokenizer directory to write")
     parser.add_argument("--json-keys", nargs="+", default=["text"],
