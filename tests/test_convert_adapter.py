@@ -16,9 +16,9 @@ from megatron_crossbert.config import ModelConfig
 from megatron_crossbert.convert import ConversionError
 from megatron_crossbert.convert.artifacts import TokenizerInfo
 from megatron_crossbert.convert.formats import default_format, format_for_hf_config, format_names, get_format
-from megatron_crossbert.convert.hf_format import ExportContext, model_traits
+from megatron_crossbert.convert.formats.interface import ExportContext, model_traits
 from megatron_crossbert.convert.hf_config import vocab_layout
-from megatron_crossbert.convert.layout import gather_tensor_parallel, merge_qkv, split_qkv
+from megatron_crossbert.convert.megatron_tensors import gather_tensor_parallel, merge_qkv, split_qkv
 
 CFG = ModelConfig(arch="bert", vocab_size=100, make_vocab_size_divisible_by=64, hidden_size=8, num_layers=2,
                   num_attention_heads=2, ffn_hidden_size=16, max_position_embeddings=12)
@@ -210,7 +210,7 @@ def test_config_exactness_checks(name):
 
 @pytest.mark.parametrize("name", CLASSIC)
 def test_classic_key_tables_cover_every_native_tensor(name):
-    from megatron_crossbert.convert import classic
+    from megatron_crossbert.convert.formats import classic
 
     fmt = get_format(name)
     assert set(fmt.global_keys) == set(classic.NATIVE_GLOBAL)

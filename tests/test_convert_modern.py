@@ -109,7 +109,7 @@ def test_local_global_export_equals_stock_modernbert_and_round_trips(work, word_
 
 
 def test_irregular_layer_types_are_refused_on_import():
-    from megatron_crossbert.convert.modernbert import window_fields, windows_from_hf
+    from megatron_crossbert.convert.formats.modernbert import window_fields, windows_from_hf
     from test_convert_support import tiny_run_config as cfg_of
 
     model = cfg_of("crossbert", **WINDOWED).model

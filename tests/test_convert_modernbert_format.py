@@ -1,4 +1,4 @@
-"""The ``modernbert`` HF format through the convert format table's interface (``convert/formats.py``).
+"""The ``modernbert`` HF format through the convert format table's interface (``convert/formats/``).
 
 Exact against stock ``ModernBertForMaskedLM`` (fp32 <= 1e-5), import side reproduces the native config
 and tensors bit for bit, and a classic config is refused with the reason.
@@ -11,15 +11,16 @@ from pathlib import Path
 
 import torch
 
-from megatron_crossbert.convert import formats, hf_format
+from megatron_crossbert.convert import formats
+from megatron_crossbert.convert.formats import interface
 from megatron_crossbert.convert.artifacts import TokenizerInfo
 from test_model import build, tiny_config
 
 
-def _context(rows: int) -> hf_format.ExportContext:
+def _context(rows: int) -> interface.ExportContext:
     info = TokenizerInfo(directory=Path("."), size=rows, pad_token_id=0, has_mask_token=True, cls_token_id=2,
                          sep_token_id=3, mask_token_id=4)
-    return hf_format.ExportContext(vocab_rows=rows, tokenizer=info)
+    return interface.ExportContext(vocab_rows=rows, tokenizer=info)
 
 
 def test_modernbert_format_is_registered_exact_and_importable():

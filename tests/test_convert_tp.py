@@ -24,7 +24,7 @@ from megatron_crossbert import platform
 from megatron_crossbert.arch import get_encoder
 from megatron_crossbert.config import ParallelConfig
 from megatron_crossbert.convert import export_to_hf, import_from_hf
-from megatron_crossbert.convert.layout import gather_tensor_parallel
+from megatron_crossbert.convert.megatron_tensors import gather_tensor_parallel
 
 ENCODERS = ("classic", "modern")
 """Encoder families tested; each is exported to every format of its ``arch.EncoderLayout.hf_formats``."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from megatron_crossbert.convert.modernbert import from_modernbert, modernbert_config, to_modernbert
+from megatron_crossbert.convert.formats.modernbert import from_modernbert, modernbert_config, to_modernbert
 from test_model import build, make_batch, tiny_config
 
 MODERN = ("model.encoder=modern", "model.rotary_base=160000", "model.layernorm_epsilon=1e-6")

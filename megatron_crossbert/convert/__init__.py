@@ -4,9 +4,14 @@
   config.json, tokenizer, sentence-transformers modules and a model card; the format defaults to the
   fastest exact one (``xlmr-xl`` = ``XLMRobertaXLModel`` for the classic encoder).
 - ``import_from_hf(hf_dir, out_root)``: a model-only checkpoint for ``CheckpointConfig.init_from``.
-- ``formats``: the table of formats (``get_format(name).to_hf`` / ``.from_hf`` = the pure mapping);
-  ``hf_format``: what one format is.
-The heavy modules (megatron, transformers) load on first use, so importing this package is cheap.
+- ``formats/``: one module per HF format and the table of them (``get_format(name).to_hf`` / ``.from_hf`` =
+  the pure mapping); ``formats/interface.py``: what one format is.
+The shared machinery, named for what it does: ``export.py`` and ``importer.py`` (the two drivers),
+``native.py`` (our side: build, load, save at TP=1), ``artifacts.py`` (tokenizer, sentence-transformers
+files, weights files, staging), ``model_card.py``, ``keymap.py`` (native key names), ``megatron_tensors.py``
+(head-interleaved QKV, TP shards), ``strict_mapping.py`` (strict state-dict access), ``hf_config.py``
+(config.json helpers). The heavy modules (megatron, transformers) load on first use, so importing this
+package is cheap.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from megatron_crossbert.config import RunConfig
 from megatron_crossbert.convert import artifacts
 from megatron_crossbert.convert.errors import ConversionError
 from megatron_crossbert.convert.formats import default_format, get_format
-from megatron_crossbert.convert.hf_format import ExportContext, HfFormat, model_traits
+from megatron_crossbert.convert.formats.interface import ExportContext, HfFormat, model_traits
 from megatron_crossbert.convert.model_card import model_card
 from megatron_crossbert.convert.native import load_native_state, open_export_source
 

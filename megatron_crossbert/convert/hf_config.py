@@ -1,6 +1,6 @@
 """config.json helpers shared by every HF format: activation names, value checks, vocab layout.
 
-Per-format config builders live in the format modules (``megatron_bert.py``, ``xlmr_xl.py``, ...);
+Per-format config builders live in the format modules (``formats/megatron_bert.py``, ``formats/xlmr_xl.py``, ...);
 what is common to all of them lives here once.
 """
 

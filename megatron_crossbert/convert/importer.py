@@ -19,7 +19,7 @@ from megatron_crossbert.config import CheckpointConfig, ModelConfig, ParallelCon
 from megatron_crossbert.convert import artifacts
 from megatron_crossbert.convert.errors import ConversionError
 from megatron_crossbert.convert.formats import format_for_hf_config
-from megatron_crossbert.convert.hf_format import HfFormat, arch_for_foreign_import, encoder_of, model_traits
+from megatron_crossbert.convert.formats.interface import HfFormat, arch_for_foreign_import, encoder_of, model_traits
 from megatron_crossbert.convert.native import save_native
 
 log = logging.getLogger(__name__)
@@ -34,7 +34,7 @@ def _read_json(path: Path) -> dict:
 
 def _base_run_config(hf_dir: Path, mlm: bool, fmt: HfFormat) -> RunConfig:
     """Our export's RunConfig if present; else defaults, with the architecture chosen by whether an
-    MLM head is stored (``hf_format.arch_for_foreign_import``) and the format's encoder family."""
+    MLM head is stored (``formats.interface.arch_for_foreign_import``) and the format's encoder family."""
     saved = hf_dir / artifacts.RUN_CONFIG_COPY
     if saved.is_file():
         try:

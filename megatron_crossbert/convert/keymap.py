@@ -1,6 +1,6 @@
 """Native (megatron) side of the key tables, shared by every HF format.
 
-The per-format literal HF key maps live in the format modules (``megatron_bert.py``, ``xlmr_xl.py``):
+The per-format literal HF key maps live in the format modules (``formats/megatron_bert.py``, ``formats/xlmr_xl.py``):
 each lists (native, HF) pairs, ``{i}`` standing for the layer number, so a reviewer can check a mapping
 against both codebases line by line. Here: the Transformer Engine spellings normalised onto local-spec
 names, the prefixes knowingly left out of exports, and the tensor-parallel partition dims.

@@ -12,7 +12,7 @@ from __future__ import annotations
 import yaml
 
 from megatron_crossbert.config import RunConfig
-from megatron_crossbert.convert.hf_format import HfFormat, model_traits
+from megatron_crossbert.convert.formats.interface import HfFormat, model_traits
 
 
 def _notes(run_cfg: RunConfig, fmt: HfFormat, with_mlm_head: bool) -> list[str]:

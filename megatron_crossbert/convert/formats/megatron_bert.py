@@ -9,7 +9,7 @@ Positions are the row index (0..s-1), so only right padding is exact.
 from __future__ import annotations
 
 from megatron_crossbert.config import ModelConfig
-from megatron_crossbert.convert.classic import BERT_FAMILY_LAYER_KEYS, HF_LAYER, ClassicFormat
+from megatron_crossbert.convert.formats.classic import BERT_FAMILY_LAYER_KEYS, HF_LAYER, ClassicFormat
 
 
 class MegatronBertFormat(ClassicFormat):

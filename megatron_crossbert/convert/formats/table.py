@@ -3,8 +3,8 @@
 ``FORMATS`` is a literal table (no registration, nothing happens on import but building it). Which
 formats serve which encoder family, and in which default priority, is said once, by
 ``arch.EncoderLayout.hf_formats``: the default format of a model is the first of its encoder's
-``hf_formats`` that represents it exactly. The export and import drivers (``export.py``,
-``importer.py``) and the benchmarks look a format up here and never branch on a target or
+``hf_formats`` that represents it exactly. The export and import drivers (``convert/export.py``,
+``convert/importer.py``) and the benchmarks look a format up here and never branch on a target or
 architecture name.
 
 Listed today: ``xlmr-xl`` (``XLMRobertaXLModel``: SDPA/flash, the classic encoder's default),
@@ -12,17 +12,18 @@ Listed today: ``xlmr-xl`` (``XLMRobertaXLModel``: SDPA/flash, the classic encode
 (``ModernBertModel``: the modern encoder).
 
 How to add a format:
-1. Create ``convert/<target>.py`` with a subclass of ``hf_format.HfFormat`` (see ``classic.ClassicFormat``
-   for a table-driven one). Reuse ``layout.split_qkv``/``merge_qkv`` for megatron's head-interleaved QKV
-   and the strict helpers of ``adapter.py`` (``clean_megatron``, ``take``, ``reject_leftovers``, ``clean_hf``).
+1. Create ``convert/formats/<target>.py`` with a subclass of ``interface.HfFormat`` (see
+   ``classic.ClassicFormat`` for a table-driven one). Reuse ``megatron_tensors.split_qkv``/``merge_qkv`` for
+   megatron's head-interleaved QKV and the strict helpers of ``strict_mapping.py`` (``clean_megatron``,
+   ``take``, ``reject_leftovers``, ``clean_hf``).
 2. Add an instance to ``FORMATS`` below and its name to the ``hf_formats`` of the encoder family it
    serves in ``arch.ENCODERS`` (its position there sets its default priority).
 3. ``unsupported`` must name every native config field it cannot represent (start from
-   ``hf_format.encoder_reasons``), and ``check_importable`` every config.json value it cannot
+   ``interface.encoder_reasons``), and ``check_importable`` every config.json value it cannot
    import, so nothing is ever exported or imported silently wrong.
-4. Tests: the contract test (``tests/test_convert_contract.py``) covers every (arch, encoder, format)
-   of the registries on its own; follow ``tests/test_convert.py`` for AutoModel at every backend in
-   ``attention_backends`` and ``tests/test_convert_tp.py`` for TP shards.
+4. Tests: the contract test (``tests/convert/test_contract.py``) covers every (arch, encoder, format)
+   of the registries on its own; follow ``tests/convert/test_export.py`` for AutoModel at every backend in
+   ``attention_backends`` and ``tests/convert/test_tensor_parallel.py`` for TP shards.
 
 When ``ModelConfig`` gains a field, the classic formats refuse every config until ``classic.py`` knows
 it: add it to ``classic.EXPORTED_FIELDS`` or ``classic.NEUTRAL_FIELDS``. What an architecture's export
@@ -34,10 +35,10 @@ from __future__ import annotations
 from megatron_crossbert.arch import ENCODERS, get_encoder
 from megatron_crossbert.config import ModelConfig
 from megatron_crossbert.convert.errors import ConversionError
-from megatron_crossbert.convert.hf_format import HfFormat
-from megatron_crossbert.convert.megatron_bert import MegatronBertFormat
-from megatron_crossbert.convert.modernbert_format import ModernBertFormat
-from megatron_crossbert.convert.xlmr_xl import XlmrXlFormat
+from megatron_crossbert.convert.formats.interface import HfFormat
+from megatron_crossbert.convert.formats.megatron_bert import MegatronBertFormat
+from megatron_crossbert.convert.formats.modernbert import ModernBertFormat
+from megatron_crossbert.convert.formats.xlmr_xl import XlmrXlFormat
 
 FORMATS: dict[str, HfFormat] = {fmt.name: fmt for fmt in (XlmrXlFormat(), MegatronBertFormat(), ModernBertFormat())}
 """Every format by its ``--format`` name (the order of priority is ``hf_formats``', not this table's)."""

@@ -1,18 +1,18 @@
-"""Strict state-dict helpers shared by every HF format's adapters (see ``formats.py``).
+"""Strict state-dict helpers shared by every HF format's adapters (``formats/``).
 
 Adapters are strict on purpose: a native tensor that is neither mapped nor knowingly discarded, a
 missing tensor, or a shape that disagrees with the config raises ``ConversionError`` instead of
 producing a model that loads but computes garbage. Inputs are TP=1 state dicts (see
-``layout.gather_tensor_parallel`` for raw shards).
+``megatron_tensors.gather_tensor_parallel`` for raw shards).
 """
 
 from __future__ import annotations
 
 import torch
 
+from megatron_crossbert.arch import ArchSpec
 from megatron_crossbert.convert import keymap
 from megatron_crossbert.convert.errors import ConversionError
-from megatron_crossbert.arch import ArchSpec
 
 
 def clean_megatron(state_dict: dict) -> dict[str, torch.Tensor]:

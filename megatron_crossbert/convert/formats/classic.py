@@ -15,11 +15,11 @@ from typing import Any, ClassVar
 import torch
 
 from megatron_crossbert.config import ModelConfig
-from megatron_crossbert.convert import adapter, hf_config
+from megatron_crossbert.convert import hf_config, strict_mapping
 from megatron_crossbert.convert.errors import ConversionError
-from megatron_crossbert.convert.hf_format import ExportContext, HfFormat, encoder_reasons, model_traits
+from megatron_crossbert.convert.formats.interface import ExportContext, HfFormat, encoder_reasons, model_traits
 from megatron_crossbert.convert.keymap import expand
-from megatron_crossbert.convert.layout import merge_qkv, split_qkv
+from megatron_crossbert.convert.megatron_tensors import merge_qkv, split_qkv
 
 # ModelConfig fields that shape the classic encoder's forward and are written to config.json.
 EXPORTED_FIELDS = frozenset({
@@ -72,7 +72,7 @@ def classic_unsupported(model_cfg: ModelConfig) -> list[str]:
     names = {f.name for f in dataclasses.fields(model_cfg)}
     unknown = sorted(names - EXPORTED_FIELDS - NEUTRAL_FIELDS - REGISTRY_FIELDS)
     return [f"ModelConfig fields {unknown} have no known classic-encoder equivalent "
-            "(extend convert/classic.py)"] if unknown else []
+            "(extend convert/formats/classic.py)"] if unknown else []
 
 
 def _shapes(cfg: ModelConfig, rows: int) -> dict[str, tuple[int, ...]]:
@@ -134,14 +134,14 @@ class ClassicFormat(HfFormat):
 
     # ---- native -> HF -------------------------------------------------------------------------
     def _encoder_to_hf(self, src: dict, cfg: ModelConfig, shapes: dict) -> dict[str, torch.Tensor]:
-        out = {hf: adapter.take(src, mg, shapes.get(mg)) for mg, hf in self.global_keys.items()}
+        out = {hf: strict_mapping.take(src, mg, shapes.get(mg)) for mg, hf in self.global_keys.items()}
         for i in range(cfg.num_layers):
             for suffix, hf in self.layer_keys.items():
                 mg = "encoder.layers.{i}." + suffix
-                out[expand(hf, i)] = adapter.take(src, expand(mg, i), shapes.get(mg))
+                out[expand(hf, i)] = strict_mapping.take(src, expand(mg, i), shapes.get(mg))
             for suffix, hf_parts in self.qkv_keys.items():
                 mg = "encoder.layers.{i}." + suffix
-                fused = adapter.take(src, expand(mg, i), shapes.get(mg))
+                fused = strict_mapping.take(src, expand(mg, i), shapes.get(mg))
                 for hf, part in zip(hf_parts, split_qkv(fused, cfg.num_attention_heads)):
                     out[expand(hf, i)] = part
         return out
@@ -152,21 +152,21 @@ class ClassicFormat(HfFormat):
         traits = model_traits(model_cfg)
         if with_mlm_head and not (traits.encoder_mlm_head and self.mlm_class):
             raise ConversionError(f"this model has no MLM head on the encoder output for {self.name}")
-        src = adapter.clean_megatron(state)
+        src = strict_mapping.clean_megatron(state)
         out = self._encoder_to_hf(src, model_cfg, _shapes(model_cfg, src.get(WORD_KEY, torch.empty(0)).shape[0]))
         positions = out[self.global_keys[POSITION_KEY]]
         offset = self.position_offset(ctx.tokenizer.pad_token_id)
         out[self.global_keys[POSITION_KEY]] = torch.cat([positions.new_zeros(offset, positions.shape[1]), positions])
         out[self.token_type_key] = torch.zeros(hf_config.DEFAULT_TYPE_VOCAB_SIZE, model_cfg.hidden_size)
         if with_mlm_head:
-            adapter.check_tied(src.pop("output_layer.weight", None), out[self.global_keys[WORD_KEY]],
+            strict_mapping.check_tied(src.pop("output_layer.weight", None), out[self.global_keys[WORD_KEY]],
                                "output_layer.weight")
             out = {self.base_prefix + key: value for key, value in out.items()}
-            out.update({hf: adapter.take(src, mg) for mg, hf in self.mlm_head_keys.items()})
+            out.update({hf: strict_mapping.take(src, mg) for mg, hf in self.mlm_head_keys.items()})
         else:
             h = model_cfg.hidden_size
             out.update(zip(self.pooler_keys, (torch.zeros(h, h), torch.zeros(h))))
-        adapter.reject_leftovers(src, adapter.discarded_prefixes(traits, with_mlm_head), self.base_class)
+        strict_mapping.reject_leftovers(src, strict_mapping.discarded_prefixes(traits, with_mlm_head), self.base_class)
         return out
 
     # ---- HF -> native -------------------------------------------------------------------------
@@ -175,30 +175,30 @@ class ClassicFormat(HfFormat):
         return any(key.startswith(tuple(heads)) for key in hf_state)
 
     def _encoder_from_hf(self, src: dict, cfg: ModelConfig, offset: int) -> dict[str, torch.Tensor]:
-        out = {mg: adapter.take(src, hf) for mg, hf in self.global_keys.items()}
+        out = {mg: strict_mapping.take(src, hf) for mg, hf in self.global_keys.items()}
         if out[POSITION_KEY].shape[0] <= offset:
             raise ConversionError(f"position table has {out[POSITION_KEY].shape[0]} rows, not more than "
                                   f"the {offset} rows before position 0")
         out[POSITION_KEY] = out[POSITION_KEY][offset:].clone()
         for i in range(cfg.num_layers):
             for suffix, hf in self.layer_keys.items():
-                out[expand("encoder.layers.{i}." + suffix, i)] = adapter.take(src, expand(hf, i))
+                out[expand("encoder.layers.{i}." + suffix, i)] = strict_mapping.take(src, expand(hf, i))
             for suffix, hf_parts in self.qkv_keys.items():
-                q, k, v = (adapter.take(src, expand(hf, i)) for hf in hf_parts)
+                q, k, v = (strict_mapping.take(src, expand(hf, i)) for hf in hf_parts)
                 out[expand("encoder.layers.{i}." + suffix, i)] = merge_qkv(q, k, v, cfg.num_attention_heads)
         return out
 
     def _mlm_head_from_hf(self, src: dict, word_embeddings: torch.Tensor) -> dict[str, torch.Tensor]:
         weight_key, bias_key = self.mlm_decoder_keys
-        adapter.check_tied(src.pop(weight_key, None), word_embeddings, weight_key)
+        strict_mapping.check_tied(src.pop(weight_key, None), word_embeddings, weight_key)
         src.pop(bias_key, None)  # tied to the head bias in HF
-        return {mg: adapter.take(src, hf) for mg, hf in self.mlm_head_keys.items()}
+        return {mg: strict_mapping.take(src, hf) for mg, hf in self.mlm_head_keys.items()}
 
     def from_hf(self, hf_state: dict, hf_cfg: dict, model_cfg: ModelConfig) -> dict[str, torch.Tensor]:
         """HF base or MLM state -> native encoder (+ LM head). The pooler is dropped (unused by our
         models); token-type rows must be zero; a head is refused for models without an encoder head."""
-        src = adapter.clean_hf(hf_state, self.base_prefix)
-        adapter.drop_zero_rows(src, self.token_type_key)
+        src = strict_mapping.clean_hf(hf_state, self.base_prefix)
+        strict_mapping.drop_zero_rows(src, self.token_type_key)
         for key in self.pooler_keys:
             src.pop(key, None)
         src.pop("embeddings.position_ids", None)  # a non-persistent buffer some old exports stored

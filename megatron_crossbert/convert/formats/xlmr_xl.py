@@ -13,8 +13,8 @@ The MLM head applies exact (erf) GELU like megatron's, so it is exact under eith
 from __future__ import annotations
 
 from megatron_crossbert.config import ModelConfig
-from megatron_crossbert.convert.classic import BERT_FAMILY_LAYER_KEYS, HF_LAYER, ClassicFormat
-from megatron_crossbert.convert.hf_format import ExportContext
+from megatron_crossbert.convert.formats.classic import BERT_FAMILY_LAYER_KEYS, HF_LAYER, ClassicFormat
+from megatron_crossbert.convert.formats.interface import ExportContext
 
 
 class XlmrXlFormat(ClassicFormat):
