@@ -76,8 +76,8 @@ def test_live_encode_suite_matches_exported_features(native):
     from transformers import AutoTokenizer
 
     from megatron_crossbert.checkpoint.layout import read_run_config
-    from megatron_crossbert.evaluation.suite import probe_in_training
-    from megatron_crossbert.evaluation.suite import load_suite_tasks, make_encode_embed_fn, run_probe_suite
+    from megatron_crossbert.evaluation.probing.in_training import load_suite_tasks, make_encode_embed_fn, run_probe_suite
+    from megatron_crossbert.evaluation.training_hook import probe_in_training
 
     work, task, tokenizer_dir = native
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
@@ -95,7 +95,7 @@ def test_live_encode_suite_matches_exported_features(native):
         platform.destroy()
     assert scores["probe/planted/accuracy"] > 70.0 and "probe/avg" in scores
     assert hook_scores["planted/accuracy"] > 70.0 and "avg" in hook_scores  # the logger adds its own prefix
-    from megatron_crossbert.evaluation.mteb_adapter import benchmark_tasks, build_mteb_encoder, evaluate_mteb
+    from megatron_crossbert.evaluation.mteb.adapter import benchmark_tasks, build_mteb_encoder, evaluate_mteb
 
     exported_mteb, _ = evaluate_mteb(build_mteb_encoder(str(work / "ckpt"), cache_dir=str(work / "cache"), max_len=24),
                                      benchmark_tasks(work / "mteb_lite"))

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from megatron_crossbert.evaluation.metrics import average_scores, compute_metrics, task_score
-from megatron_crossbert.evaluation.probes import ProbeConfig, pair_features, probe_features
-from megatron_crossbert.evaluation.suite import run_probe_suite
-from megatron_crossbert.evaluation.tasks import ProbeTask, Split, TaskSpec
+from megatron_crossbert.evaluation.probing.in_training import run_probe_suite
+from megatron_crossbert.evaluation.probing.linear_probes import ProbeConfig, pair_features, probe_features
+from megatron_crossbert.evaluation.probing.metrics import average_scores, compute_metrics, task_score
+from megatron_crossbert.evaluation.probing.tasks import ProbeTask, Split, TaskSpec
 
 CLS = TaskSpec("toy", "classification", ("accuracy",))
 REG = TaskSpec("toy-reg", "regression", ("spearman", "pearson"))
@@ -86,7 +86,7 @@ def test_run_probe_suite_flat_dict():
 
 
 def test_probe_task_specs(tmp_path):
-    from megatron_crossbert.evaluation.suite import parse_task_specs
+    from megatron_crossbert.evaluation.training_hook import parse_task_specs
     from synthetic_eval import write_glue_fixture
 
     glue = write_glue_fixture(tmp_path / "glue", n=4)
@@ -113,7 +113,7 @@ def test_mteb_probe_specs_score_cosine_spearman_with_mteb(tmp_path):
 
     from scipy.stats import spearmanr
 
-    from megatron_crossbert.evaluation.mteb_probe import load_mteb_suite, parse_mteb_spec, run_mteb_suite
+    from megatron_crossbert.evaluation.mteb.in_training import load_mteb_suite, parse_mteb_spec, run_mteb_suite
     from synthetic_eval import write_mteb_lite_fixture
 
     bench = write_mteb_lite_fixture(tmp_path / "bench", pairs=40)
@@ -146,7 +146,7 @@ def test_mteb_probe_specs_score_cosine_spearman_with_mteb(tmp_path):
 def test_encode_embed_fn_sorts_by_length_and_keeps_the_order():
     import torch
 
-    from megatron_crossbert.evaluation.suite import make_encode_embed_fn
+    from megatron_crossbert.evaluation.probing.in_training import make_encode_embed_fn
 
     batches = []
 

@@ -51,7 +51,7 @@ def write_slice(src: Path, dst: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def slice_run(mteb_lite_dir, minilm_dir, tmp_path_factory):
-    from megatron_crossbert.evaluation.mteb_adapter import benchmark_tasks, build_mteb_encoder, run_mteb
+    from megatron_crossbert.evaluation.mteb.adapter import benchmark_tasks, build_mteb_encoder, run_mteb
 
     root = tmp_path_factory.mktemp("mteb_slice")
     bench = write_slice(mteb_lite_dir, root / "bench")

@@ -10,9 +10,9 @@ import shutil
 import numpy as np
 import pytest
 
-from megatron_crossbert.evaluation.mteb_tasks import LocalTaskSpec
+from megatron_crossbert.evaluation.mteb.task_folders import discover_task_folders, read_columns, read_task
+from megatron_crossbert.evaluation.mteb.tasks import LocalTaskSpec
 from megatron_crossbert.evaluation.recipe import EmbeddingRecipe, read_sentence_transformers_recipe, resolve_recipe
-from megatron_crossbert.evaluation.task_folders import discover_task_folders, read_columns, read_task
 from synthetic_eval import write_glue_fixture, write_jsonl_task, write_mteb_lite_fixture, write_sts_jsonl
 
 
@@ -83,7 +83,7 @@ def test_recipe_comes_from_the_sentence_transformers_config(tmp_path, minilm_dir
 
 
 def test_each_distinct_text_is_encoded_once():
-    from megatron_crossbert.evaluation.mteb_adapter import embed_unique
+    from megatron_crossbert.evaluation.mteb.adapter import embed_unique
 
     seen = []
 
@@ -98,7 +98,7 @@ def test_each_distinct_text_is_encoded_once():
 def test_registered_task_or_local(mteb_lite_dir):
     """The shared folders become mteb's own task objects where the data is MTEB's (STS13, Banking77), and
     a local task where it is not (STS12 lacks MSRvid); a subsample is always local."""
-    from megatron_crossbert.evaluation.mteb_tasks import build_task
+    from megatron_crossbert.evaluation.mteb.tasks import build_task
 
     folders = {t.name: t for t in discover_task_folders(mteb_lite_dir)}
     sts13, b77, sts12 = (build_task(folders[n]) for n in ("STS13", "Banking77", "STS12"))

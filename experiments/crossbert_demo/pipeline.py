@@ -92,7 +92,7 @@ def _stage(number: int, name: str, detail: str) -> float:
 
 
 def _read_records(path: Path) -> list[dict]:
-    from megatron_crossbert.evaluation.tasks import read_jsonl_rows
+    from megatron_crossbert.evaluation.probing.tasks import read_jsonl_rows
 
     return [r for r in read_jsonl_rows(path)
             if isinstance(r, dict) and isinstance(r.get("text"), str) and r["text"].strip()]
@@ -211,8 +211,8 @@ def pretrain_stage(run_cfg: RunConfig) -> dict:
 
 
 def probe_stage(models: dict[str, Path], task_dir: Path, opts: DemoOptions, out: Path) -> dict[str, dict]:
-    from megatron_crossbert.evaluation.probing import ProbeRunConfig, run_probing
-    from megatron_crossbert.evaluation.tasks import load_jsonl_task
+    from megatron_crossbert.evaluation.probing.runner import ProbeRunConfig, run_probing
+    from megatron_crossbert.evaluation.probing.tasks import load_jsonl_task
 
     task = load_jsonl_task(task_dir)
     config = ProbeRunConfig(max_len=opts.data.seq_length, max_train=opts.probe_train, max_test=opts.probe_test,
@@ -237,8 +237,8 @@ def sts_stage(models: dict[str, Path], opts: DemoOptions, out: Path) -> dict:
     """
     if not opts.mteb_lite_dir or not Path(opts.mteb_lite_dir).is_dir():
         return {"command": sts_command(models["pretrained"])}
-    from megatron_crossbert.evaluation.mteb_adapter import build_mteb_encoder, evaluate_mteb
-    from megatron_crossbert.evaluation.mteb_probe import load_mteb_suite
+    from megatron_crossbert.evaluation.mteb.adapter import build_mteb_encoder, evaluate_mteb
+    from megatron_crossbert.evaluation.mteb.in_training import load_mteb_suite
 
     start, result = time.perf_counter(), {}
     for name, path in models.items():

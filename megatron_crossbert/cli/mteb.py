@@ -69,8 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _gather_tasks(args: argparse.Namespace) -> list:
-    from megatron_crossbert.evaluation.mteb_adapter import benchmark_tasks, resolve_mteb_tasks
-    from megatron_crossbert.evaluation.mteb_tasks import BuiltTask, build_local_task
+    from megatron_crossbert.evaluation.mteb.adapter import benchmark_tasks, resolve_mteb_tasks
+    from megatron_crossbert.evaluation.mteb.tasks import BuiltTask, build_local_task
 
     names = [t.strip() for t in args.tasks.split(",") if t.strip()]
     tasks = benchmark_tasks(args.benchmark_dir, names) if args.benchmark_dir else []
@@ -88,8 +88,8 @@ def _gather_tasks(args: argparse.Namespace) -> list:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    from megatron_crossbert.evaluation.mteb_adapter import build_mteb_encoder, run_mteb
-    from megatron_crossbert.evaluation.mteb_report import load_reference, summary_markdown
+    from megatron_crossbert.evaluation.mteb.adapter import build_mteb_encoder, run_mteb
+    from megatron_crossbert.evaluation.mteb.report import load_reference, summary_markdown
 
     tasks = _gather_tasks(args)
     if not tasks:

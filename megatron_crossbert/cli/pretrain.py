@@ -109,7 +109,7 @@ def run(run_cfg: RunConfig, exit_at_iteration: int | None = None) -> int:
 
     probe_fn = None
     if run_cfg.training.probe_interval and run_cfg.training.probe_tasks:  # evaluation's extras load only then
-        from megatron_crossbert.evaluation.suite import probe_in_training as probe_fn
+        from megatron_crossbert.evaluation.training_hook import probe_in_training as probe_fn
     try:
         summary = train(run_cfg, exit_at_iteration=exit_at_iteration, probe_fn=probe_fn)
         rank_zero = platform.is_rank_zero()

@@ -18,7 +18,7 @@ import typing
 from megatron_crossbert.cli import DefaultsHelpFormatter, add_encoder_arguments, cache_dir_arg
 from megatron_crossbert.cli.errors import add_debug_flag, cli_main
 from megatron_crossbert.evaluation.encoders import Layers
-from megatron_crossbert.evaluation.probes import ProbeConfig
+from megatron_crossbert.evaluation.probing.linear_probes import ProbeConfig
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,8 +49,8 @@ def _split_list(text: str | None) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    from megatron_crossbert.evaluation.probing import ProbeRunConfig, collect_tasks, run_probing
-    from megatron_crossbert.evaluation.report import render_markdown, write_report
+    from megatron_crossbert.evaluation.probing.report import render_markdown, write_report
+    from megatron_crossbert.evaluation.probing.runner import ProbeRunConfig, collect_tasks, run_probing
 
     tasks = collect_tasks(glue_dir=args.glue_dir, glue_tasks=_split_list(args.glue_tasks) or None,
                           jsonl=args.jsonl, hf_glue=_split_list(args.hf_glue))

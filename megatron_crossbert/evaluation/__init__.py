@@ -1,10 +1,14 @@
-"""Evaluation: frozen linear probes (GLUE TSVs, JSONL, HF datasets) and the MTEB adapter.
+"""Evaluation of frozen encoders: linear probes (``probing/``) and MTEB (``mteb/``), on one encoder path.
 
-Public entry points (import from the submodules; this package import stays cheap):
-- ``probing.run_probing(model_ref, tasks, ProbeRunConfig)`` and ``probing.collect_tasks(...)``
-- ``suite.run_probe_suite(embed_fn, tasks)``: in-training probes on the live model
-- ``glue.load_glue_task(glue_dir, name)``, ``tasks.load_jsonl_task(dir)``
-- ``encoders.resolve_model(ref)`` / ``encoders.HFEncoder``: native checkpoints go through HF export
-- ``mteb_adapter.run_mteb(...)``: MTEB online benchmarks or offline local tasks
+Shared by both (here):
+- ``encoders.resolve_model(ref)`` / ``encoders.HFEncoder``: native checkpoints go through HF export;
+- ``recipe.resolve_recipe(dir)``: a model's own embedding recipe (pooling, L2 norm, max tokens);
+- ``feature_cache.FeatureCache``: pooled features on disk, keyed by model identity and exact texts;
+- ``training_hook.probe_in_training(model, run_cfg, tasks, iteration)``: what training calls every N steps.
+
+``probing/``: ``runner.run_probing(model_ref, tasks, ProbeRunConfig)`` (what ``crossbert-probe`` runs),
+task loaders (``glue``, ``tasks``), the probes themselves (``linear_probes``), reports, and the live-model
+suite (``in_training``). ``mteb/``: ``adapter.run_mteb(...)`` (what ``crossbert-mteb`` runs), offline task
+folders, mteb task objects, result files, and the MTEB-lite in-training probe.
+Import from the modules; the package imports stay cheap (nothing heavy loads until a module is used).
 """
-

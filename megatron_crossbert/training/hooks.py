@@ -2,7 +2,7 @@
 
 The probing itself belongs to ``megatron_crossbert.evaluation``; this module only decides when to
 call it. The caller hands the probe function in (``train(..., probe_fn=...)``; the pretrain CLI
-passes ``megatron_crossbert.evaluation.suite.probe_in_training``), so training never imports evaluation::
+passes ``megatron_crossbert.evaluation.training_hook.probe_in_training``), so training never imports evaluation::
 
     probe_fn(model, run_cfg, tasks: list[str], iteration: int) -> dict[str, float]
         # metric name -> value; called on EVERY rank (it may run collectives),

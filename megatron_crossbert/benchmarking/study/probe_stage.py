@@ -1,4 +1,4 @@
-"""Stage 3: frozen linear probes of every saved checkpoint (``evaluation.probing.run_probing``).
+"""Stage 3: frozen linear probes of every saved checkpoint (``evaluation.probing.runner.run_probing``).
 
 Main runs are probed at every checkpoint (the curves); sweep runs at their final checkpoint. The
 checkpoint goes through the project's HF export (``run_probing`` resolves native checkpoints), so
@@ -30,14 +30,14 @@ def probe_path(work_dir: Path, run: RunSpec, iteration: int) -> Path:
 
 
 def load_tasks(plan: Plan, glue_dir: str, probe_dir: str) -> list:
-    from megatron_crossbert.evaluation.probing import collect_tasks
+    from megatron_crossbert.evaluation.probing.runner import collect_tasks
 
     jsonl = [str(Path(probe_dir) / name) for name in plan.jsonl_tasks if (Path(probe_dir) / name).is_dir()]
     return collect_tasks(glue_dir=glue_dir, glue_tasks=plan.glue_tasks, jsonl=jsonl)
 
 
 def probe_config(plan: Plan, work_dir: Path):
-    from megatron_crossbert.evaluation.probing import ProbeRunConfig
+    from megatron_crossbert.evaluation.probing.runner import ProbeRunConfig
 
     return ProbeRunConfig(max_train=plan.probe_max_train, max_test=plan.probe_max_test,
                           max_len=plan.probe_max_len, cache_dir=str(work_dir / "eval_cache"), device=plan.probe_device)
@@ -65,17 +65,17 @@ def targets(work_dir: Path, run: RunSpec, plan: Plan) -> list[tuple[int, Path]]:
 
 
 def load_mteb_lite(plan: Plan, mteb_lite_dir: str | None) -> list:
-    """The MTEB-lite tasks (``mteb_tasks.BuiltTask``), or none without the directory."""
+    """The MTEB-lite tasks (``evaluation.mteb.tasks.BuiltTask``), or none without the directory."""
     if not mteb_lite_dir:
         return []
-    from megatron_crossbert.evaluation.mteb_adapter import benchmark_tasks
+    from megatron_crossbert.evaluation.mteb.adapter import benchmark_tasks
 
     return benchmark_tasks(mteb_lite_dir, max_test=plan.mteb_lite_max_test)
 
 
 def mteb_lite_scores(path: Path, tasks: list, config) -> dict:
     """The checkpoint's MTEB-lite main scores by folder and their average (its own embedding recipe)."""
-    from megatron_crossbert.evaluation.mteb_adapter import build_mteb_encoder, evaluate_mteb
+    from megatron_crossbert.evaluation.mteb.adapter import build_mteb_encoder, evaluate_mteb
 
     wrapper = build_mteb_encoder(str(path), cache_dir=config.cache_dir, device=config.device)
     summary, _ = evaluate_mteb(wrapper, tasks, raise_error=True)
@@ -84,7 +84,7 @@ def mteb_lite_scores(path: Path, tasks: list, config) -> dict:
 
 
 def probe_checkpoint(path: Path, out: Path, tasks: list, config, mteb_tasks: list = ()) -> dict:
-    from megatron_crossbert.evaluation.probing import run_probing
+    from megatron_crossbert.evaluation.probing.runner import run_probing
 
     start = time.time()
     report = run_probing(str(path), tasks, config)

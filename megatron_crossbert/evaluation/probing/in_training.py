@@ -2,7 +2,7 @@
 
 Signature the training loop calls (rank 0, PP=1, model in eval mode, under ``torch.no_grad``)::
 
-    from megatron_crossbert.evaluation.suite import run_probe_suite, make_encode_embed_fn, load_suite_tasks
+    from megatron_crossbert.evaluation.probing.in_training import run_probe_suite, make_encode_embed_fn, load_suite_tasks
 
     tasks = load_suite_tasks(glue_dir=..., glue_tasks=["SST-2", "STS-B"], jsonl=[...],
                              max_train=2000, max_test=1000)          # once, at start-up
@@ -16,21 +16,12 @@ Signature the training loop calls (rank 0, PP=1, model in eval mode, under ``tor
 - Nothing is cached: the model changes between calls. Keep tasks small (a few thousand rows);
   tasks are subsampled once by ``load_suite_tasks`` so every call sees the same rows.
 
-The training hook (``training/hooks.py``) calls the packaged form on EVERY rank::
-
-    probe_in_training(model, run_cfg, tasks: list[str], iteration) -> dict
-
-with ``tasks`` = ``TrainingConfig.probe_tasks`` specs: ``glue:DIR:TASK[,TASK]``, ``jsonl:DIR``, a
-bare directory (a JSONL task / dir of them, or a glue_data dir = all its GLUE tasks), or
-``mteb:DIR[:TASK,...]`` (MTEB-lite folders scored by mteb itself: ``mteb_probe.py``). The tokenizer is
-``run_cfg.data.tokenizer``. Every rank encodes the same texts (tensor-parallel collectives inside
-``encode`` stay matched) and fits the same probes, so all ranks return the same dict. PP>1 cannot
-run ``encode`` and returns ``{}`` with a warning.
+The training loop reaches this through ``evaluation/training_hook.py`` (task specs, the tokenizer,
+MTEB-lite tasks beside these probes).
 """
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -38,15 +29,13 @@ import numpy as np
 import torch
 
 from megatron_crossbert.evaluation.encoders import Pooling, pool_hidden
-from megatron_crossbert.evaluation.metrics import average_scores
-from megatron_crossbert.evaluation.probes import ProbeConfig, probe_features, task_features
-from megatron_crossbert.evaluation.probing import collect_tasks
-from megatron_crossbert.evaluation.tasks import ProbeTask, Split
+from megatron_crossbert.evaluation.probing.linear_probes import ProbeConfig, probe_features, task_features
+from megatron_crossbert.evaluation.probing.metrics import average_scores
+from megatron_crossbert.evaluation.probing.runner import collect_tasks
+from megatron_crossbert.evaluation.probing.tasks import ProbeTask, Split
 
-logger = logging.getLogger(__name__)
 EmbedFn = Callable[[list[str]], np.ndarray]
 SUITE_MAX_TRAIN, SUITE_MAX_TEST = 2000, 1000
-_LOADED: dict[tuple, tuple[list[ProbeTask], object]] = {}
 
 
 def load_suite_tasks(*, glue_dir: str | Path | None = None, glue_tasks: Sequence[str] | None = None,
@@ -120,63 +109,3 @@ def make_encode_embed_fn(encode: Callable[[torch.Tensor, torch.Tensor], torch.Te
         return result
 
     return embed
-
-
-def parse_task_specs(specs: Sequence[str]) -> dict:
-    """``glue:DIR:TASKS`` / ``jsonl:DIR`` / bare DIR -> ``collect_tasks`` keyword arguments."""
-    from megatron_crossbert.evaluation.glue import available_glue_tasks
-
-    glue_dir, glue_tasks, jsonl = None, [], []
-    for spec in specs:
-        kind, _, rest = spec.partition(":")
-        if kind == "glue":
-            glue_dir, _, names = rest.partition(":")
-            glue_tasks += [n for n in names.split(",") if n] or available_glue_tasks(glue_dir)
-        elif kind == "jsonl":
-            jsonl.append(rest)
-        elif Path(spec).is_dir() and available_glue_tasks(spec):
-            glue_dir, glue_tasks = spec, glue_tasks + available_glue_tasks(spec)
-        else:
-            jsonl.append(spec)
-    return {"glue_dir": glue_dir, "glue_tasks": glue_tasks or None, "jsonl": jsonl}
-
-
-def _suite_inputs(run_cfg, specs: Sequence[str]) -> tuple[list[ProbeTask], list, object]:
-    """Probe tasks, MTEB tasks and tokenizer, loaded once per process (the hook calls us every N steps)."""
-    key = (tuple(specs), run_cfg.data.tokenizer)
-    if key not in _LOADED:
-        from transformers import AutoTokenizer
-
-        from megatron_crossbert.evaluation.task_folders import is_mteb_spec
-
-        mteb_specs = [spec for spec in specs if is_mteb_spec(spec)]
-        probe_specs = [spec for spec in specs if spec not in mteb_specs]
-        tasks = load_suite_tasks(**parse_task_specs(probe_specs), max_train=SUITE_MAX_TRAIN, max_test=SUITE_MAX_TEST)
-        mteb_tasks = []
-        if mteb_specs:
-            from megatron_crossbert.evaluation.mteb_probe import load_mteb_suite
-
-            mteb_tasks = load_mteb_suite(mteb_specs, max_test=SUITE_MAX_TEST)
-        _LOADED[key] = (tasks, mteb_tasks, AutoTokenizer.from_pretrained(run_cfg.data.tokenizer))
-    return _LOADED[key]
-
-
-def probe_in_training(model, run_cfg, tasks: Sequence[str], iteration: int) -> dict[str, float]:
-    """The training hook's entry point (see module docstring); ``model`` is the unwrapped chunk."""
-    from megatron_crossbert.models import model_encode
-
-    model = model[0] if isinstance(model, (list, tuple)) else model
-    if run_cfg.parallel.pipeline_model_parallel_size > 1:
-        logger.warning("in-training probes need PP=1 (encode runs the whole encoder); skipped")
-        return {}
-    probe_tasks, mteb_tasks, tokenizer = _suite_inputs(run_cfg, tasks)
-    device = next(model.parameters()).device
-    embed = make_encode_embed_fn(lambda ids, mask: model_encode(model, ids, mask), tokenizer,
-                                 max_len=run_cfg.data.seq_length, device=device)
-    scores = run_probe_suite(embed, probe_tasks, prefix="")
-    if mteb_tasks:
-        from megatron_crossbert.evaluation.mteb_probe import run_mteb_suite
-
-        scores.update(run_mteb_suite(embed, mteb_tasks))
-    logger.info("iteration %d probes: %s", iteration, {k: round(v, 2) for k, v in scores.items()})
-    return scores

@@ -44,7 +44,7 @@ def _rows_per_split(task) -> dict[str, int]:
 
 
 def task_row(built, result, reference: dict) -> dict:
-    """One summary row; ``built`` is a ``mteb_tasks.BuiltTask``, ``result`` mteb's ``TaskResult``."""
+    """One summary row; ``built`` is a ``tasks.BuiltTask``, ``result`` mteb's ``TaskResult``."""
     score = 100.0 * float(result.get_score())
     ref = reference.get("scores", {}).get(built.name)
     metadata = built.task.metadata

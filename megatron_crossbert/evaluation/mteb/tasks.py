@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from megatron_crossbert.evaluation.task_folders import TaskFolder, read_columns, read_task, split_file
+from megatron_crossbert.evaluation.mteb.task_folders import TaskFolder, read_columns, read_task, split_file
 
 logger = logging.getLogger(__name__)
 _COMMON_METADATA = {

@@ -21,7 +21,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from megatron_crossbert.evaluation.tasks import (
+from megatron_crossbert.evaluation.probing.tasks import (
     CLASSIFICATION_METRICS, REGRESSION_METRICS, Kind, ProbeTask, Split, TaskSpec, encode_labels)
 
 logger = logging.getLogger(__name__)
@@ -163,7 +163,7 @@ HF_GLUE_FIELDS = {  # nyu-mll/glue configs: (text, pair, our task name)
 
 def load_hf_glue_task(config: str, dataset: str = "nyu-mll/glue") -> ProbeTask:
     """GLUE through ``datasets`` (online): validation is the test split, scored like the TSV version."""
-    from megatron_crossbert.evaluation.tasks import load_hf_task
+    from megatron_crossbert.evaluation.probing.tasks import load_hf_task
 
     if config == "mnli":
         text, pair, name, test_split = "premise", "hypothesis", "MNLI", "validation_matched"

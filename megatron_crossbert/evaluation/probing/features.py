@@ -1,58 +1,20 @@
-"""Feature extraction for probe tasks, cached on disk.
+"""Probe inputs of a task's splits, through the feature cache (``evaluation.feature_cache``).
 
-Encoding is the expensive part of probing (minutes on CPU), fitting probes is cheap, so features are
-computed once per (model identity, task, split, side of the pair, pooling, layers, max_len, exact
-texts) and stored as ``.npy`` under ``<cache>/features/``. The texts' digest is part of the key, so
-``--max-train`` subsets and edited data files never hit a stale entry. Writes are atomic
-(``fsutil.atomic_open``) so concurrent runs sharing a cache never read half a file.
+Features are computed once per (model identity, task, split, side of the pair, pooling, layers,
+max_len, exact texts), so ``--max-train`` subsets and edited data files never hit a stale entry;
+sentence pairs are combined into the probe's input here (``linear_probes.task_features``).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 
 from megatron_crossbert.evaluation.encoders import HFEncoder, Layers, Pooling
-from megatron_crossbert.evaluation.probes import task_features
-from megatron_crossbert.evaluation.tasks import ProbeTask, Split
-from megatron_crossbert.fsutil import atomic_open
-
-
-def texts_digest(texts: Sequence[str]) -> str:
-    digest = hashlib.sha256()
-    for text in texts:
-        digest.update(text.encode("utf-8", "surrogatepass"))
-        digest.update(b"\x00")
-    return digest.hexdigest()[:24]
-
-
-class FeatureCache:
-    """A directory of ``<key>.npy`` arrays; ``root=None`` disables caching (everything recomputed)."""
-
-    def __init__(self, root: str | Path | None) -> None:
-        self.root = None if root is None else Path(root) / "features"
-
-    @staticmethod
-    def key(**parts: object) -> str:
-        blob = json.dumps(parts, sort_keys=True, default=str)
-        return hashlib.sha256(blob.encode()).hexdigest()[:32]
-
-    def get_or_compute(self, key: str, compute: Callable[[], np.ndarray]) -> np.ndarray:
-        if self.root is None:
-            return compute()
-        path = self.root / f"{key}.npy"
-        if path.is_file():
-            return np.load(path)
-        array = compute()
-        self.root.mkdir(parents=True, exist_ok=True)
-        with atomic_open(path, "wb") as handle:
-            np.save(handle, array)
-        return array
+from megatron_crossbert.evaluation.feature_cache import FeatureCache, texts_digest
+from megatron_crossbert.evaluation.probing.linear_probes import task_features
+from megatron_crossbert.evaluation.probing.tasks import ProbeTask, Split
 
 
 @dataclass

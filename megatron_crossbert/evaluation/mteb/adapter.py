@@ -4,16 +4,16 @@
 ``encode(DataLoader, *, task_metadata, hf_split, hf_subset, prompt_type, **kwargs) -> [n, h]``, cosine
 similarity) over :class:`~megatron_crossbert.evaluation.encoders.HFEncoder`, so MTEB and the probes embed
 text through the same code (tokenizer, length-sorted batches under ``torch.inference_mode``, pooling).
-The embedding recipe (pooling, L2 norm, max tokens) is the model's own (``recipe.py``).
+The embedding recipe (pooling, L2 norm, max tokens) is the model's own (``evaluation/recipe.py``).
 
 Encoding is where an MTEB run spends its time, so each call encodes every distinct text once, and the
 pooled features are cached per (model identity, task, split, pooling, max tokens, exact texts) in the
-probes' ``FeatureCache``: a rerun, or a run resumed after a crash, encodes nothing. The model identity
+evaluation's ``FeatureCache`` (``feature_cache.py``): a rerun, or a run resumed after a crash, encodes nothing. The model identity
 is a content hash (``resolve_model``), so a changed model never reuses stale features. The cache holds
 vectors before normalisation; the recipe's L2 norm is applied after it.
 
 ``run_mteb`` evaluates ``BuiltTask``s (a benchmark directory's folders, ``--local-task`` specs, or
-built-in tasks online) with ``mteb.evaluate`` and writes the results (``mteb_report``). mteb's own result
+built-in tasks online) with ``mteb.evaluate`` and writes the results (``report.py``). mteb's own result
 cache (``~/.cache/mteb``) is bypassed: results always reflect the model given, never a stale run.
 """
 
@@ -30,11 +30,11 @@ from mteb.models.abs_encoder import AbsEncoder
 from mteb.models.model_meta import ModelMeta, ScoringFunction
 
 from megatron_crossbert.evaluation.encoders import HFEncoder, model_card, resolve_model
-from megatron_crossbert.evaluation.features import FeatureCache, texts_digest
-from megatron_crossbert.evaluation.mteb_report import prepare_out_dir, summarize, write_outputs
-from megatron_crossbert.evaluation.mteb_tasks import BuiltTask, build_task
+from megatron_crossbert.evaluation.feature_cache import FeatureCache, texts_digest
+from megatron_crossbert.evaluation.mteb.report import prepare_out_dir, summarize, write_outputs
+from megatron_crossbert.evaluation.mteb.task_folders import discover_task_folders
+from megatron_crossbert.evaluation.mteb.tasks import BuiltTask, build_task
 from megatron_crossbert.evaluation.recipe import EmbeddingRecipe, resolve_recipe
-from megatron_crossbert.evaluation.task_folders import discover_task_folders
 
 logger = logging.getLogger(__name__)
 DEFAULT_BENCHMARK = "MTEB(eng, v2)"
@@ -126,7 +126,7 @@ def resolve_mteb_tasks(names: Sequence[str] = (), benchmark: str | None = None) 
 def benchmark_tasks(benchmark_dir: str | Path, names: Sequence[str] = (), *, max_test: int | None = None,
                     seed: int = 0) -> list[BuiltTask]:
     """Every task folder of ``benchmark_dir`` (or those ``names`` picks, by folder or mteb task name);
-    ``max_test`` subsamples each test split once (see ``mteb_tasks.build_task``)."""
+    ``max_test`` subsamples each test split once (see ``tasks.build_task``)."""
     folders = discover_task_folders(benchmark_dir)
     if names:
         found = {folder.name for folder in folders}

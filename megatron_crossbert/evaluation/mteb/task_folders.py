@@ -32,7 +32,7 @@ CLASSIFICATION_COLUMNS = {"text": ("text", "sentence", "sentence1"), "label": ("
 KIND_COLUMNS: dict[str, dict[str, tuple[str, ...]]] = {"sts": STS_COLUMNS, "classification": CLASSIFICATION_COLUMNS}
 KIND_SPLITS: dict[str, tuple[str, ...]] = {"sts": ("test",), "classification": ("train", "test")}
 MTEB_SPEC = "mteb:"
-"""Prefix of a probe spec naming a benchmark directory (``mteb:DIR[:TASK,...]``; ``mteb_probe.py``)."""
+"""Prefix of a probe spec naming a benchmark directory (``mteb:DIR[:TASK,...]``; ``in_training.py``)."""
 
 
 def is_mteb_spec(spec: str) -> bool:
@@ -77,7 +77,7 @@ def split_file(folder: Path, split: str) -> Path | None:
 def read_rows(path: Path) -> list[dict]:
     """Rows of a JSONL(.gz), parquet or headed TSV file, as dicts (a TSV line with the wrong column count
     is an error, never a skipped row)."""
-    from megatron_crossbert.evaluation.tasks import read_jsonl_rows
+    from megatron_crossbert.evaluation.probing.tasks import read_jsonl_rows
 
     if path.name.endswith((".jsonl", ".jsonl.gz")):
         return read_jsonl_rows(path)
@@ -85,7 +85,7 @@ def read_rows(path: Path) -> list[dict]:
         import pyarrow.parquet as pq
 
         return pq.read_table(path).to_pylist()
-    from megatron_crossbert.evaluation.glue import read_tsv
+    from megatron_crossbert.evaluation.probing.glue import read_tsv
 
     header, rows = read_tsv(path, header=True)
     bad = [i + 2 for i, row in enumerate(rows) if len(row) != len(header)]

@@ -1,0 +1,9 @@
+"""MTEB through the ``mteb`` package itself, offline on local task folders or online.
+
+- ``adapter.py``: mteb's encoder protocol over ``HFEncoder`` (feature cache, the model's recipe) and
+  ``run_mteb``, what ``crossbert-mteb`` runs
+- ``task_folders.py``: a benchmark directory's task folders, read into MTEB's columns
+- ``tasks.py``: mteb task objects (mteb's registered task when the data is the same, else a local one)
+- ``report.py``: mteb's per-task result JSON and the summary; ``in_training.py``: MTEB-lite STS scores of
+  the live model (``mteb:DIR`` probe specs)
+"""

@@ -1,0 +1,87 @@
+"""The in-training probes the training loop calls every ``probe_interval`` steps: linear probes and MTEB-lite.
+
+``training/hooks.py`` calls, on EVERY rank (the pretrain CLI hands this function to ``train``)::
+
+    probe_in_training(model, run_cfg, tasks: list[str], iteration) -> dict
+
+with ``tasks`` = ``TrainingConfig.probe_tasks`` specs: ``glue:DIR:TASK[,TASK]``, ``jsonl:DIR``, a
+bare directory (a JSONL task / dir of them, or a glue_data dir = all its GLUE tasks), or
+``mteb:DIR[:TASK,...]`` (MTEB-lite folders scored by mteb itself: ``mteb/in_training.py``). The linear
+probes are ``probing/in_training.py``'s. The tokenizer is ``run_cfg.data.tokenizer``. Every rank encodes
+the same texts (tensor-parallel collectives inside ``encode`` stay matched) and fits the same probes,
+so all ranks return the same dict. PP>1 cannot run ``encode`` and returns ``{}`` with a warning.
+This module ties the two kinds together, so neither ``probing/`` nor ``mteb/`` imports the other's
+in-training code.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Sequence
+
+from megatron_crossbert.evaluation.mteb.task_folders import is_mteb_spec
+from megatron_crossbert.evaluation.probing.glue import available_glue_tasks
+from megatron_crossbert.evaluation.probing.in_training import (
+    SUITE_MAX_TEST, SUITE_MAX_TRAIN, load_suite_tasks, make_encode_embed_fn, run_probe_suite,
+)
+from megatron_crossbert.evaluation.probing.tasks import ProbeTask
+
+logger = logging.getLogger(__name__)
+_LOADED: dict[tuple, tuple[list[ProbeTask], list, object]] = {}
+
+
+def parse_task_specs(specs: Sequence[str]) -> dict:
+    """``glue:DIR:TASKS`` / ``jsonl:DIR`` / bare DIR -> ``collect_tasks`` keyword arguments."""
+    glue_dir, glue_tasks, jsonl = None, [], []
+    for spec in specs:
+        kind, _, rest = spec.partition(":")
+        if kind == "glue":
+            glue_dir, _, names = rest.partition(":")
+            glue_tasks += [n for n in names.split(",") if n] or available_glue_tasks(glue_dir)
+        elif kind == "jsonl":
+            jsonl.append(rest)
+        elif Path(spec).is_dir() and available_glue_tasks(spec):
+            glue_dir, glue_tasks = spec, glue_tasks + available_glue_tasks(spec)
+        else:
+            jsonl.append(spec)
+    return {"glue_dir": glue_dir, "glue_tasks": glue_tasks or None, "jsonl": jsonl}
+
+
+def _suite_inputs(run_cfg, specs: Sequence[str]) -> tuple[list[ProbeTask], list, object]:
+    """Probe tasks, MTEB tasks and tokenizer, loaded once per process (the hook calls us every N steps)."""
+    key = (tuple(specs), run_cfg.data.tokenizer)
+    if key not in _LOADED:
+        from transformers import AutoTokenizer
+
+        mteb_specs = [spec for spec in specs if is_mteb_spec(spec)]
+        probe_specs = [spec for spec in specs if spec not in mteb_specs]
+        tasks = load_suite_tasks(**parse_task_specs(probe_specs), max_train=SUITE_MAX_TRAIN, max_test=SUITE_MAX_TEST)
+        mteb_tasks = []
+        if mteb_specs:
+            from megatron_crossbert.evaluation.mteb.in_training import load_mteb_suite
+
+            mteb_tasks = load_mteb_suite(mteb_specs, max_test=SUITE_MAX_TEST)
+        _LOADED[key] = (tasks, mteb_tasks, AutoTokenizer.from_pretrained(run_cfg.data.tokenizer))
+    return _LOADED[key]
+
+
+def probe_in_training(model, run_cfg, tasks: Sequence[str], iteration: int) -> dict[str, float]:
+    """The training hook's entry point (see module docstring); ``model`` is the unwrapped chunk."""
+    from megatron_crossbert.models import model_encode
+
+    model = model[0] if isinstance(model, (list, tuple)) else model
+    if run_cfg.parallel.pipeline_model_parallel_size > 1:
+        logger.warning("in-training probes need PP=1 (encode runs the whole encoder); skipped")
+        return {}
+    probe_tasks, mteb_tasks, tokenizer = _suite_inputs(run_cfg, tasks)
+    device = next(model.parameters()).device
+    embed = make_encode_embed_fn(lambda ids, mask: model_encode(model, ids, mask), tokenizer,
+                                 max_len=run_cfg.data.seq_length, device=device)
+    scores = run_probe_suite(embed, probe_tasks, prefix="")
+    if mteb_tasks:
+        from megatron_crossbert.evaluation.mteb.in_training import run_mteb_suite
+
+        scores.update(run_mteb_suite(embed, mteb_tasks))
+    logger.info("iteration %d probes: %s", iteration, {k: round(v, 2) for k, v in scores.items()})
+    return scores
