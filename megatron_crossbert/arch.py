@@ -1,4 +1,4 @@
-"""The architecture registry: one ``ArchSpec`` per pretraining architecture, one ``EncoderLayout`` per family.
+"""The architecture registry: one ``ArchSpec`` per pretraining architecture, one ``EncoderFamily`` per family.
 
 The torchtitan TrainSpec idea: everything that differs between architectures is a field of one object,
 looked up once by name (``get_arch(run_cfg.model.arch)``); the training loop, the data builder, the
@@ -45,7 +45,7 @@ class LazyRef:
 
 
 @dataclass(frozen=True)
-class EncoderLayout:
+class EncoderFamily:
     """The structural traits of one encoder family; the one owner of what 'classic' and 'modern' mean."""
 
     name: str
@@ -63,10 +63,10 @@ class EncoderLayout:
     formats serve which encoder."""
 
 
-ENCODERS: dict[str, EncoderLayout] = {
-    "classic": EncoderLayout("classic", learned_positions=True, embedding_norm=False, gated_mlp=False,
+ENCODERS: dict[str, EncoderFamily] = {
+    "classic": EncoderFamily("classic", learned_positions=True, embedding_norm=False, gated_mlp=False,
                              linear_bias=True, hf_formats=("xlmr-xl", "megatron-bert")),
-    "modern": EncoderLayout("modern", learned_positions=False, embedding_norm=True, gated_mlp=True,
+    "modern": EncoderFamily("modern", learned_positions=False, embedding_norm=True, gated_mlp=True,
                             linear_bias=False, hf_formats=("modernbert",)),
 }
 
@@ -140,7 +140,7 @@ def get_arch(name: str) -> ArchSpec:
         raise ValueError(f"unknown architecture {name!r}; registered: {sorted(REGISTRY)}") from None
 
 
-def get_encoder(name: str) -> EncoderLayout:
+def get_encoder(name: str) -> EncoderFamily:
     """The encoder family registered as ``name``; ValueError listing the registered names otherwise."""
     try:
         return ENCODERS[name]

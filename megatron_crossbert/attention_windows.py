@@ -10,7 +10,7 @@ This module is the one owner of that rule: the core attention asks it for its la
 (megatron's ``layer_number`` is 1-based and already offset by the pipeline stage), the layer asks it
 which RoPE base to use, the FLOPs model asks it which layers are windowed, and the HF export writes
 ``layer_types`` from it. Distances are measured in ORIGINAL positions of the packed sample (the
-token layouts carry them), so CrossBERT's encoder over the visible tokens and its decoder over the
+token coordinates carry them), so CrossBERT's encoder over the visible tokens and its decoder over the
 targets use the same window as an MLM encoder over all tokens.
 """
 

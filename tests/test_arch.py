@@ -91,7 +91,7 @@ def test_the_guard_catches_every_spelling_of_a_name_comparison():
     caught = ['if cfg.arch == "bert":', 'same = result["arch"] == arch', "if r['encoder'] != 'modern':",
               'x = r.get("encoder", "classic") == "classic"', 'if encoder == "modern":', 'if arch in ("bert", "mlm"):',
               'if "classic" == model_cfg.encoder:', 'same = a == r["arch"]']
-    kept = ['for name, layout in ENCODERS.items():', 'if parts[0] == "encoder" and parts[1] == "layers":',
+    kept = ['for name, family in ENCODERS.items():', 'if parts[0] == "encoder" and parts[1] == "layers":',
             'spec = get_arch(cfg.arch)', 'encoders = spec.encoders', 'for arch in REGISTRY:']
     assert [bool(name_comparisons(line)) for line in caught] == [True] * len(caught)
     assert [bool(name_comparisons(line)) for line in kept] == [False] * len(kept)

@@ -98,7 +98,7 @@ def _wait_for(predicate, timeout: float, proc: subprocess.Popen, seen: list[str]
 
 @pytest.mark.parametrize("async_save", [False, True], ids=["sync", "async"])
 def test_sigterm_saves_and_exits_zero(indexed_corpus, tmp_path, async_save):
-    from megatron_crossbert.checkpoint.layout import latest_iteration, read_run_config
+    from megatron_crossbert.checkpoint.directories import latest_iteration, read_run_config
 
     save = tmp_path / "ckpt"
     args = _set_args(tiny_overrides("crossbert", indexed_corpus, save, training__train_iters=5000,
@@ -126,7 +126,7 @@ def test_sigterm_saves_and_exits_zero(indexed_corpus, tmp_path, async_save):
 @pytest.mark.parametrize("async_save", [False, True], ids=["sync", "async"])
 def test_sigkill_during_save_keeps_previous_checkpoint(indexed_corpus, tmp_path, async_save):
     """With async_save the kill lands after the writers finished, before the commit."""
-    from megatron_crossbert.checkpoint.layout import latest_iteration, resolve_checkpoint_dir
+    from megatron_crossbert.checkpoint.directories import latest_iteration, resolve_checkpoint_dir
     from megatron_crossbert.training import train
 
     save = tmp_path / "ckpt"

@@ -35,7 +35,7 @@ def _commit_waits_for_finalize(indexed_corpus: str, root: Path) -> dict:
     from megatron.core.dist_checkpointing import load_plain_tensors
     from megatron.core.dist_checkpointing.dict_utils import diff
 
-    from megatron_crossbert.checkpoint.layout import latest_iteration
+    from megatron_crossbert.checkpoint.directories import latest_iteration
     from megatron_crossbert.checkpoint.save import save_checkpoint
     from megatron_crossbert.training.setup import build_session
 
@@ -122,7 +122,7 @@ def _worker(rank: int, world_size: int, indexed_corpus: str, root: str) -> dict:
 def test_async_save_commits_after_all_ranks_and_resumes_exactly(indexed_corpus, tmp_path):
     from multirank import run_ranks
 
-    from megatron_crossbert.checkpoint.layout import latest_iteration
+    from megatron_crossbert.checkpoint.directories import latest_iteration
 
     results = run_ranks(_worker, 2, indexed_corpus, str(tmp_path))
     first = results[0]

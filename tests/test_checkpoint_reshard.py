@@ -56,7 +56,7 @@ def _resume_and_check(indexed_corpus: str, root: Path, source: Path, layout: dic
 
     The re-saved tensors are compared with ``expected`` (default: the checkpoint resumed from).
     """
-    from megatron_crossbert.checkpoint.layout import resolve_checkpoint_dir
+    from megatron_crossbert.checkpoint.directories import resolve_checkpoint_dir
     from megatron_crossbert.checkpoint.save import save_checkpoint
     from megatron_crossbert.training.loop import run_loop
     from megatron_crossbert.training.setup import build_session

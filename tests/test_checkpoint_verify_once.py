@@ -1,7 +1,7 @@
 """Verify once: every start resolves its checkpoint reference once and parses run_config.json once.
 
 A resolution is a call into one of the functions that turn a reference into a directory
-(``layout.resolve_checkpoint_dir``, ``layout.resolve_latest`` and the ``resume_from`` search
+(``directories.resolve_checkpoint_dir``, ``directories.resolve_latest`` and the ``resume_from`` search
 ``start_guard._explicit_source``); nested calls count as one, since ``resolve_checkpoint_dir``
 follows 'latest' itself. A parse is a ``RunConfig.load_json`` of a ``run_config.json``. Calls are
 counted by code object (``sys.setprofile``), so an import under another name cannot hide one.
@@ -24,10 +24,10 @@ from test_train_support import tiny_config, write_corpus
 @contextmanager
 def count_reads():
     """Yield a dict that counts outermost resolutions and run_config.json parses while active."""
-    from megatron_crossbert.checkpoint import layout, start_guard
+    from megatron_crossbert.checkpoint import directories, start_guard
     from megatron_crossbert.config import RunConfig
 
-    resolvers = {layout.resolve_checkpoint_dir.__code__, layout.resolve_latest.__code__,
+    resolvers = {directories.resolve_checkpoint_dir.__code__, directories.resolve_latest.__code__,
                  start_guard._explicit_source.__code__}
     parse = RunConfig.load_json.__func__.__code__
     counts = {"resolutions": 0, "run_config_parses": 0}

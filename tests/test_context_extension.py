@@ -37,7 +37,7 @@ def _save_phase_1(cfg, root) -> None:
 def _weights(root) -> dict[str, torch.Tensor]:
     from megatron.core import dist_checkpointing
 
-    from megatron_crossbert.checkpoint.layout import resolve_checkpoint_dir
+    from megatron_crossbert.checkpoint.directories import resolve_checkpoint_dir
 
     return dist_checkpointing.load_plain_tensors(str(resolve_checkpoint_dir(root)))
 
@@ -70,7 +70,7 @@ def test_init_from_1k_then_train_at_8k_with_a_new_global_rope_base(indexed_corpu
 
 
 def test_classic_encoder_past_its_position_table_is_refused_in_one_line(indexed_corpus, tmp_path):
-    from megatron_crossbert.checkpoint.layout import resolve_checkpoint_dir
+    from megatron_crossbert.checkpoint.directories import resolve_checkpoint_dir
     from megatron_crossbert.checkpoint.verify import verify_checkpoint
 
     short = tiny_config("crossbert", indexed_corpus)

@@ -1,6 +1,6 @@
 """The HF export contract, for every (architecture, encoder family, format) the registries list.
 
-The cases come from ``arch.REGISTRY`` x ``arch.EncoderLayout.hf_formats``, so a new architecture,
+The cases come from ``arch.REGISTRY`` x ``arch.EncoderFamily.hf_formats``, so a new architecture,
 family or format is covered without touching this file. Each case exports a randomised tiny
 checkpoint (CPU, fp32) through ``export_to_hf`` and checks what docs/architecture.md promises of
 every export:

@@ -27,7 +27,7 @@ from megatron_crossbert.convert import export_to_hf, import_from_hf
 from megatron_crossbert.convert.megatron_tensors import gather_tensor_parallel
 
 ENCODERS = ("classic", "modern")
-"""Encoder families tested; each is exported to every format of its ``arch.EncoderLayout.hf_formats``."""
+"""Encoder families tested; each is exported to every format of its ``arch.EncoderFamily.hf_formats``."""
 
 
 def reshard_to_tp2(rank: int, world_size: int, jobs: list[tuple[str, str, str]], tokenizer: str) -> list[dict]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from megatron_crossbert.models.attention_masks import cross_layout, padding_layout, token_layout
+from megatron_crossbert.models.attention_masks import cross_coords, padding_coords, token_coords
 from megatron_crossbert.models.core_attention import _CACHE, AttentionOptions, CoreAttention, resolve_backend
 from test_attention_masks import random_view
 
@@ -45,18 +45,18 @@ def _qkv(sq: int, sk: int, batch: int, seed: int):
 def _masks(batch: int = 3):
     """name -> (attention_mask, sq, sk, cross): none, documents+window (self), targets->visible, bool padding."""
     segments, visible, targets = random_view(batch, 40, 20, seed=7)
-    enc = token_layout(torch.gather(segments, 1, visible), visible)
-    dec = token_layout(torch.gather(segments, 1, targets), targets)
+    enc = token_coords(torch.gather(segments, 1, visible), visible)
+    dec = token_coords(torch.gather(segments, 1, targets), targets)
     pad = torch.ones(batch, 20, dtype=torch.int64)
     pad[0, 15:] = 0
     return {"none": (None, 20, 20, False), "self": (enc, 20, 20, False),
-            "cross": (cross_layout(dec, enc), 20, 20, True),
-            "padding": (padding_layout(pad), 20, 20, False), "bool": (~(pad.bool()[:, None, None, :]), 20, 20, False)}
+            "cross": (cross_coords(dec, enc), 20, 20, True),
+            "padding": (padding_coords(pad), 20, 20, False), "bool": (~(pad.bool()[:, None, None, :]), 20, 20, False)}
 
 
 def _run(backend: str, mask, sq: int, sk: int, cross: bool, grads: bool = True):
-    layout = mask is not None and mask.dtype != torch.bool
-    module = _attention(backend, cross, layer=2 if layout else 1)   # layer 2 is local: it needs positions
+    has_coords = mask is not None and mask.dtype != torch.bool
+    module = _attention(backend, cross, layer=2 if has_coords else 1)   # layer 2 is local: it needs positions
     q, k, v = _qkv(sq, sk, 3, seed=1)
     if not grads:
         with torch.no_grad():
@@ -109,7 +109,7 @@ def test_local_layer_without_layout_is_refused():
         _attention("sdpa", cross=False, layer=2)(q, k, v, None)
 
 
-def test_layers_share_the_masks_of_one_layout():
+def test_layers_share_the_masks_of_one_coordinates_tensor():
     mask, sq, sk, _ = _masks()["self"]
     first = _CACHE.get(mask, ("dense", 3, sq, sk), lambda: object())
     assert _CACHE.get(mask, ("dense", 3, sq, sk), lambda: object()) is first

@@ -5,7 +5,7 @@
 - isolation: changing document B never changes document A's encoder output or loss (CrossBERT encoder
   and per-target loss; both MLM baselines' per-token loss); without the mask it does;
 - 1-token fragments whose only token is a target in a view: no NaN in loss or gradients, on every backend;
-- layouts and stacked RoPE survive full activation recompute;
+- token coordinates and stacked RoPE survive full activation recompute;
 - the TE spec's old checkpoints (``core_attention._extra_state``) load into the new module.
 """
 
@@ -147,7 +147,7 @@ def test_flex_forward_equals_sdpa_on_the_cpu():
 
 
 def test_layouts_and_stacked_rope_survive_activation_recompute():
-    """Full recompute saves attention_mask (the layout) and rotary_pos_emb through save_for_backward."""
+    """Full recompute saves attention_mask (the token coordinates) and rotary_pos_emb through save_for_backward."""
     batch = sample_batch(_cfg("crossbert-modern-windows"))
     plain = loss_and_grads(make(_cfg("crossbert-modern-windows")), batch)
     recomputed = loss_and_grads(make(_cfg("crossbert-modern-windows", "parallel.recompute_activations=true")), batch)

@@ -75,7 +75,7 @@ def test_mteb_cli_on_native_checkpoint(native):
 def test_live_encode_suite_matches_exported_features(native):
     from transformers import AutoTokenizer
 
-    from megatron_crossbert.checkpoint.layout import read_run_config
+    from megatron_crossbert.checkpoint.directories import read_run_config
     from megatron_crossbert.evaluation.probing.in_training import load_suite_tasks, make_encode_embed_fn, run_probe_suite
     from megatron_crossbert.evaluation.training_hook import probe_in_training
 

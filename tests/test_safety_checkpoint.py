@@ -121,7 +121,7 @@ def test_latest_pointer_is_parsed_strictly(tmp_path):
 
 def test_readers_name_the_pointer_file(tmp_path):
     from megatron_crossbert.checkpoint.errors import CheckpointError
-    from megatron_crossbert.checkpoint.layout import latest_iteration, resolve_checkpoint_dir
+    from megatron_crossbert.checkpoint.directories import latest_iteration, resolve_checkpoint_dir
 
     root = _fake_root(tmp_path)
     (root / "latest").write_text("iter_12x\n")

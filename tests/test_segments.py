@@ -85,7 +85,7 @@ def test_a_checkpoint_from_before_document_masks_reads_as_trained_without(tmp_pa
     """The one reader of run_config.json fills a field the checkpoint predates with what that run had."""
     import json
 
-    from megatron_crossbert.checkpoint.layout import RUN_CONFIG_FILE, load_saved_config
+    from megatron_crossbert.checkpoint.directories import RUN_CONFIG_FILE, load_saved_config
     from megatron_crossbert.config import RunConfig
 
     raw = RunConfig().to_dict()

@@ -31,13 +31,13 @@ def _inputs(sizes: dict, device, dtype, train: bool):
     import torch
 
     from megatron_crossbert.benchmarking.batches import synthetic_segments
-    from megatron_crossbert.models.attention_masks import sample_layout
+    from megatron_crossbert.models.attention_masks import sample_coords
 
     gen = torch.Generator(device="cpu").manual_seed(0)
     shape = (sizes["seq_length"], 1, sizes["heads"], sizes["head_dim"])
     qkv = [torch.randn(shape, generator=gen).to(device=device, dtype=dtype).requires_grad_(train) for _ in range(3)]
     segments = synthetic_segments(np.random.default_rng(0), sizes["seq_length"]).astype(np.int64)
-    return qkv, sample_layout(torch.from_numpy(segments)[None].to(device)), int(segments.max()) + 1
+    return qkv, sample_coords(torch.from_numpy(segments)[None].to(device)), int(segments.max()) + 1
 
 
 def _module(backend: str, half: int, sizes: dict, toy: bool):
@@ -52,14 +52,14 @@ def _module(backend: str, half: int, sizes: dict, toy: bool):
     return CoreAttention(config, 1, AttnMaskType.padding, "self", options=options)
 
 
-def _run(module, qkv, layout, train: bool, device):
+def _run(module, qkv, coords, train: bool, device):
     """(output, [q, k, v grads] or None) of one call; the weighted sum makes every gradient entry count."""
     import torch
 
     for tensor in qkv:
         tensor.grad = None
     with torch.set_grad_enabled(train):
-        out = module(*qkv, layout)
+        out = module(*qkv, coords)
         if train:
             (out.float() * torch.linspace(-1, 1, out.numel(), device=device).view_as(out)).sum().backward()
     if device.type == "cuda":
@@ -67,17 +67,17 @@ def _run(module, qkv, layout, train: bool, device):
     return out.detach(), ([t.grad.detach().clone() for t in qkv] if train else None)
 
 
-def _timing(module, qkv, layout, train: bool, device, repeats: int) -> dict:
+def _timing(module, qkv, coords, train: bool, device, repeats: int) -> dict:
     from megatron_crossbert.benchmarking.memory import measure_step_memory
 
     start = time.perf_counter()
-    _run(module, qkv, layout, train, device)                   # compile (flex) and masks
+    _run(module, qkv, coords, train, device)                   # compile (flex) and masks
     first = time.perf_counter() - start
     start = time.perf_counter()
     for _ in range(repeats):
-        _run(module, qkv, layout, train, device)
+        _run(module, qkv, coords, train, device)
     step = (time.perf_counter() - start) / repeats
-    memory = measure_step_memory(lambda: _run(module, qkv, layout, train, device), device)
+    memory = measure_step_memory(lambda: _run(module, qkv, coords, train, device), device)
     return {"first_call_s": first, "step_ms": 1e3 * step, "tokens_per_s": qkv[0].shape[0] / step,
             "peak_step_mib": memory["peak_step_bytes"] / 2**20}
 
@@ -100,14 +100,14 @@ def kernel_comparison(toy: bool) -> list[dict]:
     train = device.type == "cuda"                                # flex has no CPU backward
     rows = []
     for mask, half in (("documents", 0), ("documents+window", sizes["window"] // 2)):
-        qkv, layout, documents = _inputs(sizes, device, dtype, train)
+        qkv, coords, documents = _inputs(sizes, device, dtype, train)
         row = {"mask": mask, "seq_length": sizes["seq_length"], "documents": documents, "dtype": str(dtype),
                "passes": "fwd+bwd" if train else "fwd"}
         outputs = {}
         for backend in ("flex", "sdpa"):
             module = _module(backend, half, sizes, toy)
-            outputs[backend] = _run(module, qkv, layout, train, device)
-            row[backend] = _timing(module, qkv, layout, train, device, sizes["repeats"])
+            outputs[backend] = _run(module, qkv, coords, train, device)
+            row[backend] = _timing(module, qkv, coords, train, device, sizes["repeats"])
         (flex_out, flex_grads), (sdpa_out, sdpa_grads) = outputs["flex"], outputs["sdpa"]
         row["output_rel_err"] = _relative(flex_out, sdpa_out)
         row["grad_rel_err"] = max(map(_relative, flex_grads, sdpa_grads)) if train else None

@@ -91,11 +91,11 @@ def _segments(case: dict):
 
 
 def _attention(case: dict, device):
-    """(CoreAttention module, layout or None, documents) of one case."""
+    """(CoreAttention module, coords or None, documents) of one case."""
     from megatron.core.transformer.enums import AttnMaskType
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    from megatron_crossbert.models.attention_masks import sample_layout
+    from megatron_crossbert.models.attention_masks import sample_coords
     from megatron_crossbert.models.core_attention import AttentionOptions, CoreAttention
 
     config = TransformerConfig(num_layers=1, hidden_size=case["heads"] * case["head_dim"],
@@ -107,7 +107,7 @@ def _attention(case: dict, device):
     if case["mask"] == "none":
         return module, None, 1
     segments, documents = _segments(case)
-    return module, sample_layout(segments.expand(case["batch"], -1).to(device)), documents
+    return module, sample_coords(segments.expand(case["batch"], -1).to(device)), documents
 
 
 def run_case(case: dict) -> dict:
@@ -120,7 +120,7 @@ def run_case(case: dict) -> dict:
 
     device = _device(case["device"])
     platform.initialize(ParallelConfig(), 0)
-    module, layout, documents = _attention(case, device)
+    module, coords, documents = _attention(case, device)
     train = device.type == "cuda" or case["backend"] != "flex"
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     seq = case["seq_length"]
@@ -129,7 +129,7 @@ def run_case(case: dict) -> dict:
 
     def step():
         with torch.set_grad_enabled(train):
-            out = module(q, k, v, layout)
+            out = module(q, k, v, coords)
             if train:
                 out.float().sum().backward()
         if device.type == "cuda":
@@ -137,7 +137,7 @@ def run_case(case: dict) -> dict:
 
     warmup = _timed(step)
     with torch.set_grad_enabled(train):  # as inside the forward (grad mode is part of compiled flex's guards)
-        mask = None if layout is None else _timed(lambda: module.masks(layout.clone(), seq, seq, case["batch"]))
+        mask = None if coords is None else _timed(lambda: module.masks(coords.clone(), seq, seq, case["batch"]))
     times = [_timed(step) for _ in range(case["repeats"])]
     memory = measure_step_memory(step, device)
     return {**{k: case[k] for k in ("seq_length", "mask", "backend")}, "passes": "fwd+bwd" if train else "fwd",

@@ -142,7 +142,7 @@ def _save_full(trainable, ckpt_root: Path, mode: str, sharding_type: str) -> flo
 
 def _load(trainable, ckpt_root: Path, state: str, verify: str) -> _Clock:
     """Verify, then load, as resume and export do; returns the clock of the checksum check alone."""
-    from megatron_crossbert.checkpoint.layout import resolve_checkpoint_dir
+    from megatron_crossbert.checkpoint.directories import resolve_checkpoint_dir
     from megatron_crossbert.checkpoint.load import load_checkpoint, read_model_weights
     from megatron_crossbert.checkpoint.verify import open_checkpoint, verify_checkpoint, verify_contents
 
@@ -163,7 +163,7 @@ def _load(trainable, ckpt_root: Path, state: str, verify: str) -> _Clock:
 def _record(ckpt_dir: Path) -> _Clock:
     """Hash the written checkpoint the way the commit does (world size 1: every file), timed."""
     from megatron_crossbert.checkpoint.checksums import own_shards, write_record
-    from megatron_crossbert.checkpoint.layout import RUN_CONFIG_FILE
+    from megatron_crossbert.checkpoint.directories import RUN_CONFIG_FILE
 
     with _Clock() as clock:
         pending = {RUN_CONFIG_FILE: (ckpt_dir / RUN_CONFIG_FILE).read_bytes()}

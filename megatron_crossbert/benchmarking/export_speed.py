@@ -4,7 +4,7 @@ What users of an export pay for: sentences/s of stock ``AutoModel`` forward pass
 for every registered format that represents the model exactly and every attention backend its class
 supports (``sdpa``/``eager``, plus ``flash_attention_2`` on a GPU when ``flash_attn`` is installed).
 All rows come from real exports of randomly initialised native CrossBERT checkpoints of one shape, one
-checkpoint per encoder family the requested formats serve (``arch.EncoderLayout.hf_formats``: the
+checkpoint per encoder family the requested formats serve (``arch.EncoderFamily.hf_formats``: the
 classic one for ``xlmr-xl``/``megatron-bert``, the modern one for ``modernbert``). Speed-ups are relative to the
 eager MegatronBert row (the reference, today's eager-only export); each row's max abs diff is to the
 reference row of its own checkpoint (``REFERENCE`` when that checkpoint exports to it, else its
@@ -135,8 +135,8 @@ def _exports(work: Path, tokenizer: Path, options: ExportSpeedOptions) -> tuple[
 
     wanted = {get_format(name).name for name in options.formats}  # an unknown name fails before any work
     exports, skipped = [], []
-    for encoder, layout in ENCODERS.items():
-        names = [name for name in layout.hf_formats if not wanted or name in wanted]
+    for encoder, family in ENCODERS.items():
+        names = [name for name in family.hf_formats if not wanted or name in wanted]
         source = open_export_source(_checkpoint(work, options, tokenizer, encoder)) if names else None
         for fmt in map(get_format, names):
             reasons = fmt.unsupported(source.saved.model)

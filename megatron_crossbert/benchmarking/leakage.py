@@ -19,7 +19,7 @@ import torch
 
 from megatron_crossbert.data.packing import PackingIndex, build_packing_index, cross_document_pairs, sample_segments
 from megatron_crossbert.masking import complementary_views
-from megatron_crossbert.models.attention_masks import key_ranges, token_layout
+from megatron_crossbert.models.attention_masks import key_ranges, token_coords
 
 WORDPIECE_SAMPLE_DOCS = 20000
 """Documents the stand-in 32k WordPiece is trained on when no tokenizer is given."""
@@ -69,7 +69,7 @@ def _pairs(query: np.ndarray, key: np.ndarray) -> tuple[int, int]:
 def _empty_rows(segments: np.ndarray, visible: np.ndarray, targets: np.ndarray, half: int) -> int:
     seg = torch.from_numpy(segments.astype(np.int64))[None]
     t, v = torch.from_numpy(targets)[None], torch.from_numpy(visible)[None]
-    return int(key_ranges(token_layout(seg.gather(1, t), t), token_layout(seg.gather(1, v), v), half).empty.sum())
+    return int(key_ranges(token_coords(seg.gather(1, t), t), token_coords(seg.gather(1, v), v), half).empty.sum())
 
 
 def measure_leakage(lengths: np.ndarray, seq_length: int, samples: int, seed: int) -> dict:

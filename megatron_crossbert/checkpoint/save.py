@@ -44,7 +44,7 @@ from megatron_crossbert.checkpoint.checksums import own_shards
 from megatron_crossbert.checkpoint.checksums import write_record as write_checksums
 from megatron_crossbert.checkpoint.data_record import write_data_record
 from megatron_crossbert.checkpoint.errors import CheckpointError, CheckpointSaveError, DiskFullError
-from megatron_crossbert.checkpoint.layout import (
+from megatron_crossbert.checkpoint.directories import (
     ITER_PREFIX,
     RUN_CONFIG_FILE,
     complete_checkpoints,

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from megatron_crossbert.checkpoint.errors import CheckpointSaveError, DiskFullError
-from megatron_crossbert.checkpoint.layout import complete_checkpoints, iteration_dir_name
+from megatron_crossbert.checkpoint.directories import complete_checkpoints, iteration_dir_name
 
 NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 _NO_SPACE_TEXT = ("no space left on device", "disk quota exceeded", "[errno 28]", "[errno 122]")

@@ -4,7 +4,7 @@ Rules (all checked before anything is built or written, on every rank):
 
 - ``checkpoint.resume_from`` names the checkpoint explicitly; otherwise ``load_dir``'s 'latest';
   otherwise ``save_dir``'s 'latest'. A 'latest' that is junk, empty or points at an incomplete
-  directory is an error (``layout.read_latest``), never a silent fresh start. Without one of
+  directory is an error (``directories.read_latest``), never a silent fresh start. Without one of
   those, ``checkpoint.init_from`` names a checkpoint whose weights alone are loaded.
 - The checkpoint found is resolved here once and verified once (``verify.verify_checkpoint``: model
   shape, optimizer layout, LR-schedule policy, tokenizer; the files' checksums follow once the
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from megatron_crossbert.checkpoint.errors import CheckpointError
-from megatron_crossbert.checkpoint.layout import (
+from megatron_crossbert.checkpoint.directories import (
     LATEST_FILE,
     complete_checkpoints,
     is_complete,

@@ -27,7 +27,7 @@ from megatron_crossbert.checkpoint.checksums import (
 from megatron_crossbert.checkpoint.context_extension import extension_refusals, log_extension, resume_mismatches
 from megatron_crossbert.checkpoint.data_record import check_resume_data
 from megatron_crossbert.checkpoint.errors import CheckpointError
-from megatron_crossbert.checkpoint.layout import (
+from megatron_crossbert.checkpoint.directories import (
     iteration_of, load_saved_config, resolve_checkpoint_dir,
 )
 from megatron_crossbert.checkpoint.optimizer_format import reshard_refusal, saved_sharding_type

@@ -57,7 +57,7 @@ def gather_tensor_parallel(shards: list[dict[str, torch.Tensor]], *,
 
     Sharded tensors are concatenated along their partition dim; replicated ones must agree across
     ranks (a mismatch means the shards do not belong together). ``gated_mlp`` (the encoder family's
-    ``arch.EncoderLayout.gated_mlp``) gathers ``linear_fc1`` half by half. The discarded CrossBERT
+    ``arch.EncoderFamily.gated_mlp``) gathers ``linear_fc1`` half by half. The discarded CrossBERT
     branch and ``_extra_state`` entries are skipped.
     """
     if not shards:

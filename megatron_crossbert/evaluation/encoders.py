@@ -51,7 +51,7 @@ class ResolvedModel:
 
 
 def is_native_checkpoint(path: str | Path) -> bool:
-    from megatron_crossbert.checkpoint.layout import LATEST_FILE, RUN_CONFIG_FILE
+    from megatron_crossbert.checkpoint.directories import LATEST_FILE, RUN_CONFIG_FILE
 
     path = Path(path)
     return path.is_dir() and ((path / RUN_CONFIG_FILE).is_file() or (path / LATEST_FILE).is_file())
@@ -77,7 +77,7 @@ def hf_dir_identity(path: str | Path) -> str:
 
 def native_checkpoint_identity(source: VerifiedCheckpoint) -> str:
     """Resolved iteration dir + its run config + file sizes/mtimes (weights are sharded, not hashed)."""
-    from megatron_crossbert.checkpoint.layout import RUN_CONFIG_FILE
+    from megatron_crossbert.checkpoint.directories import RUN_CONFIG_FILE
 
     ckpt = source.directory.resolve()
     digest = hashlib.sha256(str(ckpt).encode())

@@ -10,15 +10,15 @@ baselines, padded ``encode`` batches):
 sample (so a window is measured in positions, never in visible indices), ``half`` the layer's half
 window (``attention_windows``; 0 = global).
 
-The token layout
-----------------
-Attention receives one integer tensor ``layout [b, 2, n]`` through megatron's ``attention_mask``
+Token coordinates
+-----------------
+Attention receives one integer tensor ``coords [b, 2, n]`` through megatron's ``attention_mask``
 argument (megatron hands it to core attention untouched; activation recompute saves it like any
 tensor): row 0 holds segment ids, row 1 original positions. Self-attention: ``n = s`` (queries and keys
 are the same tokens). Cross-attention: ``n = sq + sk``, queries first. A bool tensor is megatron's own
-convention (True = masked out) and is not a layout.
+convention (True = masked out) and carries no coordinates.
 
-Contract: along each row of a layout part, segments are non-decreasing and positions increase within
+Contract: along each row of a coordinates part, segments are non-decreasing and positions increase within
 a segment. Sorted visible/target positions and the packed sample's segment ids (``segments``) satisfy
 it by construction. Then every query's allowed keys form ONE contiguous index range ``[lo, hi)``, found
 with ``torch.searchsorted`` in ``O(sq log sk)``. Dense masks, flex ``mask_mod``s and a row-emptiness
@@ -46,17 +46,17 @@ _STRIDE = 1 << 32
 """Segment stride of the sort key ``segment * _STRIDE + position``; positions and windows stay far below it."""
 
 
-def token_layout(segments: Tensor, positions: Tensor) -> Tensor:
-    """``[b, 2, n]`` int64 layout of tokens with these segment ids and original positions (both ``[b, n]``)."""
+def token_coords(segments: Tensor, positions: Tensor) -> Tensor:
+    """``[b, 2, n]`` int64 coordinates of tokens with these segment ids and original positions (both ``[b, n]``)."""
     return torch.stack((segments.to(torch.int64), positions.to(torch.int64)), dim=1)
 
 
-def cross_layout(query_layout: Tensor, key_layout: Tensor) -> Tensor:
-    """Cross-attention layout: query tokens then key tokens along the last axis."""
-    return torch.cat((query_layout, key_layout), dim=-1)
+def cross_coords(query_coords: Tensor, key_coords: Tensor) -> Tensor:
+    """Cross-attention coordinates: query tokens then key tokens along the last axis."""
+    return torch.cat((query_coords, key_coords), dim=-1)
 
 
-def padding_layout(keep: Tensor) -> Tensor:
+def padding_coords(keep: Tensor) -> Tensor:
     """Layout of an HF-style padded batch (``keep [b, s]``, 1 = token): positions 0..s-1, one segment per run.
 
     Real tokens are one run, padding another, so real tokens never see padding and padded query rows
@@ -66,17 +66,17 @@ def padding_layout(keep: Tensor) -> Tensor:
     keep = keep.to(torch.int64)
     runs = torch.cat((torch.zeros_like(keep[:, :1]), (keep[:, 1:] != keep[:, :-1]).to(torch.int64)), 1).cumsum(1)
     positions = torch.arange(keep.shape[1], device=keep.device).expand_as(keep)
-    return token_layout(runs, positions)
+    return token_coords(runs, positions)
 
 
-def split_layout(layout: Tensor, sq: int, sk: int) -> tuple[Tensor, Tensor]:
-    """(query part ``[b, 2, sq]``, key part ``[b, 2, sk]``) of a self- or cross-attention layout."""
-    n = layout.shape[-1]
+def split_coords(coords: Tensor, sq: int, sk: int) -> tuple[Tensor, Tensor]:
+    """(query part ``[b, 2, sq]``, key part ``[b, 2, sk]``) of self- or cross-attention coordinates."""
+    n = coords.shape[-1]
     if n == sk and sq == sk:
-        return layout, layout
+        return coords, coords
     if n == sq + sk:
-        return layout[..., :sq], layout[..., sq:]
-    raise ValueError(f"token layout of length {n} fits neither self-attention ({sq}x{sk}) nor "
+        return coords[..., :sq], coords[..., sq:]
+    raise ValueError(f"a token coordinates tensor of length {n} fits neither self-attention ({sq}x{sk}) nor "
                      f"cross-attention (needs {sq}+{sk})")
 
 
@@ -109,9 +109,9 @@ def key_ranges(query_part: Tensor, key_part: Tensor, half: int) -> KeyRanges:
     return KeyRanges(lo, hi, empty)
 
 
-def ranges_for(layout: Tensor, sq: int, sk: int, half: int) -> KeyRanges:
-    """``key_ranges`` of a whole layout (self or cross)."""
-    query_part, key_part = split_layout(layout, sq, sk)
+def ranges_for(coords: Tensor, sq: int, sk: int, half: int) -> KeyRanges:
+    """``key_ranges`` of whole coordinates (self or cross)."""
+    query_part, key_part = split_coords(coords, sq, sk)
     return key_ranges(query_part, key_part, half)
 
 
@@ -141,26 +141,27 @@ def flex_mask_mod(ranges: KeyRanges):
     return mask_mod
 
 
-def check_layout(layout: Tensor, sq: int, sk: int) -> None:
-    """ValueError when a layout breaks the sortedness contract (debug/tests: it syncs with the device)."""
-    for name, part in zip(("query", "key"), split_layout(layout, sq, sk)):
+def check_coords(coords: Tensor, sq: int, sk: int) -> None:
+    """ValueError when coordinates break the sortedness contract (debug/tests: it syncs with the device)."""
+    for name, part in zip(("query", "key"), split_coords(coords, sq, sk)):
         key = _sort_key(part)
         if bool((key[:, 1:] <= key[:, :-1]).any()):
-            raise ValueError(f"token layout ({name} part) is not strictly sorted by (segment, position) along each row")
+            raise ValueError(f"the {name} part of the token coordinates is not strictly sorted by (segment, position) "
+                             "along each row")
 
 
-def sample_layout(segments: Tensor) -> Tensor:
+def sample_coords(segments: Tensor) -> Tensor:
     """Layout of whole packed samples (MLM baselines): ``segments [b, L]`` at positions 0..L-1."""
     positions = torch.arange(segments.shape[1], device=segments.device).expand_as(segments)
-    return token_layout(segments, positions)
+    return token_coords(segments, positions)
 
 
-def view_layouts(segments: Tensor, visible: Tensor, targets: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """CrossBERT's (encoder self, decoder self, decoder cross) layouts of the view rows.
+def view_coords(segments: Tensor, visible: Tensor, targets: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """CrossBERT's (encoder self, decoder self, decoder cross) coordinates of the view rows.
 
     ``segments [rows, L]`` are the samples' fragment ids (one row per view), ``visible [rows, Lv]`` and
     ``targets [rows, T]`` sorted positions: the views' ids are gathered exactly as their tokens are.
     """
-    encoder = token_layout(torch.gather(segments, 1, visible), visible)
-    decoder = token_layout(torch.gather(segments, 1, targets), targets)
-    return encoder, decoder, cross_layout(decoder, encoder)
+    encoder = token_coords(torch.gather(segments, 1, visible), visible)
+    decoder = token_coords(torch.gather(segments, 1, targets), targets)
+    return encoder, decoder, cross_coords(decoder, encoder)

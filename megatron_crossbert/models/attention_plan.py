@@ -3,8 +3,8 @@
 ``attention_plan(run_cfg, training=...)`` is the one translation of ``model.attention_backend``,
 ``model.local_attention``/``global_attn_every_n_layers``/``local_rotary_base`` and
 ``data.document_mask`` into what the model builders need: an ``AttentionOptions`` per stack (encoder,
-decoder: each layer's half window and the backend) and whether the forward passes token layouts at all.
-Without document masks and windows no layout is built and SDPA runs its unmasked kernels.
+decoder: each layer's half window and the backend) and whether the forward passes token coordinates at all.
+Without document masks and windows no coordinates are built and SDPA runs its unmasked kernels.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ class AttentionPlan:
     encoder: AttentionOptions = field(default_factory=AttentionOptions)
     decoder: AttentionOptions = field(default_factory=AttentionOptions)
     document_mask: bool = False
-    """Attention stays inside each document (the forward builds layouts from the samples' segments)."""
+    """Attention stays inside each document (the forward builds token coordinates from the samples' segments)."""
     local_rotary_base: float | None = None
     """RoPE base of the local layers; None when no layer is local."""
     why: str = ""
@@ -35,8 +35,8 @@ class AttentionPlan:
         return any(self.encoder.half_windows) or any(self.decoder.half_windows)
 
     @property
-    def layouts(self) -> bool:
-        """The pretraining forward passes token layouts (documents or windows apply)."""
+    def passes_coords(self) -> bool:
+        """The pretraining forward passes token coordinates (documents or windows apply)."""
         return self.document_mask or self.windowed
 
     def describe(self) -> str:

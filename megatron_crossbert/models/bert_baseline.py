@@ -13,7 +13,7 @@ repeats its first half; ``bert_encode`` (evaluation) uses it too, since megatron
 ``return_embeddings=True`` raises.
 
 Document masks: megatron's ``bert_extended_attention_mask`` turns a ``[b, s]`` padding mask into a
-bool mask; a token layout ``[b, 2, s]`` (``attention_masks``) passes through it untouched to our
+bool mask; token coordinates ``[b, 2, s]`` (``attention_masks``) pass through it untouched to our
 ``CoreAttention``, so ``forward(input_ids, None, lm_labels=, segments=)`` keeps attention inside
 each document with megatron's own class.
 """
@@ -25,7 +25,7 @@ from megatron.core.models.bert.bert_model import BertModel
 from torch import Tensor
 
 from megatron_crossbert.config import RunConfig
-from megatron_crossbert.models.attention_masks import sample_layout
+from megatron_crossbert.models.attention_masks import sample_coords
 from megatron_crossbert.models.attention_plan import AttentionPlan
 from megatron_crossbert.models.sparse_head import sparse_lm_loss
 from megatron_crossbert.models.specs import encoder_layer_spec
@@ -49,7 +49,7 @@ class BaselineBertModel(BertModel):
                 lm_labels: Tensor | None = None, prediction_mask: Tensor | None = None,
                 segments: Tensor | None = None, **kwargs):
         if segments is not None and self.attention.document_mask:
-            attention_mask = sample_layout(segments)
+            attention_mask = sample_coords(segments)
         if lm_labels is not None and prediction_mask is not None and self.sparse_prediction:
             hidden = bert_encoder_states(self, input_ids, attention_mask)
             return sparse_lm_loss(self, hidden, lm_labels, prediction_mask) if self.post_process else hidden
@@ -60,7 +60,7 @@ class BaselineBertModel(BertModel):
         return out
 
     def bert_extended_attention_mask(self, attention_mask: Tensor | None) -> Tensor | None:
-        """Token layouts (3-D integer) and None pass through; HF ``[b, s]`` masks get megatron's treatment."""
+        """Token coordinates (3-D integer) and None pass through; HF ``[b, s]`` masks get megatron's treatment."""
         if attention_mask is None or attention_mask.dim() == 3:
             return attention_mask
         return super().bert_extended_attention_mask(attention_mask)

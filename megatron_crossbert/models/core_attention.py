@@ -12,9 +12,9 @@ spec this replaces only ``TEDotProductAttention``: TE keeps its fused LayerNorm+
 
 ``attention_mask`` is what the model passed to megatron's block, untouched by megatron:
 - None: no mask (SDPA then runs its unmasked flash/cuDNN kernels);
-- an integer token layout (``attention_masks``): document ids and original positions, from which this
+- integer token coordinates (``attention_masks``): document ids and original positions, from which this
   module derives the mask of ITS layer (global, or local with the layer's window) once per forward
-  and per window, shared by every layer through a small cache keyed on the layout tensor;
+  and per window, shared by every layer through a small cache keyed on the coordinates tensor;
 - a bool tensor in megatron's convention (True = masked out), e.g. megatron BertModel's own masks.
 
 The backend is resolved once per run (``resolve_backend``, called by ``models.attention_plan``); the
@@ -90,25 +90,25 @@ class AttentionOptions:
         return self.half_windows[layer_number - 1] if self.half_windows else 0
 
 
-class _LayoutCache:
-    """Masks derived from one layout tensor, shared by all layers of a forward (weakly keyed: a freed
-    layout drops its masks; a recomputed chunk gets a fresh detached tensor and rebuilds)."""
+class _MaskCache:
+    """Masks derived from one coordinates tensor, shared by all layers of a forward (weakly keyed: a freed
+    tensor drops its masks; a recomputed chunk gets a fresh detached tensor and rebuilds)."""
 
     def __init__(self) -> None:
         self._entries: dict[int, tuple[weakref.ref, dict]] = {}
 
-    def get(self, layout: Tensor, key: tuple, build):
+    def get(self, coords: Tensor, key: tuple, build):
         self._entries = {k: v for k, v in self._entries.items() if v[0]() is not None}
-        ref, masks = self._entries.get(id(layout), (None, None))
-        if ref is None or ref() is not layout:
+        ref, masks = self._entries.get(id(coords), (None, None))
+        if ref is None or ref() is not coords:
             masks = {}
-            self._entries[id(layout)] = (weakref.ref(layout), masks)
+            self._entries[id(coords)] = (weakref.ref(coords), masks)
         if key not in masks:
             masks[key] = build()
         return masks[key]
 
 
-_CACHE = _LayoutCache()
+_CACHE = _MaskCache()
 
 
 @lru_cache(maxsize=1)
@@ -166,7 +166,7 @@ class CoreAttention(MegatronModule):
                 attn_mask_type=None, attention_bias: Tensor | None = None, packed_seq_params=None) -> Tensor:
         if attention_bias is not None or packed_seq_params is not None:
             raise NotImplementedError("CoreAttention takes no attention_bias or packed (THD) sequences; "
-                                      "document masks travel as a token layout in attention_mask")
+                                      "document masks travel as token coordinates in attention_mask")
         masks = self.masks(attention_mask, query.shape[0], key.shape[0], query.shape[1])
         if self.reference is not None:
             mask = None if masks.keep is None else ~masks.keep
@@ -180,12 +180,12 @@ class CoreAttention(MegatronModule):
         return out
 
     def masks(self, attention_mask: Tensor | None, sq: int, sk: int, batch: int) -> LayerMasks:
-        """What this layer's kernel needs from ``attention_mask``, built once per layout and window and
+        """What this layer's kernel needs from ``attention_mask``, built once per coordinates tensor and window and
         shared by every layer of the forward (the cache); ``crossbert-bench attention`` times this."""
         if attention_mask is None:
             if self.half_window:
                 raise ValueError(f"layer {self.layer_number} is local (window {2 * self.half_window}) but "
-                                 "no token layout reached its core attention")
+                                 "no token coordinates reached its core attention")
             return LayerMasks()
         if attention_mask.dtype == torch.bool:
             return self._bool_masks(attention_mask, sq, sk)
@@ -204,7 +204,7 @@ class CoreAttention(MegatronModule):
         are widened to every key (and zeroed after attention in cross-attention)."""
         if self.half_window:
             raise ValueError(f"layer {self.layer_number} is local but got a bool mask, which carries no "
-                             "positions; pass a token layout")
+                             "positions; pass token coordinates")
         keep = ~attention_mask
         empty = ~keep.any(-1).any(1)                       # [b, sq]; masks broadcast over heads
         keep = keep | empty[:, None, :, None]

@@ -11,8 +11,8 @@ Both views of a sequence run as separate rows of one batch: ``[b, V, Lv] -> b*V`
 tokens, so the pipeline tensor is ``[Lv, b*V, h]``. There is no padding anywhere in pretraining.
 
 Document masks and windows (``attention_plan``): the views' document ids are gathered from the
-sample's ``segments`` exactly as their tokens are, and each attention gets its token layout
-(``attention_masks.view_layouts``): encoder self-attention over the visible tokens, decoder
+sample's ``segments`` exactly as their tokens are, and each attention gets its token coordinates
+(``attention_masks.view_coords``): encoder self-attention over the visible tokens, decoder
 self-attention among the targets, decoder cross-attention from targets to visible tokens.
 """
 
@@ -24,9 +24,9 @@ from megatron.core.transformer.transformer_block import TransformerBlock
 from megatron.core.transformer.transformer_config import TransformerConfig
 from torch import Tensor
 
-from megatron_crossbert.arch import EncoderLayout, get_encoder
+from megatron_crossbert.arch import EncoderFamily, get_encoder
 from megatron_crossbert.config import RunConfig
-from megatron_crossbert.models.attention_masks import view_layouts
+from megatron_crossbert.models.attention_masks import view_coords
 from megatron_crossbert.models.attention_plan import AttentionPlan
 from megatron_crossbert.models.encoder import EncoderLanguageModel, LMHead
 from megatron_crossbert.models.rotary import KindRotary
@@ -37,11 +37,11 @@ from megatron_crossbert.models.transformer_config import transformer_config
 class CrossBertModel(EncoderLanguageModel):
     """The CrossBERT pretraining model on either encoder family (a megatron LanguageModule)."""
 
-    def __init__(self, config: TransformerConfig, decoder_config: TransformerConfig, *, layout: EncoderLayout,
+    def __init__(self, config: TransformerConfig, decoder_config: TransformerConfig, *, family: EncoderFamily,
                  vocab_size: int, max_sequence_length: int, rotary_base: float, use_te: bool,
                  attention: AttentionPlan, decoder_position_embedding: bool = True, pre_process: bool = True,
                  post_process: bool = True) -> None:
-        super().__init__(config, layout=layout, vocab_size=vocab_size, max_sequence_length=max_sequence_length,
+        super().__init__(config, family=family, vocab_size=vocab_size, max_sequence_length=max_sequence_length,
                          rotary_base=rotary_base, use_te=use_te, attention=attention, pre_process=pre_process,
                          post_process=post_process)
         if post_process:
@@ -84,21 +84,21 @@ class CrossBertModel(EncoderLanguageModel):
         visible = visible.reshape(batch * views, -1)
         targets = targets.reshape(batch * views, -1)
         row_segments = None if segments is None else segments.repeat_interleave(views, dim=0)
-        layouts = self._view_layouts(row_segments, rows, visible, targets)
-        hidden = self.run_encoder(torch.gather(rows, 1, visible), visible, layouts[0])
+        coords = self._view_coords(row_segments, rows, visible, targets)
+        hidden = self.run_encoder(torch.gather(rows, 1, visible), visible, coords[0])
         if not self.post_process:
             return hidden
-        logits = self._reconstruct(hidden, visible, targets, *layouts[1:])
+        logits = self._reconstruct(hidden, visible, targets, *coords[1:])
         labels = torch.gather(rows, 1, targets)
         return self.compute_language_model_loss(labels, logits).float()   # CE upcasts logits itself
 
-    def _view_layouts(self, row_segments: Tensor | None, rows: Tensor, visible: Tensor, targets: Tensor) -> tuple:
-        """(encoder, decoder self, decoder cross) token layouts, or Nones when no mask applies."""
-        if not self.attention.layouts:
+    def _view_coords(self, row_segments: Tensor | None, rows: Tensor, visible: Tensor, targets: Tensor) -> tuple:
+        """(encoder, decoder self, decoder cross) token coordinates, or Nones when no mask applies."""
+        if not self.attention.passes_coords:
             return None, None, None
         if row_segments is None or not self.attention.document_mask:
             row_segments = torch.zeros_like(rows)
-        return view_layouts(row_segments, visible, targets)
+        return view_coords(row_segments, visible, targets)
 
     def _queries(self, targets: Tensor) -> Tensor:
         """Decoder input ``[T, bV, h]``: the mask embedding, plus the target's learned position if enabled."""
@@ -107,8 +107,8 @@ class CrossBertModel(EncoderLanguageModel):
             queries = queries + self.decoder_position_embedding(targets)
         return queries.transpose(0, 1).contiguous()
 
-    def _reconstruct(self, memory: Tensor, visible: Tensor, targets: Tensor, self_layout: Tensor | None = None,
-                     cross_layout: Tensor | None = None) -> Tensor:
+    def _reconstruct(self, memory: Tensor, visible: Tensor, targets: Tensor, self_coords: Tensor | None = None,
+                     cross_coords: Tensor | None = None) -> Tensor:
         """Decoder queries at the target positions attend to the encoder output -> vocab logits [T, bV, V/tp].
 
         Modern family: self-attention rotates at the targets, cross-attention rotates queries at the
@@ -120,8 +120,8 @@ class CrossBertModel(EncoderLanguageModel):
         rotary = None
         if self.decoder_rotary is not None:
             rotary = (self.decoder_rotary(targets), self.decoder_rotary(visible))
-        decoded = self.decoder(hidden_states=queries, attention_mask=self_layout, context=memory,
-                               context_mask=cross_layout, rotary_pos_emb=rotary)
+        decoded = self.decoder(hidden_states=queries, attention_mask=self_coords, context=memory,
+                               context_mask=cross_coords, rotary_pos_emb=rotary)
         weight = self.shared_embedding_or_output_weight()
         logits, _ = self.output_layer(self.lm_head(decoded), weight=weight)
         return logits
@@ -131,5 +131,5 @@ def build_crossbert_model(run_cfg: RunConfig, **common) -> CrossBertModel:
     """``ArchSpec.build_model`` of 'crossbert': encoder + decoder TransformerConfigs of this run."""
     model = run_cfg.model
     return CrossBertModel(transformer_config(run_cfg), transformer_config(run_cfg, decoder=True),
-                          layout=get_encoder(model.encoder), rotary_base=model.rotary_base,
+                          family=get_encoder(model.encoder), rotary_base=model.rotary_base,
                           decoder_position_embedding=model.decoder_position_embedding, **common)

@@ -2,7 +2,7 @@
 
 ``EncoderLanguageModel`` is a megatron ``LanguageModule`` (DDP, schedules, dist-ckpt, tied output
 weights work) that owns the encoder half of a model; ``CrossBertModel`` adds the reconstruction branch
-and ``MlmModel`` the MLM head. What differs between the families is read from their ``EncoderLayout``:
+and ``MlmModel`` the MLM head. What differs between the families is read from their ``EncoderFamily``:
 
 - classic: word + learned absolute position embeddings (no embedding norm, as HF MegatronBert);
 - modern: word embeddings -> LayerNorm -> dropout (ModernBERT), no position table; every attention
@@ -10,8 +10,8 @@ and ``MlmModel`` the MLM head. What differs between the families is read from th
   have their own base), so visible tokens keep their original positions exactly as the learned table
   gives them in the classic family.
 
-Masks reach attention as token layouts (``attention_masks``): the subclasses' forwards pass the
-samples' documents, ``encode`` a padding layout when the batch is padded or layers are windowed.
+Masks reach attention as token coordinates (``attention_masks``): the subclasses' forwards pass the
+samples' documents, ``encode`` padding coordinates when the batch is padded or layers are windowed.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from megatron.core.transformer.transformer_config import TransformerConfig
 from megatron.core.utils import get_pg_rank
 from torch import Tensor
 
-from megatron_crossbert.arch import EncoderLayout
-from megatron_crossbert.models.attention_masks import padding_layout
+from megatron_crossbert.arch import EncoderFamily
+from megatron_crossbert.models.attention_masks import padding_coords
 from megatron_crossbert.models.attention_plan import AttentionPlan
 from megatron_crossbert.models.rotary import KindRotary
 from megatron_crossbert.models.specs import encoder_block_spec, final_norm
@@ -54,10 +54,10 @@ class NormedWordEmbedding(MegatronModule):
             return self.dropout(self.norm(embedded))
 
 
-def build_embedding(layout: EncoderLayout, config: TransformerConfig, vocab_size: int,
+def build_embedding(family: EncoderFamily, config: TransformerConfig, vocab_size: int,
                     max_sequence_length: int, use_te: bool) -> MegatronModule:
-    """The first stage's embedding module of ``layout``; both expose ``word_embeddings`` (tied output)."""
-    if layout.embedding_norm:
+    """The first stage's embedding module of ``family``; both expose ``word_embeddings`` (tied output)."""
+    if family.embedding_norm:
         return NormedWordEmbedding(config, vocab_size, use_te)
     return LanguageModelEmbedding(config=config, vocab_size=vocab_size, max_sequence_length=max_sequence_length,
                                   position_embedding_type="learned_absolute", num_tokentypes=0)
@@ -66,20 +66,20 @@ def build_embedding(layout: EncoderLayout, config: TransformerConfig, vocab_size
 class EncoderLanguageModel(LanguageModule):
     """Embedding (first stage), this stage's encoder layers, final LayerNorm (last stage), tied vocab."""
 
-    def __init__(self, config: TransformerConfig, *, layout: EncoderLayout, vocab_size: int,
+    def __init__(self, config: TransformerConfig, *, family: EncoderFamily, vocab_size: int,
                  max_sequence_length: int, rotary_base: float, use_te: bool, attention: AttentionPlan,
                  pre_process: bool = True, post_process: bool = True) -> None:
         super().__init__(config=config)
         self.pre_process, self.post_process, self.attention = pre_process, post_process, attention
         self.vocab_size, self.max_sequence_length = vocab_size, max_sequence_length
         self.share_embeddings_and_output_weights = True
-        self.use_te, self.layout = use_te, layout
+        self.use_te, self.family = use_te, family
         self.model_type = ModelType.encoder_or_decoder
         if pre_process:
-            self.embedding = build_embedding(layout, config, vocab_size, max_sequence_length, use_te)
-        self.rotary = None if layout.learned_positions else KindRotary(config, rotary_base, attention.local_rotary_base)
+            self.embedding = build_embedding(family, config, vocab_size, max_sequence_length, use_te)
+        self.rotary = None if family.learned_positions else KindRotary(config, rotary_base, attention.local_rotary_base)
         num_layers = get_num_layers_to_build(config, pp_rank=get_pg_rank(self.pp_group))
-        spec = encoder_block_spec(use_te, num_layers, attention.encoder, layout, first_stage=pre_process)
+        spec = encoder_block_spec(use_te, num_layers, attention.encoder, family, first_stage=pre_process)
         self.encoder = TransformerBlock(config=config, spec=spec, pre_process=pre_process, post_process=post_process)
 
     def set_input_tensor(self, input_tensor) -> None:
@@ -96,7 +96,7 @@ class EncoderLanguageModel(LanguageModule):
 
     def run_encoder(self, input_ids: Tensor, positions: Tensor, attention_mask: Tensor | None = None) -> Tensor:
         """This stage's encoder output ``[s, b, h]`` for tokens ``[b, s]`` at ``positions [b, s]``;
-        ``attention_mask`` is a token layout ``[b, 2, s]`` or None (every token sees every other)."""
+        ``attention_mask`` is token coordinates ``[b, 2, s]`` or None (every token sees every other)."""
         embedded = self.embedding(input_ids=input_ids, position_ids=positions) if self.pre_process else None
         return self.encoder(hidden_states=embedded, attention_mask=attention_mask,
                             rotary_pos_emb=self.rotary_at(positions))
@@ -131,12 +131,12 @@ class EncoderLanguageModel(LanguageModule):
         return pad_fn(input_ids, (0, pad)), pad_fn(attention_mask, (0, pad))
 
     def _key_padding_mask(self, attention_mask: Tensor | None, input_ids: Tensor) -> Tensor | None:
-        """HF mask (1 = keep) -> a padding layout ``[b, 2, s]``; None when unpadded and every layer global
+        """HF mask (1 = keep) -> padding coordinates ``[b, 2, s]``; None when unpadded and every layer global
         (then SDPA runs its unmasked kernels)."""
         padded = attention_mask is not None and not bool(attention_mask.bool().all())
         if not padded and not self.attention.windowed:
             return None
-        return padding_layout(torch.ones_like(input_ids) if attention_mask is None else attention_mask)
+        return padding_coords(torch.ones_like(input_ids) if attention_mask is None else attention_mask)
 
 
 class LMHead(MegatronModule):

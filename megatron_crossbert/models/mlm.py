@@ -16,9 +16,9 @@ from megatron.core import tensor_parallel
 from megatron.core.transformer.transformer_config import TransformerConfig
 from torch import Tensor
 
-from megatron_crossbert.arch import EncoderLayout, get_encoder
+from megatron_crossbert.arch import EncoderFamily, get_encoder
 from megatron_crossbert.config import RunConfig
-from megatron_crossbert.models.attention_masks import sample_layout
+from megatron_crossbert.models.attention_masks import sample_coords
 from megatron_crossbert.models.attention_plan import AttentionPlan
 from megatron_crossbert.models.encoder import EncoderLanguageModel, LMHead
 from megatron_crossbert.models.sparse_head import sparse_lm_loss
@@ -28,14 +28,14 @@ from megatron_crossbert.models.transformer_config import transformer_config
 class MlmModel(EncoderLanguageModel):
     """Encoder + MLM head; per-token LM loss ``[b, L]`` (last stage) or encoder states ``[L, b, h]``."""
 
-    def __init__(self, config: TransformerConfig, *, layout: EncoderLayout, vocab_size: int,
+    def __init__(self, config: TransformerConfig, *, family: EncoderFamily, vocab_size: int,
                  max_sequence_length: int, rotary_base: float, use_te: bool, attention: AttentionPlan,
                  pre_process: bool = True, post_process: bool = True) -> None:
-        super().__init__(config, layout=layout, vocab_size=vocab_size, max_sequence_length=max_sequence_length,
+        super().__init__(config, family=family, vocab_size=vocab_size, max_sequence_length=max_sequence_length,
                          rotary_base=rotary_base, use_te=use_te, attention=attention, pre_process=pre_process,
                          post_process=post_process)
         if post_process:
-            self.lm_head = LMHead(config, use_te, bias=layout.linear_bias)
+            self.lm_head = LMHead(config, use_te, bias=family.linear_bias)
             self.output_layer = tensor_parallel.ColumnParallelLinear(
                 config.hidden_size, vocab_size, config=config, init_method=config.init_method, bias=True,
                 skip_bias_add=False, gather_output=False,
@@ -56,7 +56,7 @@ class MlmModel(EncoderLanguageModel):
         padded batches.
         """
         positions = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
-        hidden = self.run_encoder(input_ids, positions, self._layout(input_ids, attention_mask, segments))
+        hidden = self.run_encoder(input_ids, positions, self._coords(input_ids, attention_mask, segments))
         if not self.post_process:
             return hidden
         if lm_labels is not None and prediction_mask is not None and self.sparse_prediction:
@@ -66,15 +66,15 @@ class MlmModel(EncoderLanguageModel):
             return logits.transpose(0, 1).contiguous()
         return self.compute_language_model_loss(lm_labels, logits).float()
 
-    def _layout(self, input_ids: Tensor, attention_mask: Tensor | None, segments: Tensor | None) -> Tensor | None:
-        if segments is None or not self.attention.layouts:
+    def _coords(self, input_ids: Tensor, attention_mask: Tensor | None, segments: Tensor | None) -> Tensor | None:
+        if segments is None or not self.attention.passes_coords:
             return self._key_padding_mask(attention_mask, input_ids)
-        return sample_layout(segments if self.attention.document_mask else torch.zeros_like(segments))
+        return sample_coords(segments if self.attention.document_mask else torch.zeros_like(segments))
 
 
 def build_mlm_model(run_cfg: RunConfig, **common) -> MlmModel:
     """``ArchSpec.build_model`` of 'mlm'."""
-    model = MlmModel(transformer_config(run_cfg), layout=get_encoder(run_cfg.model.encoder),
+    model = MlmModel(transformer_config(run_cfg), family=get_encoder(run_cfg.model.encoder),
                      rotary_base=run_cfg.model.rotary_base, **common)
     model.sparse_prediction = run_cfg.model.sparse_prediction
     return model

@@ -4,7 +4,7 @@ CrossBERT's encoder sees each view's visible tokens at their *original* position
 frequencies differ per row: ``[s, b, 1, d]`` instead of megatron's usual ``[s, 1, 1, d]``. megatron's
 unfused RoPE (``_apply_rotary_pos_emb_bshd``) broadcasts over that shape; TE's fused kernel in bshd
 layout only takes one frequency row per position (megatron itself falls back for mRoPE with b > 1), so
-the modern family runs with ``apply_rope_fusion=False`` (``transformer_config._layout``).
+the modern family runs with ``apply_rope_fusion=False`` (``transformer_config._family_fields``).
 
 megatron-core 0.19's ``TransformerLayer`` calls ``cross_attention`` without any ``rotary_pos_emb``, so
 the keys of cross-attention would carry no position. ``RotaryDecoderLayer`` takes the block's

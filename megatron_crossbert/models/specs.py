@@ -14,7 +14,7 @@ CPU process never touches it (a half-installed TE even breaks ``import megatron.
 Every attention of both families and both specs runs ``core_attention.CoreAttention`` in megatron's
 ``core_attention`` slot (torch SDPA, FlexAttention or megatron's own ``DotProductAttention``, per
 ``model.attention_backend``); in the TE spec only that slot changes, so TE keeps its fused
-LayerNorm+GEMM and FP8 linears. Masks reach it as token layouts (document ids and original positions,
+LayerNorm+GEMM and FP8 linears. Masks reach it as token coordinates (document ids and original positions,
 ``attention_masks``) through megatron's ``attention_mask``/``context_mask``; each layer derives its own
 (global or windowed) mask. Layers are ``LocalGlobalLayer``/``LocalGlobalDecoderLayer``, which pick their
 kind's RoPE frequencies (``rotary``). ``attn_mask_type`` is ``padding`` everywhere: it only tells
@@ -41,7 +41,7 @@ from megatron.core.transformer.transformer_block import TransformerBlockSubmodul
 from megatron.core.transformer.transformer_config import TransformerConfig
 from megatron.core.transformer.transformer_layer import TransformerLayerSubmodules
 
-from megatron_crossbert.arch import EncoderLayout
+from megatron_crossbert.arch import EncoderFamily
 from megatron_crossbert.config import ModelConfig
 from megatron_crossbert.models.core_attention import AttentionOptions, CoreAttention
 from megatron_crossbert.models.rotary import LocalGlobalDecoderLayer, LocalGlobalLayer, RotaryCrossAttention
@@ -254,13 +254,13 @@ def encoder_layer_spec(use_te: bool, attention: AttentionOptions, attention_norm
 
 
 def encoder_block_spec(use_te: bool, num_layers: int, attention: AttentionOptions,
-                       layout: EncoderLayout | None = None, first_stage: bool = True) -> TransformerBlockSubmodules:
+                       family: EncoderFamily | None = None, first_stage: bool = True) -> TransformerBlockSubmodules:
     """Block spec for the layers this pipeline stage builds (caller computes ``num_layers``).
 
     With an embedding norm (modern) the globally first layer, i.e. layer 0 of the first stage, has
     no attention norm.
     """
-    skip_first = bool(layout is not None and layout.embedding_norm and first_stage)
+    skip_first = bool(family is not None and family.embedding_norm and first_stage)
     layers = [encoder_layer_spec(use_te, attention, attention_norm=not (skip_first and i == 0))
               for i in range(num_layers)]
     return TransformerBlockSubmodules(layer_specs=layers, layer_norm=final_norm(use_te))

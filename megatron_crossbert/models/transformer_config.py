@@ -45,8 +45,8 @@ def _recompute(run_cfg: RunConfig) -> dict:
     return dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
 
 
-def _layout(run_cfg: RunConfig) -> dict:
-    """The encoder family's layer layout (``arch.ENCODERS``), in TransformerConfig terms.
+def _family_fields(run_cfg: RunConfig) -> dict:
+    """The encoder family's traits (``arch.ENCODERS``), in TransformerConfig terms.
 
     classic: biases everywhere, exact GELU unless ``bias_gelu_fusion`` (megatron's fused tanh-GELU),
     the combination that maps exactly onto HF ``MegatronBertModel``. modern: no linear biases, GeGLU
@@ -55,16 +55,16 @@ def _layout(run_cfg: RunConfig) -> dict:
     With an embedding norm, layer 0 has no attention norm, so layers differ and dist-checkpointing
     must key them per layer (``encoder.layers.<i>.``) instead of stacking them along a layer axis.
     """
-    model, layout = run_cfg.model, get_encoder(run_cfg.model.encoder)
-    return dict(add_bias_linear=layout.linear_bias, gated_linear_unit=layout.gated_mlp,
-                bias_activation_fusion=model.bias_gelu_fusion and layout.linear_bias,
-                apply_rope_fusion=False, hetereogenous_dist_checkpoint=layout.embedding_norm)
+    model, family = run_cfg.model, get_encoder(run_cfg.model.encoder)
+    return dict(add_bias_linear=family.linear_bias, gated_linear_unit=family.gated_mlp,
+                bias_activation_fusion=model.bias_gelu_fusion and family.linear_bias,
+                apply_rope_fusion=False, hetereogenous_dist_checkpoint=family.embedding_norm)
 
 
 def transformer_config(run_cfg: RunConfig, decoder: bool = False) -> TransformerConfig:
     """Encoder (``decoder=False``) or reconstruction-decoder TransformerConfig for this run.
 
-    Pre-LN LayerNorm with the family's layout (``_layout``); ``calculate_per_token_loss`` matches the
+    Pre-LN LayerNorm with the family's traits (``_family_fields``); ``calculate_per_token_loss`` matches the
     loss convention of docs/architecture.md.
     """
     model, parallel = run_cfg.model, run_cfg.parallel
@@ -72,7 +72,7 @@ def transformer_config(run_cfg: RunConfig, decoder: bool = False) -> Transformer
         **_dimensions(run_cfg, decoder),
         **_precision(run_cfg),
         **_recompute(run_cfg),
-        **_layout(run_cfg),
+        **_family_fields(run_cfg),
         tensor_model_parallel_size=parallel.tensor_model_parallel_size,
         sequence_parallel=parallel.sequence_parallel,
         hidden_dropout=model.hidden_dropout,

@@ -22,7 +22,7 @@ from pathlib import Path
 from megatron_crossbert.benchmarking.study.plan import (Plan, RunSpec, compute_budget_flops, flops_per_sample,
                                                         steps_for_flops)
 from megatron_crossbert.benchmarking.study.train_stage import checkpoints, run_dir
-from megatron_crossbert.checkpoint.layout import latest_iteration
+from megatron_crossbert.checkpoint.directories import latest_iteration
 
 
 def probe_path(work_dir: Path, run: RunSpec, iteration: int) -> Path:

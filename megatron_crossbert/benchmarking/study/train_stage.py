@@ -14,7 +14,7 @@ import yaml
 
 from megatron_crossbert.benchmarking.study.commands import module_argv, run_logged
 from megatron_crossbert.benchmarking.study.plan import Plan, RunSpec, run_config
-from megatron_crossbert.checkpoint.layout import ITER_PREFIX, RUN_CONFIG_FILE, latest_iteration
+from megatron_crossbert.checkpoint.directories import ITER_PREFIX, RUN_CONFIG_FILE, latest_iteration
 
 
 def run_dir(work_dir: Path, run: RunSpec) -> Path:

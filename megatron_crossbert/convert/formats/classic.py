@@ -34,7 +34,7 @@ NEUTRAL_FIELDS = frozenset({
     "decoder_ffn_hidden_size", "hidden_dropout", "attention_dropout", "init_method_std", "transformer_impl",
     "attention_backend", "rotary_base", "local_rotary_base", "local_attention", "global_attn_every_n_layers",
     "decoder_position_embedding", "sparse_prediction"})
-# Fields checked against the registry: which encoder families a format serves is ``arch.EncoderLayout.hf_formats``.
+# Fields checked against the registry: which encoder families a format serves is ``arch.EncoderFamily.hf_formats``.
 REGISTRY_FIELDS = frozenset({"encoder"})
 
 # Megatron tensors of the classic encoder (local-spec names; TE names are normalised before).

@@ -5,7 +5,7 @@ A format owns everything that differs between HF targets: its name (``--format``
 builder and the import-side config reader, the literal key map and the state-dict adapters in both
 directions, which native configs it represents *exactly* (others are refused with the reasons), the
 attention backends of the HF class (for the model card) and whether left padding is exact. Which
-encoder family a format serves is not the format's to say: ``arch.EncoderLayout.hf_formats`` says it
+encoder family a format serves is not the format's to say: ``arch.EncoderFamily.hf_formats`` says it
 (``encoder_of``, ``encoder_reasons``). The formats themselves are listed in ``formats.FORMATS``.
 """
 
@@ -112,7 +112,7 @@ class HfFormat(ABC):
 
 def encoder_of(fmt: HfFormat) -> str:
     """The encoder family (``arch.ENCODERS`` key) whose ``hf_formats`` lists ``fmt``: its HF class imports as it."""
-    return next(name for name, layout in ENCODERS.items() if fmt.name in layout.hf_formats)
+    return next(name for name, family in ENCODERS.items() if fmt.name in family.hf_formats)
 
 
 def encoder_reasons(fmt: HfFormat, model_cfg: ModelConfig) -> list[str]:

@@ -2,7 +2,7 @@
 
 ``FORMATS`` is a literal table (no registration, nothing happens on import but building it). Which
 formats serve which encoder family, and in which default priority, is said once, by
-``arch.EncoderLayout.hf_formats``: the default format of a model is the first of its encoder's
+``arch.EncoderFamily.hf_formats``: the default format of a model is the first of its encoder's
 ``hf_formats`` that represents it exactly. The export and import drivers (``convert/export.py``,
 ``convert/importer.py``) and the benchmarks look a format up here and never branch on a target or
 architecture name.
@@ -46,7 +46,7 @@ FORMATS: dict[str, HfFormat] = {fmt.name: fmt for fmt in (XlmrXlFormat(), Megatr
 
 def format_names() -> list[str]:
     """Every format name, encoder family by family, each in its default priority."""
-    return [name for layout in ENCODERS.values() for name in layout.hf_formats]
+    return [name for family in ENCODERS.values() for name in family.hf_formats]
 
 
 def all_formats() -> list[HfFormat]:

@@ -1,4 +1,4 @@
-"""The on-disk checkpoint layout, and the one place a checkpoint reference is resolved.
+"""The checkpoint directories on disk (names, `latest`, completeness), and the one place a reference is resolved.
 
 ```
 <root>/latest                      "iter_0000100" (replaced atomically once a save is complete)
