@@ -4,7 +4,7 @@
 #   torchrun with a c10d rendezvous at MASTER_ADDR:MASTER_PORT (default 29500); GPUS_PER_NODE (8),
 #   CONFIG (examples/crossbert_base.yaml), RDZV_ID (job id) and TORCHRUN (torchrun) from the environment.
 #   SAVE_DIR must be on a filesystem every node sees (dist_checkpointing writes one shard file per rank).
-#   On one machine (tests/test_multi_node.py): two agents, MASTER_ADDR=127.0.0.1, GPUS_PER_NODE=1, on gloo.
+#   On one machine (tests/examples/test_multi_node.py): two agents, MASTER_ADDR=127.0.0.1, GPUS_PER_NODE=1, on gloo.
 set -euo pipefail
 if [[ $# -lt 3 || -z "${NNODES:-}" || -z "${NODE_RANK:-}" || -z "${MASTER_ADDR:-}" ]]; then sed -n '2,7p' "$0"; exit 2; fi
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

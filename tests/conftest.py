@@ -13,10 +13,18 @@ import numpy as np
 import pytest
 import torch
 
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+
+def pytest_collection_modifyitems(items):
+    """Every 2-rank and end-to-end test is slow too, so ``pytest -m "not slow"`` is the quick loop."""
+    for item in items:
+        if item.get_closest_marker("multirank") or item.get_closest_marker("e2e"):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(autouse=True)
@@ -50,7 +58,7 @@ class TextCorpus:
 def text_corpus(tmp_path_factory) -> TextCorpus:
     """120 generated documents (``synthetic_text``, seed 2): the tokenizer, data and preprocessing tests'
     input, built once per session. Read-only: tests write their outputs into their own directories."""
-    from synthetic_text import synthetic_documents, write_jsonl
+    from tests.support.synthetic_text import synthetic_documents, write_jsonl
 
     texts = synthetic_documents(120, seed=2)
     return TextCorpus(write_jsonl(tmp_path_factory.mktemp("text_corpus") / "corpus.jsonl", texts), texts)
@@ -68,21 +76,21 @@ def bpe_tokenizer(tmp_path_factory, text_corpus) -> Path:
 
 @pytest.fixture(scope="session")
 def indexed_corpus(tmp_path_factory) -> str:
-    """The training tests' Megatron indexed dataset (``test_train_support.write_corpus``: random ids,
+    """The training tests' Megatron indexed dataset (``support.training.write_corpus``: random ids,
     120 documents); returns its prefix. Megatron may cache sample indices beside it; nothing else writes there."""
-    from test_train_support import write_corpus
+    from tests.support.training import write_corpus
 
     return write_corpus(tmp_path_factory.mktemp("indexed_corpus"))
 
 
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory, indexed_corpus) -> Path:
-    """A checkpoint root of a 2-step CrossBERT run on ``indexed_corpus`` (``test_train_support.tiny_config``),
+    """A checkpoint root of a 2-step CrossBERT run on ``indexed_corpus`` (``support.training.tiny_config``),
     saved at steps 1 and 2 (``iter_0000001``, ``iter_0000002``, ``latest``). Read-only: copy it first to
     damage or resume it."""
     from megatron_crossbert import platform
     from megatron_crossbert.training import train
-    from test_train_support import tiny_config
+    from tests.support.training import tiny_config
 
     root = tmp_path_factory.mktemp("tiny_checkpoint") / "ckpt"
     train(tiny_config("crossbert", indexed_corpus, root, training__train_iters=2, checkpoint__save_interval=1))
@@ -93,8 +101,8 @@ def tiny_checkpoint(tmp_path_factory, indexed_corpus) -> Path:
 @pytest.fixture(scope="session")
 def word_tokenizer(tmp_path_factory) -> Path:
     """The conversion and evaluation tests' HF WordPiece tokenizer over w0..w119
-    (``test_convert_support.make_tokenizer``). Read-only."""
-    from test_convert_support import make_tokenizer
+    (``support.conversion.make_tokenizer``). Read-only."""
+    from tests.support.conversion import make_tokenizer
 
     return make_tokenizer(tmp_path_factory.mktemp("word_tokenizer") / "tokenizer")
 
@@ -103,12 +111,11 @@ def word_tokenizer(tmp_path_factory) -> Path:
 def tiny_hf_encoder(tmp_path_factory) -> Path:
     """A random 2-layer HF BERT with its tokenizer (``synthetic_eval.build_tiny_hf_encoder``), for the
     probe and MTEB CLIs. Read-only: their caches and outputs go elsewhere."""
-    from synthetic_eval import build_tiny_hf_encoder
+    from tests.support.synthetic_eval import build_tiny_hf_encoder
 
     return build_tiny_hf_encoder(tmp_path_factory.mktemp("tiny_hf_encoder"))
 
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 MTEB_LITE_ENV = "CROSSBERT_MTEB_LITE"
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,10 +15,10 @@ import pytest
 from megatron_crossbert import arch
 from megatron_crossbert.config import load_run_config
 from megatron_crossbert.masking import TokenIds
-from test_train_support import tiny_config
+from tests.support import REPO_ROOT
+from tests.support.training import tiny_config
 
-REPO = Path(__file__).resolve().parents[1]
-PACKAGE = REPO / "megatron_crossbert"
+PACKAGE = REPO_ROOT / "megatron_crossbert"
 ENTRIES = [(name, encoder) for name, spec in arch.REGISTRY.items() for encoder in spec.encoders]
 
 
@@ -99,7 +98,7 @@ def test_the_guard_catches_every_spelling_of_a_name_comparison():
 
 def test_no_arch_or_encoder_branches_outside_the_registry():
     """``arch ==``, ``["arch"] ==``, ``encoder ==``, ``arch in (...)``: in arch.py only, library and experiments."""
-    hits = [f"{path.relative_to(REPO)}:{number}" for root in (PACKAGE, REPO / "experiments")
+    hits = [f"{path.relative_to(REPO_ROOT)}:{number}" for root in (PACKAGE, REPO_ROOT / "experiments")
             for path in sorted(root.rglob("*.py")) if path != PACKAGE / "arch.py"
             for number in name_comparisons(path.read_text())]
     assert hits == []

@@ -4,7 +4,7 @@ Pure functions and megatron-core's calculator/scheduler objects only (no process
 batch ramp translated to a step schedule equals the removed calculator's formula; the dataset size equals
 stepping megatron's calculator; WSD through megatron's OptimizerParamScheduler; the masking-rate schedule;
 and the config's one-line refusals. The bit-exact resume through all three schedules is
-tests/test_train.py::test_resume_is_bit_identical.
+tests/training/test_train.py::test_resume_is_bit_identical.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ travel as cp312 manylinux x86_64 wheels, at the versions this machine's tests ra
 against pyproject's requirement, the eval extra's mteb pin included). A new runtime dependency joins
 prepare's wheels: xxhash (checkpoint checksums) is in the device's image too, but travels at the
 version the tests here ran with. polars travels without its 54 MB binary runtime: mteb imports polars
-only for its leaderboard tables, which the claims run never builds (``tests/test_device_check.py``
+only for its leaderboard tables, which the claims run never builds (``tests/experiments/test_device_check.py``
 scores MTEB tasks with the runtime hidden). The data the claims run needs (corpus ``*.jsonl.gz``, GLUE
 train/dev TSVs, the MTEB-lite folders) is copied from the shared folder: it must travel too, and it is
 never committed (the carry folder is git-ignored). Everything that travels (the checkout plus this

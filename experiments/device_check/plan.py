@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-"""The checkout this experiment runs from: its ``tests/test_gpu.py`` runs in the smoke stage, and it
+"""The checkout this experiment runs from: its ``tests/benchmarking/test_gpu.py`` runs in the smoke stage, and it
 is on the ``PYTHONPATH`` of every process the driver starts (``python -m experiments.device_check...``)."""
 CARRY_LIMIT_BYTES = 64 * 2**20
 """What may travel with one device call (checkout plus carried paths)."""
@@ -50,7 +50,7 @@ class StageSpec:
 
 
 STAGES: tuple[StageSpec, ...] = (
-    StageSpec("smoke", 90, 300, "tests/test_gpu.py, CUDA/NCCL smoke, bf16 train steps of every architecture"),
+    StageSpec("smoke", 90, 300, "tests/benchmarking/test_gpu.py, CUDA/NCCL smoke, bf16 train steps of every architecture"),
     StageSpec("gpu_check", 130, 300, "crossbert-bench gpu-check: bf16 MFU at BERT-base/large L=512, "
                                      "CrossBERT vs sparse megatron BertModel, GEMM peak, FLOP-predicted ratios"),
     StageSpec("attention", 90, 300, "compiled FlexAttention vs SDPA at L=8192 with document masks and "

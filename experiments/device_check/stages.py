@@ -1,6 +1,6 @@
 """Stages 1 and 2 of the device check: the smoke test and the GPU throughput check.
 
-Stage 1 (``smoke``) runs ``tests/test_gpu.py`` of this checkout, then in this process: the CUDA
+Stage 1 (``smoke``) runs ``tests/benchmarking/test_gpu.py`` of this checkout, then in this process: the CUDA
 facts, a one-rank NCCL all-reduce through the project's own process-group setup, and a few real
 bf16 training steps of every architecture (the throughput benchmark's tiny cases, so the step is
 the one pretraining runs). Stage 2 (``gpu_check``) is the library's ``crossbert-bench gpu-check``
@@ -21,8 +21,8 @@ from .stage_io import tail_lines
 
 
 def run_gpu_tests(repo: Path) -> dict:
-    """``pytest tests/test_gpu.py``: its exit code and summary (all skip without CUDA)."""
-    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_gpu.py"]
+    """``pytest tests/benchmarking/test_gpu.py``: its exit code and summary (all skip without CUDA)."""
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/benchmarking/test_gpu.py"]
     done = subprocess.run(argv, cwd=repo, capture_output=True, text=True)
     print(done.stdout + done.stderr, flush=True)
     return {"command": " ".join(argv[1:]), "exit_code": done.returncode, "passed": done.returncode == 0,

@@ -22,7 +22,7 @@ How to add a format:
    ``interface.encoder_reasons``), and ``check_importable`` every config.json value it cannot
    import, so nothing is ever exported or imported silently wrong.
 4. Tests: the contract test (``tests/convert/test_contract.py``) covers every (arch, encoder, format)
-   of the registries on its own; follow ``tests/convert/test_export.py`` for AutoModel at every backend in
+   of the registries on its own; follow ``tests/convert/test_classic.py`` for AutoModel at every backend in
    ``attention_backends`` and ``tests/convert/test_tensor_parallel.py`` for TP shards.
 
 When ``ModelConfig`` gains a field, the classic formats refuse every config until ``classic.py`` knows

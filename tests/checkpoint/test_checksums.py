@@ -1,0 +1,98 @@
+"""Checksums: every file of a checkpoint is recorded at commit and verified once before any use.
+
+Before issue 17 only sizes were checked: one flipped byte in a ``.distcp`` shard loaded silently and
+export and resume ran on the changed weight. The CLI rows (resume, init_from, export, probe, MTEB on a
+flipped byte) are in ``cli/test_error_lines.py``; the 2-rank split (each rank verifies its share, every
+rank raises the same line) and the async save's record in ``checkpoint/test_async_save.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+
+import pytest
+
+from megatron_crossbert.checkpoint import checksums
+from megatron_crossbert.checkpoint.checksums import CHECKSUMS_FILE, files_for_rank, read_record
+from megatron_crossbert.checkpoint.errors import ChecksumMismatchError
+from megatron_crossbert.checkpoint.verify import open_checkpoint, verify_contents
+from tests.support.checkpoints import flip_byte
+
+ITER2 = "iter_0000002"
+
+
+@pytest.fixture
+def ckpt(tiny_checkpoint, tmp_path) -> Path:
+    """A copy of the session checkpoint's iter_0000002 (free to damage)."""
+    shutil.copytree(tiny_checkpoint / ITER2, tmp_path / ITER2)
+    return tmp_path / ITER2
+
+
+def test_the_record_covers_every_file_and_an_untouched_checkpoint_verifies(tiny_checkpoint):
+    directory = tiny_checkpoint / ITER2
+    record = json.loads((directory / CHECKSUMS_FILE).read_text())
+    on_disk = {p.name: p.stat().st_size for p in directory.iterdir() if p.name != CHECKSUMS_FILE}
+    assert record["algorithm"] == "xxh3_128" and {n: e["bytes"] for n, e in record["files"].items()} == on_disk
+    assert {"run_config.json", ".metadata", "__0_0.distcp"} <= set(on_disk)
+    assert open_checkpoint(tiny_checkpoint).contents == "verified"
+
+
+def test_one_flipped_byte_is_named_in_one_line(ckpt):
+    flip_byte(ckpt / "__0_0.distcp")
+    with pytest.raises(ChecksumMismatchError) as info:
+        open_checkpoint(ckpt)
+    message = str(info.value)
+    assert message.startswith(f"{ckpt / '__0_0.distcp'}: content changed since it was saved (xxh3_128 ")
+    assert message.endswith("; restore it from a copy or use an earlier checkpoint") and "\n" not in message
+
+
+def test_the_completeness_marker_and_sizes_are_covered_too(ckpt):
+    path = ckpt / "run_config.json"
+    original = path.read_text()
+    path.write_text(original.replace('"lr": 0.001', '"lr": 0.002'))
+    with pytest.raises(ChecksumMismatchError, match=f"^{path}: content changed since it was saved"):
+        open_checkpoint(ckpt)
+    with open(ckpt / ".metadata", "ab") as handle:
+        handle.write(b"\0")
+    with pytest.raises(ChecksumMismatchError, match=r"\(and 1 more file\(s\)\)$") as info:
+        open_checkpoint(ckpt)
+    assert f"{ckpt / '.metadata'}: " in str(info.value) and " bytes, but " in str(info.value)
+
+
+def test_verify_off_skips_and_says_so(ckpt):
+    (ckpt / "__0_0.distcp").write_bytes(b"junk")
+    assert open_checkpoint(ckpt, verify="off").contents == "off"
+
+
+def test_a_checkpoint_without_a_record_warns_once(ckpt, caplog):
+    (ckpt / CHECKSUMS_FILE).unlink()
+    with caplog.at_level(logging.WARNING, logger=checksums.__name__):
+        assert open_checkpoint(ckpt).contents == "unrecorded" and open_checkpoint(ckpt).contents == "unrecorded"
+    assert caplog.text.count("has no checksums.json (saved by an older version): its files cannot be verified") == 1
+
+
+def test_a_damaged_record_is_named(ckpt):
+    (ckpt / CHECKSUMS_FILE).write_text("{not json")
+    with pytest.raises(Exception, match=f"{ckpt / CHECKSUMS_FILE}: not a readable checksum record"):
+        open_checkpoint(ckpt)
+
+
+def test_loads_refuse_a_checkpoint_whose_contents_were_never_checked(ckpt):
+    from dataclasses import replace
+
+    from megatron_crossbert.checkpoint.load import read_model_weights
+
+    source = replace(open_checkpoint(ckpt, verify="off"), contents="pending")
+    with pytest.raises(ValueError, match="were not checked against checksums.json"):
+        read_model_weights(None, source)
+    assert verify_contents(source, "full").contents == "verified"
+
+
+def test_ranks_split_the_files_and_cover_each_once(tiny_checkpoint):
+    sizes = {name: entry["bytes"] for name, entry in read_record(tiny_checkpoint / ITER2).items()}
+    shares = [files_for_rank(sizes, rank, 3) for rank in range(3)]
+    assert sorted(sum(shares, [])) == sorted(sizes)
+    assert max(sizes, key=sizes.get) in shares[0]

@@ -1,0 +1,42 @@
+"""crossbert-probe end to end on a tiny random HF BERT built here: GLUE fixture + JSONL tasks, per-layer
+PNG plot, planted signal vs shuffled labels through the real encoder, and the feature cache."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from megatron_crossbert.cli.probe import build_parser, main
+from tests.support.synthetic_eval import write_glue_fixture, write_jsonl_task
+
+
+def test_help_lists_options(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--help"])
+    assert "--layers" in capsys.readouterr().out
+
+
+def test_probe_cli_glue_jsonl_and_layer_plot(tiny_hf_encoder, tmp_path):
+    glue = write_glue_fixture(tmp_path / "glue", n=24)
+    write_jsonl_task(tmp_path / "tasks" / "planted", n_train=130, n_test=60)
+    write_jsonl_task(tmp_path / "tasks" / "shuffled", n_train=130, n_test=160, shuffle_labels=True)
+    out = tmp_path / "out"
+    argv = ["--model", str(tiny_hf_encoder), "--glue-dir", str(glue), "--glue-tasks", "CoLA,STS-B",
+            "--jsonl", str(tmp_path / "tasks"), "--layers", "all", "--max-len", "16", "--max-train", "120", "--batch-size", "64",
+            "--cache-dir", str(tmp_path / "cache"), "--out", str(out)]
+    assert main(argv) == 0
+    report = json.loads((out / "probe_results.json").read_text())
+    tasks = report["tasks"]
+    assert list(tasks) == ["CoLA", "STS-B", "planted", "shuffled"]
+    assert tasks["planted"]["metrics"]["accuracy"] > 90.0
+    assert 30.0 < tasks["shuffled"]["metrics"]["accuracy"] < 70.0
+    assert tasks["planted"]["n_train"] == 120 and len(tasks["CoLA"]["per_layer"]) == 3  # embeddings + 2 layers
+    assert set(tasks["STS-B"]["metrics"]) == {"spearman", "pearson"}
+    assert report["summary"]["glue_tasks"] == ["CoLA", "STS-B"]
+    assert (out / "probe_results_layers.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "| planted |" in (out / "probe_results.md").read_text()
+    cached = list((tmp_path / "cache" / "features").glob("*.npy"))
+    assert len(cached) == 2 + 4 + 2 * 2  # train+test: CoLA, STS-B (both sides), two JSONL tasks
+    assert main(argv) == 0  # second run reads every feature from the cache
+    assert sorted((tmp_path / "cache" / "features").glob("*.npy")) == sorted(cached)

@@ -1,0 +1,246 @@
+"""The GPU validation script (scripts/device_check.sh) before any GPU is spent on it.
+
+Cheapest first: the device plan's arithmetic and the prepare side (wheel pins, data copy, the
+64 MiB size guard, the printed device calls) on a throw-away git repo; then a stage that overruns
+its budget is killed while the next stage still runs; then the whole ``run --toy`` dry run (every
+stage at toy size on the CPU, through the shell script) and the results renderer on its JSON.
+All data is generated here (third-party text is never committed).
+"""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from experiments.device_check import carry, plan
+from experiments.device_check.cli import main
+from megatron_crossbert.arch import REGISTRY
+from megatron_crossbert.benchmarking.cases import SETTINGS
+from megatron_crossbert.benchmarking.gpu_check import GPU_CHECK_ROWS
+from tests.support import REPO_ROOT
+
+WORDS = ("the a model token encoder reads visible text while decoder rebuilds masked words from context "
+         "and probes measure frozen features on small tasks every step good bad film plot").split()
+
+
+def _sentence(rng: random.Random, n: int = 10) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(n))
+
+
+def write_shared_data(root: Path, tasks: tuple[str, ...] = plan.GLUE_TASKS) -> Path:
+    """A shared-data layout: two gzipped JSONL corpus sources, GLUE ``tasks`` (random text) and MTEB-lite
+    folders (``synthetic_eval.write_mteb_lite_fixture``)."""
+    from tests.support.synthetic_eval import write_mteb_lite_fixture
+
+    write_mteb_lite_fixture(root / "mteb_lite", pairs=16, per_label=8)
+    rng = random.Random(0)
+    (root / "corpus").mkdir(parents=True)
+    for source in ("alpha", "beta"):
+        with gzip.open(root / "corpus" / f"{source}.jsonl.gz", "wt") as handle:
+            for _ in range(200):
+                handle.write(json.dumps({"text": " ".join(_sentence(rng) for _ in range(6))}) + "\n")
+    headers = {"CoLA": None, "SST-2": "sentence\tlabel", "MRPC": "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String",
+               "STS-B": "index\tsentence1\tsentence2\tscore", "RTE": "index\tsentence1\tsentence2\tlabel"}
+    rows = {"CoLA": lambda i: f"src\t{i % 2}\t\t{_sentence(rng)}", "SST-2": lambda i: f"{_sentence(rng)}\t{i % 2}",
+            "MRPC": lambda i: f"{i % 2}\t{i}\t{i}\t{_sentence(rng)}\t{_sentence(rng)}",
+            "STS-B": lambda i: f"{i}\t{_sentence(rng)}\t{_sentence(rng)}\t{i % 6:.1f}",
+            "RTE": lambda i: f"{i}\t{_sentence(rng)}\t{_sentence(rng)}\t{'entailment' if i % 2 else 'not_entailment'}"}
+    for task in tasks:
+        header = headers[task]
+        (root / "glue" / task).mkdir(parents=True)
+        for split, count in (("train", 40), ("dev", 20)):
+            lines = ([header] if header else []) + [rows[task](i) for i in range(count)]
+            (root / "glue" / task / f"{split}.tsv").write_text("\n".join(lines) + "\n")
+    return root
+
+
+TOY_TASKS = ("SST-2", "STS-B")
+"""The dry run probes two tasks (a classification and the regression) to stay within minutes."""
+
+
+def _git_repo(root: Path, ignore: str = ".device_carry/\n") -> Path:
+    root.mkdir()
+    shutil.copy(REPO_ROOT / "pyproject.toml", root / "pyproject.toml")
+    (root / ".gitignore").write_text(ignore)
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    return root
+
+
+def test_device_calls_fit_the_device_limits():
+    calls = carry.device_calls()
+    assert [stage for call in plan.CALLS for stage in call] == list(plan.STAGE_NAMES)
+    assert calls[0]["timeout_s"] <= 360 and calls[1]["timeout_s"] <= 360  # each under 6 minutes
+    assert sum(call["timeout_s"] for call in calls) + 2 * 90 <= 15 * 60  # plus a start-up each, in 15 minutes
+    for call, stages in zip(calls, plan.CALLS):
+        assert call["carry"] == [plan.DEFAULT_CARRY_DIR] and len(call["command"]) <= 2000
+        assert call["command"].endswith(f"run --stages {' '.join(stages)} 2>&1")
+    with pytest.raises(ValueError, match="unknown stage"):
+        plan.DeviceCheckConfig(stages=["smoke", "fp8"])
+
+
+def test_driver_and_script_answer_help():
+    done = subprocess.run([sys.executable, "-m", "experiments.device_check", "run", "--help"], cwd=REPO_ROOT,
+                          capture_output=True, text=True)
+    assert done.returncode == 0 and "--stages" in done.stdout and "--toy" in done.stdout
+    done = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "device_check.sh")], capture_output=True, text=True)
+    assert done.returncode == 2 and "Usage" in done.stdout
+
+
+def test_wheels_are_pinned_for_the_device_interpreter(tmp_path):
+    versions = carry.pinned_versions(REPO_ROOT / "pyproject.toml")
+    assert set(versions) == set(carry.DEVICE_WHEELS) and versions["megatron-core"].startswith("0.19.")
+    assert versions["mteb"] == "2.26.24"  # the eval extra's pin: the protocol checked against MTEB's scores
+    argv = carry.pip_download_argv(versions, tmp_path)
+    assert argv[argv.index("--python-version") + 1] == "3.12" and "--no-deps" in argv
+    assert "manylinux_2_28_x86_64" in argv and f"megatron-core=={versions['megatron-core']}" in argv
+    bad = tmp_path / "pyproject.toml"
+    bad.write_text((REPO_ROOT / "pyproject.toml").read_text().replace('"megatron-core>=0.19,<0.20"',
+                                                                 '"megatron-core>=9"'))
+    with pytest.raises(ValueError, match="does not satisfy the pin"):
+        carry.pinned_versions(bad)
+    bad.write_text((REPO_ROOT / "pyproject.toml").read_text().replace('"mteb==2.26.24"', '"mteb==2.0.0"'))
+    with pytest.raises(ValueError, match="mteb 2.26.24 does not satisfy the pin mteb==2.0.0"):
+        carry.pinned_versions(bad)
+
+
+def test_mteb_scores_tasks_without_the_polars_runtime(tmp_path):
+    """polars travels to the device without its 54 MB binary runtime (carry.py): mteb's path must not need it."""
+    from tests.support.synthetic_eval import write_mteb_lite_fixture
+
+    bench = write_mteb_lite_fixture(tmp_path / "bench", pairs=12, per_label=6)
+    code = ("import sys; sys.modules['_polars_runtime_32'] = None\n"
+            "import numpy as np\n"
+            "from megatron_crossbert.evaluation.mteb.in_training import load_mteb_suite, run_mteb_suite\n"
+            f"tasks = load_mteb_suite(['mteb:{bench}:ToySTSA,ToyIntents'])\n"
+            "print(run_mteb_suite(lambda t: np.random.default_rng(0).normal(size=(len(t), 8)), tasks))\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "mteb/ToyIntents/accuracy" in done.stdout, done.stderr[-3000:]
+
+
+def test_travel_size_guard(tmp_path):
+    (tmp_path / "carry").mkdir()
+    (tmp_path / "carry" / "blob").write_bytes(b"x" * 3000)
+    assert carry.check_travel_size(tmp_path / "carry", checkout=1000, limit_bytes=4000) == 4000
+    with pytest.raises(carry.CarryTooLarge, match="over the device limit"):
+        carry.check_travel_size(tmp_path / "carry", checkout=1001, limit_bytes=4000)
+
+
+def test_prepare_copies_data_prints_calls_and_refuses_past_the_limit(tmp_path, capsys):
+    shared, repo = write_shared_data(tmp_path / "shared"), _git_repo(tmp_path / "repo")
+    base = ["prepare", "--repo", str(repo), "--shared-data", str(shared), "--no-wheels"]
+    assert main(base + ["--limit-mib", "0.01"]) == 2
+    assert "over the device limit of 0 MiB" in capsys.readouterr().err
+    assert main(base) == 0
+    out = capsys.readouterr().out
+    assert (repo / ".device_carry" / "data" / "glue" / "RTE" / "dev.tsv").is_file()
+    assert (repo / ".device_carry" / "data" / "mteb_lite" / "ToyIntents" / "train.jsonl").is_file()
+    assert len(list((repo / ".device_carry" / "data" / "corpus").glob("*.jsonl.gz"))) == 2
+    calls = [json.loads(line.split(". ", 1)[1]) for line in out.splitlines() if line[:3] in ("1. ", "2. ")]
+    assert calls == carry.device_calls() and "travels" in out
+    unignored = _git_repo(tmp_path / "unignored", ignore="")
+    assert main(["prepare", "--repo", str(unignored), "--shared-data", str(shared), "--no-wheels"]) == 2
+    assert "not git-ignored" in capsys.readouterr().err
+
+
+def test_equal_flops_budget_fills_the_training_time(tmp_path):
+    from experiments.device_check.claims import arm_runs, claims_plan, flops_budget
+    from megatron_crossbert.benchmarking.study.plan import flops_per_sample
+
+    config = plan.DeviceCheckConfig(glue_dir="/nonexistent", toy=True)
+    with pytest.raises(FileNotFoundError, match="no GLUE dev.tsv"):
+        claims_plan(config, 1234)
+    config.toy = False
+    with pytest.raises(FileNotFoundError, match="missing GLUE dev sets"):
+        claims_plan(config, 1234)
+    claims = claims_plan(plan.DeviceCheckConfig(glue_dir=str(write_shared_data(tmp_path) / "glue")), 7)
+    assert claims.precision == "bf16" and claims.probe_device == "cuda" and claims.probe_max_test is None
+    rates = {"bert": 900.0, "crossbert-single": 1500.0, "crossbert-compl": 800.0}
+    budget = flops_budget(claims, rates, train_seconds=180.0)
+    runs = arm_runs(claims, budget)
+    assert [r.name for r in runs] == ["bert-s7", "crossbert-single-s7", "crossbert-compl-s7", "init-reference-s7"]
+    seconds = sum(r.train_steps * claims.global_batch / rates[r.name[:-3]] for r in runs[:3])
+    assert seconds == pytest.approx(180.0, rel=0.01)
+    for run in runs[:3]:
+        flops = flops_per_sample(claims, run.arch, run.mask_ratio, run.complementary, run.shape)
+        assert flops * run.train_steps * claims.global_batch == pytest.approx(budget, rel=0.01)
+
+
+def _toy_config(tmp_path: Path, shared: Path, stages: list[str]) -> plan.DeviceCheckConfig:
+    return plan.DeviceCheckConfig(toy=True, stages=stages, out_dir=str(tmp_path / "out"),
+                                  work_dir=str(tmp_path / "work"), corpus=str(shared / "corpus"),
+                                  glue_dir=str(shared / "glue"), command="test")
+
+
+def test_a_stage_past_its_budget_is_killed_and_the_next_still_runs(tmp_path, monkeypatch):
+    from experiments.device_check import runner
+
+    short = plan.StageSpec("smoke", 1, 1, "killed at once")
+    monkeypatch.setattr(runner, "stage", lambda name: short if name == "smoke" else plan.stage(name))
+    config = _toy_config(tmp_path, write_shared_data(tmp_path / "shared"), ["smoke", "gpu_check"])
+    payload = runner.run_device_check(config)
+    smoke, check = payload["stages"]["smoke"], payload["stages"]["gpu_check"]
+    assert not smoke["ok"] and "killed at its budget of 1 s" in smoke["error"]
+    assert check["ok"], check
+    names = [r["name"] for r in check["result"]["runs"][0]["report"]["results"]]
+    assert names == [s.name for s in SETTINGS if s.name in GPU_CHECK_ROWS or s.name in ("bert", "mlm-modern")]
+    assert json.loads((tmp_path / "out" / "device_check.json").read_text())["stages"].keys() == {"smoke", "gpu_check"}
+
+
+@pytest.mark.e2e
+def test_toy_dry_run_of_every_stage_and_its_results_section(tmp_path):
+    from experiments.device_check.report import SECTION_START, gpu_section, write_gpu_section
+
+    shared, out = write_shared_data(tmp_path / "shared", tasks=TOY_TASKS), tmp_path / "out"
+    env = {**os.environ, "PYTHON": sys.executable, "OUT": str(out), "OMP_NUM_THREADS": "1"}
+    argv = ["bash", str(REPO_ROOT / "scripts" / "device_check.sh"), "run", "--toy", "--work-dir", str(tmp_path / "work"),
+            "--corpus", str(shared / "corpus"), "--glue-dir", str(shared / "glue"), "--mteb-lite-dir",
+            str(shared / "mteb_lite"), "--probe-max-train", "30", "--seeds", "1234"]
+    done = subprocess.run(argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
+    assert len(list(out.iterdir())) <= plan.OUT_FILE_LIMIT
+    payload = json.loads((out / "device_check.json").read_text())
+    assert payload["meta"]["toy"] and payload["meta"]["command"].startswith("scripts/device_check.sh run --toy")
+    smoke = payload["stages"]["smoke"]["result"]
+    assert {(step["arch"], step["encoder"]) for step in smoke["train_steps"]} == {
+        (spec.name, encoder) for spec in REGISTRY.values() for encoder in spec.encoders}
+    assert smoke["collective"] == {"backend": "gloo", "world_size": 1, "ok": True}
+    check = payload["stages"]["gpu_check"]["result"]["runs"][0]["report"]["results"]
+    assert all(r["predicted_samples_per_s_vs_ref"] > 0 and r["measured_over_predicted"] > 0 for r in check)
+    assert {r["reference"] for r in check} == {"bert", "mlm-modern"} and check[1]["samples_per_s_vs_dense"] == 1.0
+    attention = payload["stages"]["attention"]["result"]
+    assert [row["mask"] for row in attention["kernels"]] == ["documents", "documents+window"]
+    assert all(row["ok"] and row["documents"] > 1 and row["output_rel_err"] < 1e-5 for row in attention["kernels"])
+    assert [run["attention_backend"] for run in attention["mfu"]] == ["sdpa", "megatron"]
+    claims = payload["stages"]["claims"]["result"]
+    arms = claims["seeds"][0]["arms"]
+    assert [arm["arm"] for arm in arms] == ["bert", "crossbert-single", "crossbert-compl", "init-reference"]
+    trained = [arm["model_flops"] for arm in arms[:3]]
+    assert max(trained) / min(trained) < 1.5  # equal FLOPs up to one step's rounding at toy size
+    assert all(set(arm["scores"]["tasks"]) == set(TOY_TASKS) for arm in arms)
+    assert all(set(arm["scores"]["mteb_lite"]) == {"ToySTSA", "ToySTSB", "ToyIntents"} for arm in arms)
+    assert all(-100 <= arm["scores"]["mteb_lite_average"] <= 100 for arm in arms)
+    section = gpu_section([payload])
+    assert "| GLUE avg | MTEB-lite avg | status |" in section
+    assert section.startswith(SECTION_START) and payload["meta"]["started_utc"] in section
+    assert payload["meta"]["command"] in section and "| crossbert-compl |" in section
+    assert "× sparse MLM FLOP-predicted" in section and "FP8 through Transformer Engine is NOT measured" in section
+    assert "| documents+window | 256 |" in section and "| megatron | crossbert-modern r=0.5 compl |" in section
+    results = tmp_path / "results.md"
+    results.write_text("# Results\n\nCPU numbers.\n")
+    with pytest.raises(ValueError, match="refusing to write CPU dry-run"):
+        write_gpu_section(results, [payload])
+    as_gpu = copy.deepcopy(payload)
+    as_gpu["meta"]["toy"] = False  # only to exercise the marker replacement below
+    write_gpu_section(results, [as_gpu])
+    write_gpu_section(results, [as_gpu, as_gpu])
+    text = results.read_text()
+    assert text.startswith("# Results\n\nCPU numbers.") and text.count(SECTION_START) == 1 and "### Call 2" in text

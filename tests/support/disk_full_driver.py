@@ -1,0 +1,81 @@
+"""Steps of the full-disk scenario that ``cli_cases.py`` runs as cases (``main(argv) -> status``).
+
+``fill DIR SLACK`` fills DIR's filesystem up to SLACK free bytes; ``copy SRC DST`` copies a tree;
+``list DIR...`` prints each tree's files and its 'latest' as JSON; ``ranks N ARGV...`` runs
+``crossbert-pretrain ARGV`` as N forked gloo ranks (DP=N) and prints each rank's exit status and
+stderr as JSON. Used inside a private tmpfs mount (``tests/checkpoint/test_disk_full.py``), which vanishes
+with its namespace, so everything the test checks must be printed here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+
+def fill(directory: Path, slack: int) -> None:
+    """Leave ``slack`` bytes free (a previous filler is replaced, so each step starts alike)."""
+    (directory / "filler").unlink(missing_ok=True)
+    stat = os.statvfs(directory)
+    with open(directory / "filler", "wb") as handle:
+        handle.write(b"\0" * max(0, stat.f_bavail * stat.f_frsize - slack))
+
+
+def listing(roots: list[str]) -> dict:
+    out = {}
+    for root in map(Path, roots):
+        latest = root / "latest"
+        out[str(root)] = {"files": sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()),
+                          "latest": latest.read_text() if latest.is_file() else None}
+    return out
+
+
+def _rank(rank: int, world: int, port: int, argv: list[str], err_path: str) -> None:
+    os.dup2(os.open(err_path, os.O_WRONLY), 2)
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+    rc = 1
+    try:
+        from megatron_crossbert.cli.pretrain import main
+
+        rc = main(argv)
+    finally:
+        sys.stderr.flush()
+        os._exit(rc)
+
+
+def ranks(world: int, argv: list[str]) -> dict:
+    from megatron_crossbert.platform import free_port
+
+    port, tmp = free_port(), tempfile.mkdtemp()
+    pids = []
+    for rank in range(world):
+        err = os.path.join(tmp, f"err{rank}")
+        open(err, "w").close()
+        pid = os.fork()
+        if pid == 0:
+            _rank(rank, world, port, argv, err)
+        pids.append((pid, err))
+    out = {"rc": [], "stderr": []}
+    for pid, err in pids:
+        out["rc"].append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+        out["stderr"].append(Path(err).read_text())
+    shutil.rmtree(tmp)
+    return out
+
+
+def main(argv: list[str]) -> int:
+    command, args = argv[0], argv[1:]
+    if command == "fill":
+        fill(Path(args[0]), int(args[1]))
+    elif command == "copy":
+        shutil.copytree(args[0], args[1])
+    elif command == "list":
+        print(json.dumps(listing(args)))
+    elif command == "ranks":
+        print(json.dumps(ranks(int(args[0]), args[1:])))
+    return 0
