@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Usage: examples/train_tiny_cpu.sh [WORKDIR]
+# Usage: examples/train_tiny_cpu.sh [WORKDIR]   (default: crossbert_tiny in $TMPDIR, else in /tmp)
 #   End to end on the CPU: generate a small corpus (the demo's docstring corpus, no network),
 #   train a 1024-token WordPiece tokenizer, preprocess to Megatron indexed datasets, then pretrain
 #   examples/tiny_cpu.yaml with torchrun on gloo. Data steps are skipped when their outputs exist.
@@ -8,11 +8,11 @@
 #   ARCH=crossbert|bert    architecture       TRAIN_ITERS=40   optimizer steps
 #   CORPUS_BYTES=2000000   corpus size        PYTHON / TORCHRUN  interpreters (default: repo .venv if present)
 #   EXTRA_ARGS="..."       extra crossbert-pretrain arguments, e.g. "--set training.log_interval=1"
-# Example: TP=2 examples/train_tiny_cpu.sh /tmp/crossbert_tiny
+# Example: TP=2 examples/train_tiny_cpu.sh runs/tiny_tp2
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-WORK="${1:-/tmp/crossbert_tiny}"
+WORK="${1:-${TMPDIR:-/tmp}/crossbert_tiny}"
 NPROC="${NPROC:-2}"; TP="${TP:-1}"; PP="${PP:-1}"
 ARCH="${ARCH:-crossbert}"; TRAIN_ITERS="${TRAIN_ITERS:-40}"; CORPUS_BYTES="${CORPUS_BYTES:-2000000}"
 if [[ -x "$REPO/.venv/bin/python" ]]; then DEFAULT_BIN="$REPO/.venv/bin/"; else DEFAULT_BIN=""; fi
