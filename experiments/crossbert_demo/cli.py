@@ -43,8 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--probe-test", type=int, default=defaults.probe_test, help="probe test rows (max)")
     parser.add_argument("--mteb-lite-dir", default=defaults.mteb_lite_dir,
                         help="MTEB-lite folders: both encoders' STS12-16 average is printed ('none': print the "
-                             "crossbert-mteb command instead; default: mteb_lite/ of the shared data folder ($CROSSBERT_DATA_DIR, "
-                             "else ../shared/data) when present, "
+                             "crossbert-mteb command instead; default: mteb_lite/ of the shared data folder "
+                             "($CROSSBERT_DATA_DIR, else ../shared/data) when present, "
                              "here %(default)s)")
     parser.add_argument("--force", action="store_true", help="move an existing, non-empty --out-dir aside (to <dir>.replaced-<time>-<id>; nothing is deleted)")
     add_debug_flag(parser)

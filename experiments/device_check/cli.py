@@ -23,8 +23,9 @@ def _add_prepare(sub) -> None:
                                        "calls")
     p.add_argument("--repo", default=".", help="checkout that travels (default: current directory)")
     p.add_argument("--carry-dir", default=DEFAULT_CARRY_DIR, help="git-ignored folder inside the repo")
-    p.add_argument("--shared-data", default=None, help="folder with corpus/, glue/ and mteb_lite/ (default: "
-                                                       "$CROSSBERT_DATA_DIR, else ../shared/data beside the repository)")
+    p.add_argument("--shared-data", default=None,
+                   help="folder with corpus/, glue/ and mteb_lite/ (default: $CROSSBERT_DATA_DIR, else ../shared/data "
+                        "beside the repository)")
     p.add_argument("--no-wheels", action="store_true", help="skip pip download (no package index reachable)")
     p.add_argument("--limit-mib", type=float, default=CARRY_LIMIT_BYTES / 2**20,
                    help="refuse if checkout + carry folder exceed this (device limit: 64)")

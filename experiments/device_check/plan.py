@@ -50,7 +50,8 @@ class StageSpec:
 
 
 STAGES: tuple[StageSpec, ...] = (
-    StageSpec("smoke", 90, 300, "tests/benchmarking/test_gpu.py, CUDA/NCCL smoke, bf16 train steps of every architecture"),
+    StageSpec("smoke", 90, 300,
+              "tests/benchmarking/test_gpu.py, CUDA/NCCL smoke, bf16 train steps of every architecture"),
     StageSpec("gpu_check", 130, 300, "crossbert-bench gpu-check: bf16 MFU at BERT-base/large L=512, "
                                      "CrossBERT vs sparse megatron BertModel, GEMM peak, FLOP-predicted ratios"),
     StageSpec("attention", 90, 300, "compiled FlexAttention vs SDPA at L=8192 with document masks and "

@@ -3,8 +3,8 @@
 Import the modules directly; this package file imports nothing, so the directory helpers stay cheap:
 
 - ``errors``: CheckpointError, UnsafeCheckpointError (the bottom: every module raises them);
-- ``directories``: the checkpoint directories' names, 'latest', completeness, the one resolution of a reference and the one
-  ``run_config.json`` reader;
+- ``directories``: the checkpoint directories' names, 'latest', completeness, the one resolution of a
+  reference and the one ``run_config.json`` reader;
 - ``safe_pickle``: restricted unpickling and ``checked_read`` around every dist_checkpointing load;
 - ``tokenizer_record``: the tokenizer record of checkpoints and the tokenizer checks of datasets;
 - ``optimizer_format``: the distributed optimizer's on-disk format and Adam-state repairs;

@@ -14,6 +14,7 @@ from megatron_crossbert.benchmarking.cases import SETTINGS
 from megatron_crossbert.cli.bench import main
 
 
+@pytest.mark.slow
 def test_throughput_tiny_writes_json(tmp_path, capsys):
     out = tmp_path / "tp.json"
     assert main(["throughput", "--size", "tiny", "--steps", "1", "--warmup", "1", "--profile",
@@ -47,6 +48,7 @@ def test_throughput_tiny_writes_json(tmp_path, capsys):
     assert main(["throughput", "--size", "tiny", "--only", "crossbert r=0.9", "--out", str(only)]) == 2
 
 
+@pytest.mark.slow
 def test_attention_bench_tiny_writes_json_tables_and_leakage(tmp_path, capsys, text_corpus, bpe_tokenizer):
     """Every backend at L=256 with documents and a window (flex forward-only and eager on the CPU), real
     document masks and the leakage table from the session corpus; the megatron row is the 'before'."""
@@ -75,6 +77,7 @@ def test_gpu_check_degrades_without_cuda(tmp_path):
     assert payload["status"] == "skipped" and "CUDA" in payload["reason"]
 
 
+@pytest.mark.slow
 def test_checkpoint_bench_tiny_writes_json_and_table(tmp_path, capsys):
     out = tmp_path / "ckpt.json"
     assert main(["checkpoint", "--sizes", "tiny", "--repeats", "1", "--work-dir", str(tmp_path / "work"),

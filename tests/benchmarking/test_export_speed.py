@@ -15,6 +15,7 @@ TINY = dict(hidden_size=32, num_layers=2, num_attention_heads=4, vocab_size=200,
             batch_size=2, warmup=0, repeats=1, device="cpu")
 
 
+@pytest.mark.slow
 def test_every_format_and_backend_is_timed_and_exact(tmp_path):
     report = run_export_speed(ExportSpeedOptions(**TINY, work_dir=str(tmp_path)))
     rows = {(r["format"], r["backend"], r["seq_length"]): r for r in report["results"]}

@@ -13,6 +13,7 @@ from megatron_crossbert.benchmarking.preprocess import (
 from megatron_crossbert.cli import bench
 
 
+@pytest.mark.slow
 def test_measure_counts_children_cpu_and_own_peak_rss():
     burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.6: pass"
     code = (f"import subprocess, sys; subprocess.run([sys.executable, '-c', {burn!r}], check=True)\n"

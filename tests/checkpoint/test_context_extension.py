@@ -42,6 +42,7 @@ def _weights(root) -> dict[str, torch.Tensor]:
     return dist_checkpointing.load_plain_tensors(str(resolve_checkpoint_dir(root)))
 
 
+@pytest.mark.slow
 def test_init_from_1k_then_train_at_8k_with_a_new_global_rope_base(indexed_corpus, tmp_path, caplog):
     from megatron_crossbert.training.loop import run_loop
     from megatron_crossbert.training.setup import build_session

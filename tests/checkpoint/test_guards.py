@@ -153,6 +153,7 @@ def real(tiny_checkpoint, indexed_corpus) -> tuple[str, Path]:
     return indexed_corpus, tiny_checkpoint
 
 
+@pytest.mark.slow
 def test_resume_from_and_overwrite_are_explicit_ways_out(real, tmp_path):
     from megatron_crossbert.fsutil import current_umask
     from megatron_crossbert.training import train

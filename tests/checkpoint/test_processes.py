@@ -124,6 +124,7 @@ def _ready(trainer: subprocess.Popen, save: Path, mode: str) -> bool:
     return len(_descendants(trainer.pid)) >= 3
 
 
+@pytest.mark.slow
 @linux_only
 def test_sigkill_of_a_trainer_leaves_no_process_and_a_second_run_is_refused(indexed_corpus, tmp_path, capfd):
     trainers = {mode: _trainer(indexed_corpus, tmp_path / mode, mode) for mode in ("sync", "async")}

@@ -96,6 +96,7 @@ def _wait_for(predicate, timeout: float, proc: subprocess.Popen, seen: list[str]
         time.sleep(0.2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("async_save", [False, True], ids=["sync", "async"])
 def test_sigterm_saves_and_exits_zero(indexed_corpus, tmp_path, async_save):
     from megatron_crossbert.checkpoint.directories import latest_iteration, read_run_config
@@ -123,6 +124,7 @@ def test_sigterm_saves_and_exits_zero(indexed_corpus, tmp_path, async_save):
     assert read_run_config(save).training.train_iters == 5000
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("async_save", [False, True], ids=["sync", "async"])
 def test_sigkill_during_save_keeps_previous_checkpoint(indexed_corpus, tmp_path, async_save):
     """With async_save the kill lands after the writers finished, before the commit."""
@@ -144,6 +146,7 @@ def test_sigkill_during_save_keeps_previous_checkpoint(indexed_corpus, tmp_path,
     assert latest_iteration(save) == 4 and (partial / "run_config.json").is_file()
 
 
+@pytest.mark.slow
 def test_incompatible_checkpoint_is_rejected_and_old_ones_pruned(indexed_corpus, tmp_path):
     from megatron_crossbert.checkpoint.errors import CheckpointError
     from megatron_crossbert.training import train

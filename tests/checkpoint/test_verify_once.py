@@ -70,6 +70,7 @@ STARTS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("start", STARTS)
 def test_a_training_start_resolves_and_parses_once(trained, start):
     from megatron_crossbert import platform
@@ -90,6 +91,7 @@ def test_a_training_start_resolves_and_parses_once(trained, start):
         assert session.progress.iteration == 2 and session.resumed_from == work / "ckpt" / "iter_0000002"
 
 
+@pytest.mark.slow
 def test_export_and_evaluation_resolve_and_parse_once(trained):
     from megatron_crossbert.convert import export_to_hf
     from megatron_crossbert.evaluation.encoders import resolve_model

@@ -170,6 +170,7 @@ def _data_change_cases(tmp: Path, ckpt: Path) -> dict[str, tuple[dict, str]]:
                                      f"(dataset 1 (")}
 
 
+@pytest.mark.slow
 def test_each_bad_input_is_one_error_line(trained, tmp_path):
     from megatron_crossbert.checkpoint.run_lock import RunLock
 

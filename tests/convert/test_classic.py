@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+
+from megatron_crossbert.arch import get_encoder
+from megatron_crossbert.convert import export_to_hf, import_from_hf
+from megatron_crossbert.convert.formats import get_format
 from tests.support.conversion import (
     LENGTHS,
     TOL,
@@ -22,10 +26,6 @@ from tests.support.conversion import (
     read_safetensors,
     tiny_run_config,
 )
-
-from megatron_crossbert.arch import get_encoder
-from megatron_crossbert.convert import export_to_hf, import_from_hf
-from megatron_crossbert.convert.formats import get_format
 
 FORMATS = list(get_encoder("classic").hf_formats)
 
@@ -76,6 +76,7 @@ def test_default_export_files_config_card_and_safe_formats(crossbert):
     assert read_json(out / "sentence_bert_config.json")["max_seq_length"] == 64
 
 
+@pytest.mark.slow
 def test_tanh_gelu_run_exports_gelu_pytorch_tanh(work, word_tokenizer):
     run_cfg = tiny_run_config("crossbert", tokenizer=str(word_tokenizer), bias_gelu_fusion=True,
                               layernorm_epsilon=1e-6)

@@ -22,6 +22,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+
+from megatron_crossbert import platform
+from megatron_crossbert.arch import ENCODERS, REGISTRY, get_arch
+from megatron_crossbert.config import ModelConfig, ParallelConfig
+from megatron_crossbert.convert import ConversionError, export_to_hf, import_from_hf
+from megatron_crossbert.convert.formats import FORMATS, default_format, get_format
+from megatron_crossbert.convert.formats.interface import encoder_of
 from tests.support.conversion import (
     LENGTHS,
     TOL,
@@ -39,13 +46,6 @@ from tests.support.conversion import (
     sentence_transformers_check,
     tiny_run_config,
 )
-
-from megatron_crossbert import platform
-from megatron_crossbert.arch import ENCODERS, REGISTRY, get_arch
-from megatron_crossbert.config import ModelConfig, ParallelConfig
-from megatron_crossbert.convert import ConversionError, export_to_hf, import_from_hf
-from megatron_crossbert.convert.formats import FORMATS, default_format, get_format
-from megatron_crossbert.convert.formats.interface import encoder_of
 
 CASES = [(arch, encoder, name) for arch, spec in REGISTRY.items() for encoder in spec.encoders
          for name in ENCODERS[encoder].hf_formats]

@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.support.conversion import make_checkpoint, make_tokenizer, tiny_run_config
 
 from megatron_crossbert.cli.convert_hf import main as cli_main
 from megatron_crossbert.convert import ConversionError, export_to_hf, import_from_hf
+from tests.support.conversion import make_checkpoint, make_tokenizer, tiny_run_config
 
 
 @pytest.fixture(scope="module")
@@ -110,6 +110,7 @@ def test_import_refuses_pickle_and_inexact_configs(setup, tmp_path):
         import_from_hf(relu, tmp_path / "b")
 
 
+@pytest.mark.slow
 def test_cli_reports_errors_and_module_help(setup, tmp_path, capsys):
     work, _, _, hf = setup
     assert cli_main(["export", str(work / "nope"), str(tmp_path / "x")]) == 2

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 
 import pytest
+
+from megatron_crossbert.convert import export_to_hf
 from tests.support.conversion import (
     LENGTHS,
     TOL,
@@ -22,8 +24,6 @@ from tests.support.conversion import (
     read_safetensors,
     tiny_run_config,
 )
-
-from megatron_crossbert.convert import export_to_hf
 
 MODERN = dict(encoder="modern", rotary_base=40000.0, layernorm_epsilon=1e-6)
 
@@ -70,6 +70,7 @@ WINDOWED = dict(MODERN, num_layers=3, local_attention=4, global_attn_every_n_lay
 """Layers 0 and 2 global (base 160000), layer 1 local with a 4-token window (base 10000)."""
 
 
+@pytest.mark.slow
 def test_local_global_export_equals_stock_modernbert_and_round_trips(work, word_tokenizer, tmp_path):
     """Inputs of 20 tokens (> 2 windows of 4), right- and left-padded, sdpa and eager, <= 1e-5 fp32;
     the windows matter (an all-global HF model differs); the import gives the same windows back."""

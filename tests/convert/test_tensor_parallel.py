@@ -11,6 +11,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+
+from megatron_crossbert import platform
+from megatron_crossbert.arch import get_encoder
+from megatron_crossbert.config import ParallelConfig
+from megatron_crossbert.convert import export_to_hf, import_from_hf
+from megatron_crossbert.convert.megatron_tensors import gather_tensor_parallel
 from tests.support.conversion import (
     encoder_keys,
     load_native,
@@ -19,12 +25,6 @@ from tests.support.conversion import (
     tiny_run_config,
 )
 from tests.support.multirank import run_ranks
-
-from megatron_crossbert import platform
-from megatron_crossbert.arch import get_encoder
-from megatron_crossbert.config import ParallelConfig
-from megatron_crossbert.convert import export_to_hf, import_from_hf
-from megatron_crossbert.convert.megatron_tensors import gather_tensor_parallel
 
 ENCODERS = ("classic", "modern")
 """Encoder families tested; each is exported to every format of its ``arch.EncoderFamily.hf_formats``."""

@@ -100,6 +100,7 @@ def test_bad_lines_between_good_ones_are_counted_and_the_good_ones_written(tmp_p
     assert report["first_skip_location"]["too_long"].endswith("in.jsonl:7")
 
 
+@pytest.mark.slow
 def test_one_huge_line_has_bounded_memory(tmp_path, byte_bpe):
     """A HUGE_LINE_MB line of words among normal documents, through the CLI (auto backend): peak RSS of
     the whole run stays under HUGE_LINE_PEAK_MB and the line's tokens are written."""

@@ -94,6 +94,7 @@ def test_split_sentences_offline(setup):
     assert "Punkt" in report["sentence_splitter"]
 
 
+@pytest.mark.slow
 def test_workers_byte_identical_and_script_entry_point(setup):
     root, corpus, _, tok = setup
     extra = ["--split-sentences", "--append-eod", "--no-progress"]

@@ -126,6 +126,7 @@ def test_gigatoken_encoder_rebuilt_mid_run_gives_same_ids(setup):
     assert refreshing.rebuilds > 0, "a zero budget rebuilds the encoder during the run"
 
 
+@pytest.mark.slow
 def test_no_torch_imported_by_a_preprocessing_run(setup):
     root, corpus, bpe, _ = setup
     code = ("import json, sys; from megatron_crossbert.cli.preprocess import main; "

@@ -34,6 +34,7 @@ def _peak_rss_mb(corpus: Path, tok: Path, prefix: Path) -> float:
     return result.peak_rss_mb
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_peak_rss_bounded_and_flat(tmp_path):
     tok = train_byte_bpe(tmp_path)

@@ -40,6 +40,7 @@ def native(tmp_path_factory, word_tokenizer):
     return work, task, tokenizer
 
 
+@pytest.mark.slow
 def test_probe_cli_on_native_checkpoint(native):
     from megatron_crossbert.cli.probe import main
 
@@ -54,6 +55,7 @@ def test_probe_cli_on_native_checkpoint(native):
     assert exported.hf_path == report["model"]["hf_path"]  # same checkpoint -> same cached export
 
 
+@pytest.mark.slow
 def test_mteb_cli_on_native_checkpoint(native):
     """crossbert-mteb resolves the checkpoint through the verified export (the one crossbert-probe made, reused)
     and embeds with the export's own sentence-transformers recipe (mean pooling, not normalised)."""
@@ -76,7 +78,9 @@ def test_live_encode_suite_matches_exported_features(native):
     from transformers import AutoTokenizer
 
     from megatron_crossbert.checkpoint.directories import read_run_config
-    from megatron_crossbert.evaluation.probing.in_training import load_suite_tasks, make_encode_embed_fn, run_probe_suite
+    from megatron_crossbert.evaluation.probing.in_training import (
+        load_suite_tasks, make_encode_embed_fn, run_probe_suite,
+    )
     from megatron_crossbert.evaluation.training_hook import probe_in_training
 
     work, task, tokenizer_dir = native

@@ -112,6 +112,7 @@ def test_wheels_are_pinned_for_the_device_interpreter(tmp_path):
         carry.pinned_versions(bad)
 
 
+@pytest.mark.slow
 def test_mteb_scores_tasks_without_the_polars_runtime(tmp_path):
     """polars travels to the device without its 54 MB binary runtime (carry.py): mteb's path must not need it."""
     from tests.support.synthetic_eval import write_mteb_lite_fixture
@@ -180,6 +181,7 @@ def _toy_config(tmp_path: Path, shared: Path, stages: list[str]) -> plan.DeviceC
                                   glue_dir=str(shared / "glue"), command="test")
 
 
+@pytest.mark.slow
 def test_a_stage_past_its_budget_is_killed_and_the_next_still_runs(tmp_path, monkeypatch):
     from experiments.device_check import runner
 
@@ -201,9 +203,10 @@ def test_toy_dry_run_of_every_stage_and_its_results_section(tmp_path):
 
     shared, out = write_shared_data(tmp_path / "shared", tasks=TOY_TASKS), tmp_path / "out"
     env = {**os.environ, "PYTHON": sys.executable, "OUT": str(out), "OMP_NUM_THREADS": "1"}
-    argv = ["bash", str(REPO_ROOT / "scripts" / "device_check.sh"), "run", "--toy", "--work-dir", str(tmp_path / "work"),
-            "--corpus", str(shared / "corpus"), "--glue-dir", str(shared / "glue"), "--mteb-lite-dir",
-            str(shared / "mteb_lite"), "--probe-max-train", "30", "--seeds", "1234"]
+    argv = ["bash", str(REPO_ROOT / "scripts" / "device_check.sh"), "run", "--toy",
+            "--work-dir", str(tmp_path / "work"), "--corpus", str(shared / "corpus"),
+            "--glue-dir", str(shared / "glue"), "--mteb-lite-dir", str(shared / "mteb_lite"),
+            "--probe-max-train", "30", "--seeds", "1234"]
     done = subprocess.run(argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
     assert len(list(out.iterdir())) <= plan.OUT_FILE_LIMIT

@@ -40,6 +40,7 @@ def late_a_loss(document_mask: bool) -> float:
     return sum(late) / len(late)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("document_mask", [True, False], ids=["masked", "unmasked"])
 def test_a_documents_are_predictable_only_through_the_leak(document_mask):
     loss, chance = late_a_loss(document_mask), math.log(SYMBOLS)

@@ -21,6 +21,7 @@ import math
 
 import pytest
 import torch
+
 from tests.support.models import build, tiny_config
 
 SYMBOLS = 64
@@ -36,6 +37,7 @@ def paired_batch(cfg, batch: int, gen: torch.Generator) -> dict[str, torch.Tenso
 
 @pytest.mark.parametrize("variant", [(), ("model.encoder=modern", "model.decoder_position_embedding=false")],
                          ids=["classic", "modern-rope-only"])
+@pytest.mark.slow
 def test_decoder_copies_visible_partner_below_unigram_floor(variant):
     cfg = tiny_config("model.hidden_size=64", "model.num_layers=2", "model.init_method_std=0.1", *variant)
     model = build(cfg, seed=3)

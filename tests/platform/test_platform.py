@@ -45,6 +45,7 @@ print("TE_LOADED" if any(m.startswith("transformer_engine") for m in sys.modules
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on GPU, TE may legitimately be imported")
 def test_building_models_never_imports_transformer_engine():
     """A fresh interpreter, so no other test's imports can hide or fake the result.

@@ -37,7 +37,8 @@ def test_dependencies_run_one_way():
     assert library == set()
     for experiment in experiments:
         others = tops - {experiment}
-        crossing = {f"{path.relative_to(REPO_ROOT)}: {name}" for path in (REPO_ROOT / "experiments" / experiment).rglob("*.py")
+        crossing = {f"{path.relative_to(REPO_ROOT)}: {name}"
+                    for path in (REPO_ROOT / "experiments" / experiment).rglob("*.py")
                     for name in _imported_modules(path) if name.split(".")[0] in others}
         assert crossing == set(), experiment
 

@@ -38,6 +38,7 @@ SCHEDULES = dict(training__global_batch_size=6, training__rampup_batch_size=[2, 
 baselines a masking rate 30% -> 15% -> 5% (at samples 30 and 50 with L=32)."""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch,encoder", [("crossbert", "classic"), ("bert", "classic"), ("mlm", "modern")])
 def test_resume_is_bit_identical(arch, encoder, indexed_corpus, tmp_path):
     """20 steps straight == 12 steps, stop (with checkpoint), resume, 8 steps; dropout is on. The stop

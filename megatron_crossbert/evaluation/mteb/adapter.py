@@ -8,9 +8,9 @@ The embedding recipe (pooling, L2 norm, max tokens) is the model's own (``evalua
 
 Encoding is where an MTEB run spends its time, so each call encodes every distinct text once, and the
 pooled features are cached per (model identity, task, split, pooling, max tokens, exact texts) in the
-evaluation's ``FeatureCache`` (``feature_cache.py``): a rerun, or a run resumed after a crash, encodes nothing. The model identity
-is a content hash (``resolve_model``), so a changed model never reuses stale features. The cache holds
-vectors before normalisation; the recipe's L2 norm is applied after it.
+evaluation's ``FeatureCache`` (``feature_cache.py``): a rerun, or a run resumed after a crash, encodes
+nothing. The model identity is a content hash (``resolve_model``), so a changed model never reuses stale
+features. The cache holds vectors before normalisation; the recipe's L2 norm is applied after it.
 
 ``run_mteb`` evaluates ``BuiltTask``s (a benchmark directory's folders, ``--local-task`` specs, or
 built-in tasks online) with ``mteb.evaluate`` and writes the results (``report.py``). mteb's own result

@@ -2,7 +2,8 @@
 
 Signature the training loop calls (rank 0, PP=1, model in eval mode, under ``torch.no_grad``)::
 
-    from megatron_crossbert.evaluation.probing.in_training import run_probe_suite, make_encode_embed_fn, load_suite_tasks
+    from megatron_crossbert.evaluation.probing.in_training import (
+        load_suite_tasks, make_encode_embed_fn, run_probe_suite)
 
     tasks = load_suite_tasks(glue_dir=..., glue_tasks=["SST-2", "STS-B"], jsonl=[...],
                              max_train=2000, max_test=1000)          # once, at start-up

@@ -67,6 +67,7 @@ def st_model(minilm_dir):
     return SentenceTransformer(str(minilm_dir), device="cpu")
 
 
+@pytest.mark.slow
 def test_sts_slice_matches_sentence_transformers_and_scipy(slice_run, st_model):
     from scipy.stats import spearmanr
 
@@ -83,6 +84,7 @@ def test_sts_slice_matches_sentence_transformers_and_scipy(slice_run, st_model):
         assert result["scores"]["test"][0]["main_score"] == pytest.approx(reference / 100, abs=5e-4)
 
 
+@pytest.mark.slow
 def test_classification_slice_follows_mteb_protocol(slice_run, st_model):
     """mteb's protocol re-enacted: a seed-42 RandomState shuffle of the carried index list per experiment,
     the first 8 rows of each label, LogisticRegression(max_iter=100) on the unit-norm embeddings, mean

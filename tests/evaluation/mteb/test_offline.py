@@ -123,6 +123,7 @@ def _with_normalize(src, dst):
     return dst
 
 
+@pytest.mark.slow
 def test_crossbert_mteb_benchmark_dir(tmp_path, tiny_hf_encoder, capsys):
     from megatron_crossbert.cli.mteb import main
 

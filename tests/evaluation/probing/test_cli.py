@@ -17,6 +17,7 @@ def test_help_lists_options(capsys):
     assert "--layers" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_probe_cli_glue_jsonl_and_layer_plot(tiny_hf_encoder, tmp_path):
     glue = write_glue_fixture(tmp_path / "glue", n=24)
     write_jsonl_task(tmp_path / "tasks" / "planted", n_train=130, n_test=60)
