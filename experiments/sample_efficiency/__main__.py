@@ -22,6 +22,7 @@ SHARED = "of the shared data folder ($CROSSBERT_DATA_DIR, else ../shared/data be
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # the data folders default to the shared data folder, resolved in main(); here only the other fields' defaults
     defaults = ExperimentPaths(work_dir="benchmarks/out/sample_efficiency", corpus="", glue_dir="", probe_dir="")
     p = argparse.ArgumentParser(prog="python -m experiments.sample_efficiency", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
