@@ -1,6 +1,6 @@
 """Probe reports: JSON, a markdown table and (per-layer runs) a PNG plot of score against depth.
 
-Everything here reads the report dict that ``probing.run_probing`` returns, so the CLI, the
+Everything here reads the report dict that ``runner.run_probing`` returns, so the CLI, the
 benchmarks and notebooks render identical tables.
 """
 
