@@ -3,11 +3,12 @@
 Import the modules directly; this package file imports nothing, so the directory helpers stay cheap:
 
 - ``errors``: CheckpointError, UnsafeCheckpointError (the bottom: every module raises them);
-- ``directories``: the checkpoint directories' names, 'latest', completeness, the one resolution of a
-  reference and the one ``run_config.json`` reader;
+- ``directories``: the checkpoint directories' names, 'latest' and its commit journal, completeness, the
+  one resolution of a reference and the one ``run_config.json`` reader;
 - ``safe_pickle``: restricted unpickling and ``checked_read`` around every dist_checkpointing load;
 - ``tokenizer_record``: the tokenizer record of checkpoints and the tokenizer checks of datasets;
 - ``optimizer_format``: the distributed optimizer's on-disk format and Adam-state repairs;
+- ``pins``: readers pin the checkpoint they read, pruning skips a pinned one;
 - ``verify``: ``VerifiedCheckpoint``, the one check of a checkpoint before anything is built;
 - ``start_guard``: where a run starts (resume, init_from, --overwrite) and what it must not destroy;
 - ``state``: what a full training checkpoint holds (the sharded state dict, RNG, progress);

@@ -12,8 +12,14 @@ marks the save complete: each rank hashes the shards it wrote (``__<rank>_*.dist
 gathers them, hashes the rest (``.metadata``, ``metadata.json``, the records) and the text of
 ``run_config.json`` about to be written, so the completeness marker is covered too. Verifying
 (``verify.verify_contents``): sizes first, then hashes, split across the ranks of a job
-(:func:`files_for_rank`) and gathered, so every rank raises the same one line naming the file. A
-checkpoint without a record (older versions) loads with one warning per directory.
+(:func:`files_for_rank`) and gathered, so every rank raises the same one line naming the file.
+
+What a record must cover (issue 27): a checkpoint saved by a version that writes records and found
+without one is damaged, not old (:func:`missing_record`; its ``run_config.json`` says which version
+wrote it), and every file a load reads must be listed (:func:`unrecorded_reads`): the shards ``.metadata``
+lists, ``.metadata`` itself, the configs and records. Before, deleting the record, or one entry of
+it, let a flipped byte through with a misleading warning or none. Only a checkpoint from before
+records loads without one, with one warning per directory; a file no load reads may stay unrecorded.
 """
 
 from __future__ import annotations
@@ -95,6 +101,26 @@ def read_record(ckpt_dir: Path) -> dict[str, dict] | None:
     if algorithm != ALGORITHM:
         raise CheckpointError(f"{path}: unknown checksum algorithm {algorithm!r} (this version knows {ALGORITHM})")
     return {name: {"bytes": sizes[name], "hash": str(files[name].get("hash"))} for name in files}
+
+
+def missing_record(ckpt_dir: Path, evidence: str | None) -> None:
+    """A checkpoint without a record: one warning per directory when it was saved before records existed
+    (``evidence`` None), else ChecksumMismatchError (``evidence``: why the version that saved it wrote one)."""
+    if evidence is None:
+        warn_unrecorded(ckpt_dir)
+        return
+    raise ChecksumMismatchError(
+        f"{ckpt_dir / CHECKSUMS_FILE}: missing, but this checkpoint was saved with checksums ({evidence}); "
+        f"it is damaged: restore the file from a copy, use an earlier checkpoint, or read it unverified "
+        f"with checkpoint.verify=off (--checkpoint-verify off; --verify off for export, probe and MTEB)")
+
+
+def unrecorded_reads(ckpt_dir: Path, files: dict[str, dict], reads: dict[str, str]) -> list[str]:
+    """One line per file a load reads (``reads``: name -> why it is read) that the record does not
+    list: the record is incomplete, so nothing vouches for that file."""
+    return [f"{ckpt_dir / name}: read by this checkpoint ({why}) but not recorded in {CHECKSUMS_FILE}; "
+            f"the record is incomplete: restore it from a copy or use an earlier checkpoint"
+            for name, why in reads.items() if name not in files]
 
 
 def files_for_rank(sizes: dict[str, int], rank: int, world: int) -> list[str]:

@@ -2,9 +2,22 @@
 
 ```
 <root>/latest                      "iter_0000100" (replaced atomically once a save is complete)
+<root>/latest.pending              the commit journal: present only while a commit moves 'latest'
 <root>/iter_0000100/               megatron-core dist_checkpointing (torch_dist) directory
 <root>/iter_0000100/run_config.json   the resolved RunConfig (written last: it marks the save complete)
 ```
+The commit journal (issue 27): a process killed after ``run_config.json`` made a checkpoint complete
+but before ``latest`` moved left a complete checkpoint newer than ``latest``, and every rerun of the
+same command was refused as if that checkpoint came from some other run. The commit now writes
+``latest.pending`` (the checkpoint, what ``latest`` named, a hash of the ``run_config.json`` about to
+be written and who writes it) before ``run_config.json``, and removes it once ``latest`` moved. A
+journal whose checkpoint is complete with exactly that ``run_config.json``, while ``latest`` still
+names what it named, is a commit that lacks only the pointer: :func:`resolve_latest` resolves to its
+checkpoint, and the next training start moves the pointer (``start_guard``). Anything else about a
+journal (the checkpoint incomplete, ``latest`` moved since, another ``run_config.json``) means it does
+not apply, and it is ignored. A clean commit leaves no journal, so a hand-made roll-back of ``latest``
+is never undone.
+
 A reference is either the root (follow ``latest``) or an ``iter_*`` directory:
 :func:`resolve_checkpoint_dir` maps it to the directory to read, and :func:`load_saved_config`
 parses that directory's ``run_config.json``. Callers that start from a reference resolve and parse
@@ -14,14 +27,20 @@ key of the sharded state dict, so they reshard across TP/PP.
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import socket
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from megatron_crossbert.checkpoint.checksums import hash_bytes
 from megatron_crossbert.checkpoint.errors import CheckpointError
 from megatron_crossbert.config import RunConfig
-from megatron_crossbert.fsutil import atomic_write_text
+from megatron_crossbert.fsutil import atomic_write_text, pid_start_time
 
 LATEST_FILE = "latest"
+PENDING_FILE = "latest.pending"
 RUN_CONFIG_FILE = "run_config.json"
 ITER_PREFIX = "iter_"
 
@@ -82,9 +101,66 @@ def point_latest(ckpt_dir: Path) -> None:
     atomic_write_text(ckpt_dir.parent / LATEST_FILE, ckpt_dir.name)
 
 
+@dataclass(frozen=True)
+class PendingCommit:
+    """The commit journal (``latest.pending``): a commit that began and has not yet moved 'latest'."""
+
+    checkpoint: str
+    """The ``iter_*`` directory being committed."""
+    after: str | None
+    """What 'latest' named when the commit began (None: there was no 'latest')."""
+    run_config_xxh3: str
+    """The hash of the ``run_config.json`` text the commit writes (``checksums.hash_bytes``)."""
+    writer: dict
+    """Who commits: host, pid, pid start time (for the log line of whoever finishes the commit)."""
+
+    def describe_writer(self) -> str:
+        return f"pid {self.writer.get('pid')} on {self.writer.get('host')}"
+
+
+def begin_commit(ckpt_dir: Path, run_config_text: str) -> None:
+    """Rank 0, before ``run_config.json`` is written: journal the commit (see the module docstring)."""
+    root, pid = ckpt_dir.parent, os.getpid()
+    journal = PendingCommit(ckpt_dir.name, read_latest(root), hash_bytes(run_config_text.encode()),
+                            {"host": socket.gethostname(), "pid": pid, "pid_start": pid_start_time(pid)})
+    atomic_write_text(root / PENDING_FILE, json.dumps(asdict(journal), indent=1) + "\n")
+
+
+def end_commit(root: Path) -> None:
+    """Rank 0, once 'latest' names the committed checkpoint: the journal is done."""
+    (Path(root) / PENDING_FILE).unlink(missing_ok=True)
+
+
+def _read_journal(root: str | Path) -> PendingCommit | None:
+    """``root/latest.pending`` as written; None when absent or unreadable (then it applies to nothing)."""
+    try:
+        journal = PendingCommit(**json.loads((Path(root) / PENDING_FILE).read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+    return journal if isinstance(journal.checkpoint, str) and isinstance(journal.writer, dict) else None
+
+
+def interrupted_commit(root: str | Path, latest: str | None) -> PendingCommit | None:
+    """The journal of ``root`` when it is a commit that lacks only the pointer (``latest``: what 'latest'
+    names now): its checkpoint complete with the journaled ``run_config.json``, 'latest' unmoved."""
+    journal = _read_journal(root)
+    if journal is None or journal.after != latest or not _POINTER.fullmatch(journal.checkpoint):
+        return None
+    target = Path(root) / journal.checkpoint
+    try:
+        written = hash_bytes((target / RUN_CONFIG_FILE).read_bytes())
+    except OSError:
+        return None
+    return journal if written == journal.run_config_xxh3 else None
+
+
 def resolve_latest(root: str | Path) -> Path | None:
-    """The complete checkpoint ``root/latest`` names; None without a 'latest' file."""
+    """The complete checkpoint ``root/latest`` names (or the one a killed commit completed without moving
+    it: :func:`interrupted_commit`); None without either."""
     name = read_latest(root)
+    finished = interrupted_commit(root, name)
+    if finished is not None:
+        return Path(root) / finished.checkpoint
     if name is None:
         return None
     target = Path(root) / name
@@ -99,7 +175,9 @@ def resolve_checkpoint_dir(path: str | Path) -> Path:
     """Map a root (with a 'latest' pointer) or an iter_* directory to the iter_* directory to read."""
     path = Path(path)
     if not path.exists():
-        raise CheckpointError(f"checkpoint path {path} does not exist")
+        in_a_root = iteration_of(path) is not None and (path.parent / LATEST_FILE).is_file()
+        pruned = f"; {pruned_since(path.parent)}" if in_a_root else ""
+        raise CheckpointError(f"checkpoint path {path} does not exist{pruned}")
     if is_complete(path):
         return path
     target = resolve_latest(path)
@@ -107,6 +185,16 @@ def resolve_checkpoint_dir(path: str | Path) -> Path:
         raise CheckpointError(f"{path} is neither a checkpoint directory (no {RUN_CONFIG_FILE}) nor a "
                               f"checkpoint root (no '{LATEST_FILE}' file)")
     return target
+
+
+def pruned_since(root: Path) -> str:
+    """Why a checkpoint of ``root`` may be gone: what its 'latest' names now, and who prunes."""
+    try:
+        latest = read_latest(root)
+    except CheckpointError:
+        latest = None
+    now = f"; its 'latest' names {latest}" if latest else ""
+    return f"a training run writing into {root} prunes checkpoints older than its checkpoint.keep_last newest{now}"
 
 
 def latest_iteration(root: str | Path) -> int | None:

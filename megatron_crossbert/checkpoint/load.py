@@ -23,6 +23,7 @@ from megatron_crossbert.checkpoint.optimizer_format import (
     prime_optimizer_state,
     restore_adam_steps,
 )
+from megatron_crossbert.checkpoint.pins import reading
 from megatron_crossbert.checkpoint.safe_pickle import checked_read
 from megatron_crossbert.checkpoint.state import Progress, set_rng_state, training_state_dict
 from megatron_crossbert.checkpoint.verify import VerifiedCheckpoint, open_checkpoint
@@ -62,7 +63,7 @@ def read_model_weights(model, source: VerifiedCheckpoint, grown: dict[str, int] 
     request = model.sharded_state_dict()
     swapped = _grow_requests(request, grown or {})
     try:
-        with checked_read(ckpt_dir):
+        with reading(ckpt_dir), checked_read(ckpt_dir):
             state = dist_checkpointing.load({"model": request}, str(ckpt_dir))
     except CheckpointError:
         raise
@@ -95,7 +96,7 @@ def _read(ckpt_dir: Path, request: dict, model, optimizer) -> dict:
     # no_grad: the distributed optimizer copies into views of leaf parameters
     with torch.no_grad(), model_space_load(optimizer):
         try:
-            with checked_read(ckpt_dir):
+            with reading(ckpt_dir), checked_read(ckpt_dir):
                 loaded = dist_checkpointing.load(request, str(ckpt_dir))
         except CheckpointError:
             raise

@@ -28,6 +28,8 @@ from megatron_crossbert.checkpoint.errors import CheckpointError, UnsafeCheckpoi
 
 METADATA_FILE = ".metadata"
 LEGACY_COMMON_FILE = "common.pt"
+MEGATRON_CONFIG_FILE = "metadata.json"
+"""megatron-core's dist_checkpointing config (backend and version), read by every load."""
 
 _DCP = "torch.distributed.checkpoint"
 _METADATA_GLOBALS = {
@@ -144,13 +146,18 @@ def restricted_byte_items(ckpt_dir: str | Path):
         DefaultLoadPlanner.load_bytes = original
 
 
-def _check_shard_sizes(ckpt_dir: Path, metadata) -> None:
-    """Every shard file .metadata refers to exists and is long enough (names the file otherwise)."""
+def listed_shards(metadata) -> dict[str, int]:
+    """The shard files a DCP ``.metadata`` refers to: name -> the end of the last byte it reads there."""
     needed: dict[str, int] = {}
     for info in (getattr(metadata, "storage_data", None) or {}).values():
         end = int(info.offset) + int(info.length)
         needed[info.relative_path] = max(end, needed.get(info.relative_path, 0))
-    for name, end in sorted(needed.items()):
+    return needed
+
+
+def _check_shard_sizes(ckpt_dir: Path, metadata) -> None:
+    """Every shard file .metadata refers to exists and is long enough (names the file otherwise)."""
+    for name, end in sorted(listed_shards(metadata).items()):
         shard = ckpt_dir / name
         if not shard.is_file():
             raise CheckpointError(f"{shard}: missing, but {ckpt_dir / METADATA_FILE} lists data in it")

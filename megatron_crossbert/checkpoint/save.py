@@ -2,8 +2,9 @@
 
 A save is complete only once every rank has written its shards AND rank 0 has written the records
 (tokenizer, data), ``checksums.json`` and then ``run_config.json``; 'latest' is replaced atomically
-after that. A crash (or SIGKILL) mid-save therefore leaves the previous checkpoint as the one
-readers resolve. The partial directory is removed by the next save of the same iteration or pruned
+after that, under the commit journal ``latest.pending`` (``directories``: a kill between the two is
+finished by the next start instead of blocking it). A crash (or SIGKILL) mid-save therefore leaves
+the previous checkpoint as the one readers resolve. The partial directory is removed by the next save of the same iteration or pruned
 later. A save that fails (a full disk above all) raises one line on every rank (``save_errors``);
 its helper processes die with the trainer (``processes``).
 
@@ -27,8 +28,10 @@ waits on, the first one's.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import shutil
+import signal
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -47,7 +50,9 @@ from megatron_crossbert.checkpoint.errors import CheckpointError, CheckpointSave
 from megatron_crossbert.checkpoint.directories import (
     ITER_PREFIX,
     RUN_CONFIG_FILE,
+    begin_commit,
     complete_checkpoints,
+    end_commit,
     is_complete,
     iteration_dir_name,
     iteration_of,
@@ -59,6 +64,7 @@ from megatron_crossbert.checkpoint.optimizer_format import (
     SAVE_SHARDING_TYPE,
     save_content_metadata,
 )
+from megatron_crossbert.checkpoint.pins import create_pin_file, remove_unless_read
 from megatron_crossbert.checkpoint.processes import guard_request, install_results_queue
 from megatron_crossbert.checkpoint.save_errors import SaveTarget, checkpoint_bytes, room_problem, save_failure
 from megatron_crossbert.checkpoint.state import Progress, training_state_dict
@@ -70,6 +76,11 @@ from megatron_crossbert.platform import is_rank_zero
 SLEEP_IN_SAVE_ENV = "CROSSBERT_TEST_SLEEP_IN_SAVE"
 """Test hook, "ITERATION:SECONDS": sleep that long after the shards of that iteration's save are
 written but before the save is committed, so a test can kill the process mid-save."""
+KILL_BEFORE_LATEST_ENV = "CROSSBERT_TEST_KILL_BEFORE_LATEST"
+"""Test hook, "ITERATION": SIGKILL this process once that iteration's ``run_config.json`` is written,
+before 'latest' moves (what a node failure at that moment does)."""
+
+logger = logging.getLogger(__name__)
 
 ASYNC_STRATEGY = "mcore"
 """megatron-core's own async writer; ``nvrx`` would need nvidia-resiliency-ext."""
@@ -193,15 +204,18 @@ def _prepare_dir(ckpt_dir: Path, written: set[Path], target: SaveTarget) -> None
         if ckpt_dir.exists():
             shutil.rmtree(ckpt_dir)
         ckpt_dir.mkdir(parents=True)
+        create_pin_file(ckpt_dir)
 
     _on_rank_zero(work, target)
 
 
 def prune_checkpoints(root: Path, keep_last: int) -> list[Path]:
-    """Delete complete checkpoints older than the newest ``keep_last`` and stale partial ones (rank 0).
+    """Delete complete checkpoints older than the newest ``keep_last`` and stale partial ones (rank 0);
+    returns what was deleted.
 
     Only ``iter_<digits>`` directories are considered, ordered by iteration; the one 'latest' names
-    and anything newer than it are never touched.
+    and anything newer than it are never touched. One a reader is reading (``pins``) is kept, and
+    pruned by a later save.
     """
     current = latest_iteration(root)
     if keep_last <= 0 or current is None:
@@ -209,10 +223,14 @@ def prune_checkpoints(root: Path, keep_last: int) -> list[Path]:
     complete = complete_checkpoints(root)
     partial = [p for p in root.glob(f"{ITER_PREFIX}*") if p.is_dir() and iteration_of(p) is not None
                and not is_complete(p)]
-    doomed = [p for p in complete[:-keep_last] + partial if iteration_of(p) < current]
-    for path in doomed:
-        shutil.rmtree(path, ignore_errors=True)
-    return doomed
+    removed = []
+    for path in (p for p in complete[:-keep_last] + partial if iteration_of(p) < current):
+        if remove_unless_read(path):
+            removed.append(path)
+        else:
+            logger.warning("keeping %s past checkpoint.keep_last=%d: a reader (an export, an evaluation, another "
+                           "run's start) is reading it; a later save prunes it", path, keep_last)
+    return removed
 
 
 def _test_sleep(iteration: int) -> None:
@@ -220,6 +238,11 @@ def _test_sleep(iteration: int) -> None:
     target, _, seconds = spec.partition(":")
     if spec and int(target) == iteration:
         time.sleep(float(seconds))
+
+
+def _test_kill(ckpt_dir: Path) -> None:
+    if os.environ.get(KILL_BEFORE_LATEST_ENV) == str(iteration_of(ckpt_dir)):
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _hashed_shards(ckpt_dir: Path) -> dict[str, dict]:
@@ -233,15 +256,18 @@ def _hashed_shards(ckpt_dir: Path) -> dict[str, dict]:
 
 def _seal(ckpt_dir: Path, run_cfg: RunConfig, hashed: dict[str, dict], consumed_samples: int | None) -> None:
     """Rank 0: the tokenizer and data records (the latter for full checkpoints, ``consumed_samples``
-    given), ``checksums.json`` (covering the run_config.json about to be written), then
-    ``run_config.json``, which marks the save complete, then 'latest'."""
+    given), ``checksums.json`` (covering the run_config.json about to be written), the commit journal,
+    then ``run_config.json``, which marks the save complete, then 'latest', then the journal is done."""
     write_checkpoint_record(ckpt_dir, run_cfg)
     if consumed_samples is not None:
         write_data_record(ckpt_dir, run_cfg, consumed_samples)
     text = run_cfg.to_json()
     write_checksums(ckpt_dir, hashed, {RUN_CONFIG_FILE: text.encode()})
+    begin_commit(ckpt_dir, text)
     atomic_write_text(ckpt_dir / RUN_CONFIG_FILE, text)
+    _test_kill(ckpt_dir)
     point_latest(ckpt_dir)
+    end_commit(ckpt_dir.parent)
 
 
 def _commit(saves: RunSaves, ckpt_dir: Path, run_cfg: RunConfig, progress: Progress, target: SaveTarget) -> None:
@@ -292,6 +318,7 @@ def save_model_only(model, run_config: RunConfig, root: str | Path, iteration: i
     ckpt_dir = Path(root) / iteration_dir_name(iteration)
     target = SaveTarget.of(root, iteration)
     ckpt_dir.mkdir(parents=True, exist_ok=True)
+    create_pin_file(ckpt_dir)
     install_results_queue(asynchronous=False)
     _failing_as(target, dist_checkpointing.save, {"model": model.sharded_state_dict()}, str(ckpt_dir))
     seal_model_only(ckpt_dir, run_config, target)

@@ -14,6 +14,10 @@ Rules (all checked before anything is built or written, on every rank):
   'latest', a checkpoint newer than the one resumed, or a run resumed from elsewhere) refuses to
   start. The message names the newest complete checkpoint and the two ways out: ``--resume-from``
   or ``--overwrite``, which moves the ones in the way into ``save_dir/replaced_<UTC time>/``.
+- A checkpoint whose commit was killed after it was complete and before 'latest' moved (the commit
+  journal, ``directories.interrupted_commit``) is where the run continues: an automatic requeue of the
+  same command just works. Rank 0 then finishes that commit (moves 'latest', logs it) and removes the
+  temporary files killed writers left in save_dir (:func:`apply_plan`).
 """
 
 from __future__ import annotations
@@ -27,15 +31,22 @@ from pathlib import Path
 from megatron_crossbert.checkpoint.errors import CheckpointError
 from megatron_crossbert.checkpoint.directories import (
     LATEST_FILE,
+    PENDING_FILE,
+    PendingCommit,
     complete_checkpoints,
+    end_commit,
+    interrupted_commit,
     is_complete,
     iteration_of,
+    point_latest,
+    read_latest,
     resolve_checkpoint_dir,
     resolve_latest,
 )
+from megatron_crossbert.checkpoint.pins import remove_stale_removals
 from megatron_crossbert.checkpoint.verify import VerifiedCheckpoint, verify_checkpoint
 from megatron_crossbert.config import RunConfig
-from megatron_crossbert.fsutil import apply_umask_modes
+from megatron_crossbert.fsutil import apply_umask_modes, remove_stale_temporaries
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +60,9 @@ class StartPlan:
     (``checkpoint.init_from``, ``weights_only=True``); None = a fresh start."""
     move_aside: tuple[Path, ...] = ()
     """Paths in save_dir to move into save_dir/replaced_<time>/ (only with checkpoint.overwrite)."""
+    finish_commit: PendingCommit | None = None
+    """The commit (journal) that completed ``source`` in save_dir without moving 'latest' to it before
+    its run was killed; rank 0 moves 'latest' (``directories.interrupted_commit``)."""
 
 
 def _ways_out(save_dir: Path, newest: Path) -> str:
@@ -122,8 +136,19 @@ def _move_aside(run_cfg: RunConfig, source: Path | None) -> tuple[Path, ...]:
                               f"{_ways_out(save_dir, blocking[-1])}")
     if not ckpt.overwrite:
         return ()
-    latest = save_dir / LATEST_FILE
-    return tuple(blocking + ([latest] if latest.is_file() and blocking else []))
+    pointers = [save_dir / name for name in (LATEST_FILE, PENDING_FILE) if (save_dir / name).is_file()]
+    return tuple(blocking + (pointers if blocking else []))
+
+
+def _unfinished_commit(run_cfg: RunConfig, source: Path | None) -> PendingCommit | None:
+    """The killed commit of ``source`` when it is save_dir's checkpoint that 'latest' does not name yet."""
+    save_dir = run_cfg.checkpoint.save_dir
+    if source is None or run_cfg.checkpoint.resume_from or not save_dir:
+        return None
+    if source.parent.resolve() != Path(save_dir).resolve():
+        return None
+    latest = read_latest(save_dir)
+    return None if latest == source.name else interrupted_commit(save_dir, latest)
 
 
 def plan_start(run_cfg: RunConfig) -> StartPlan:
@@ -132,7 +157,8 @@ def plan_start(run_cfg: RunConfig) -> StartPlan:
     source = _source(run_cfg)
     move_aside = _move_aside(run_cfg, source)
     if source is not None:
-        return StartPlan(verify_checkpoint(source, run_cfg, defer_contents=True), move_aside)
+        return StartPlan(verify_checkpoint(source, run_cfg, defer_contents=True), move_aside,
+                         _unfinished_commit(run_cfg, source))
     if ckpt.init_from:
         init_dir = resolve_checkpoint_dir(ckpt.init_from)
         return StartPlan(verify_checkpoint(init_dir, run_cfg, weights_only=True, reference=ckpt.init_from,
@@ -140,9 +166,28 @@ def plan_start(run_cfg: RunConfig) -> StartPlan:
     return StartPlan(None, move_aside)
 
 
+def _finish_commit(save_dir: Path, commit: PendingCommit) -> None:
+    """Move 'latest' to the checkpoint a killed commit completed, and say so."""
+    ckpt_dir = save_dir / commit.checkpoint
+    point_latest(ckpt_dir)
+    end_commit(save_dir)
+    logger.warning("%s was complete but 'latest' still named %s: the run that wrote it (%s) was stopped between "
+                   "the two; resuming %s and pointing 'latest' at it", ckpt_dir, commit.after or "nothing",
+                   commit.describe_writer(), commit.checkpoint)
+
+
 def apply_plan(plan: StartPlan, save_dir: str | None) -> Path | None:
-    """Rank 0 only, after every rank planned: move ``plan.move_aside`` into save_dir/replaced_<time>/."""
-    if not plan.move_aside or not save_dir:
+    """Rank 0 only, after every rank planned: finish a killed commit (``plan.finish_commit``), remove
+    what killed writers and pruners left in save_dir (this host's; other hosts' are named), then
+    move ``plan.move_aside`` into save_dir/replaced_<time>/ (returned)."""
+    if not save_dir:
+        return None
+    if plan.finish_commit is not None:
+        _finish_commit(Path(save_dir), plan.finish_commit)
+    # a checkpoint's own temporaries only ever sit in a partial directory, which its next save or pruning removes
+    remove_stale_temporaries([Path(save_dir) / LATEST_FILE, Path(save_dir) / PENDING_FILE])
+    remove_stale_removals(Path(save_dir))
+    if not plan.move_aside:
         return None
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     target = Path(tempfile.mkdtemp(prefix=f"replaced_{stamp}_", dir=save_dir))  # unique, never reused

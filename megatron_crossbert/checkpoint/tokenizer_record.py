@@ -29,6 +29,7 @@ logger = logging.getLogger(__name__)
 
 RECORD_PREFIX = "checkpoint"
 """A checkpoint's record is ``<iter dir>/checkpoint.tokenizer.json`` (``data.fingerprint.record_path``)."""
+RECORD_FILE = record_path(RECORD_PREFIX).name
 
 TokenizerVerdict = Literal["same", "changed (allowed)", "unrecorded", "no tokenizer", "not checked"]
 """What verifying a checkpoint found about its tokenizer: the same as this run's; a different one

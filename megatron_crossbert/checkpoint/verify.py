@@ -12,25 +12,33 @@ group exists (:func:`verify_contents`, ``collective=True``), so every rank hashe
 
 from __future__ import annotations
 
+import json
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from megatron_crossbert.checkpoint.checksums import (
     ContentsVerdict,
     files_for_rank,
+    missing_record,
     problems,
     raise_first,
     read_record,
-    warn_unrecorded,
+    unrecorded_reads,
 )
 from megatron_crossbert.checkpoint.context_extension import extension_refusals, log_extension, resume_mismatches
+from megatron_crossbert.checkpoint.data_record import RECORD_FILE as DATA_RECORD_FILE
 from megatron_crossbert.checkpoint.data_record import check_resume_data
 from megatron_crossbert.checkpoint.errors import CheckpointError
 from megatron_crossbert.checkpoint.directories import (
-    iteration_of, load_saved_config, resolve_checkpoint_dir,
+    RUN_CONFIG_FILE, iteration_of, load_saved_config, resolve_checkpoint_dir,
 )
 from megatron_crossbert.checkpoint.optimizer_format import reshard_refusal, saved_sharding_type
+from megatron_crossbert.checkpoint.pins import ReaderPin, pin_resolved, reading, vanished
+from megatron_crossbert.checkpoint.safe_pickle import (
+    LEGACY_COMMON_FILE, MEGATRON_CONFIG_FILE, METADATA_FILE, listed_shards, load_metadata,
+)
+from megatron_crossbert.checkpoint.tokenizer_record import RECORD_FILE as TOKENIZER_RECORD_FILE
 from megatron_crossbert.checkpoint.tokenizer_record import TokenizerVerdict, check_checkpoint_tokenizer
 from megatron_crossbert.config import RunConfig
 
@@ -78,6 +86,14 @@ class VerifiedCheckpoint:
     """The reference as the user gave it (a root, an ``iter_*`` directory), for messages."""
     contents: ContentsVerdict = "pending"
     """What the checksum check found (``checksums.ContentsVerdict``); loads refuse ``"pending"``."""
+    pin: ReaderPin | None = field(default=None, compare=False, repr=False)
+    """The reader's pin on ``directory`` (``pins``): pruning keeps it while this object (or a copy made
+    by ``dataclasses.replace``) lives or until :meth:`release`. None: saved before pins, or no flock."""
+
+    def release(self) -> None:
+        """Done reading: a run writing into this directory may prune it again."""
+        if self.pin is not None:
+            self.pin.release()
 
     def __post_init__(self) -> None:
         if self.weights_only and self.sharding_type is not None:
@@ -136,13 +152,22 @@ def check_schedule(ckpt_dir: Path, saved: RunConfig, current: RunConfig) -> list
     return changes
 
 
-def _note_document_mask(ckpt_dir: Path, saved: RunConfig, current: RunConfig) -> None:
-    """Turning document masks on or off changes what attention sees, not any shape: allowed, logged
-    (``load_saved_config`` reads checkpoints from before document masks as trained without)."""
-    trained = saved.data.document_mask
-    if trained != current.data.document_mask:
-        logger.warning("resume from %s: checkpoint trained %s document masks; this run uses %s", ckpt_dir,
-                       "with" if trained else "without", "them" if current.data.document_mask else "none")
+LOGGED_CHANGES = {
+    "training.global_batch_size": "samples per step change from here on; the LR schedule counts steps",
+    "training.micro_batch_size": "the same samples per step, in micro-batches of another size",
+    "data.document_mask": "what attention sees changes, no shape does",
+}
+"""Settings a resume may change (no tensor's shape depends on them): allowed, and logged, as schedule
+changes are. ``load_saved_config`` reads checkpoints from before document masks as trained without."""
+
+
+def _note_changes(ckpt_dir: Path, saved: RunConfig, current: RunConfig) -> None:
+    """One log line per :data:`LOGGED_CHANGES` setting this resume changes."""
+    for key, why in LOGGED_CHANGES.items():
+        before, after = _field(saved, key), _field(current, key)
+        if before != after:
+            logger.warning("resume from %s: %s %r -> %r from step %d (%s)", ckpt_dir, key, before, after,
+                           iteration_of(ckpt_dir) or 0, why)
 
 
 def _stored_sharding_type(ckpt_dir: Path, saved: RunConfig, current: RunConfig) -> str | None:
@@ -152,8 +177,37 @@ def _stored_sharding_type(ckpt_dir: Path, saved: RunConfig, current: RunConfig) 
     return saved_sharding_type(ckpt_dir, saved)
 
 
+def _recording_evidence(ckpt_dir: Path) -> str | None:
+    """Why ``ckpt_dir`` must have a checksum record: the version that introduced ``checksums.json``
+    also introduced ``checkpoint.verify`` (in ``run_config.json``) and ``checkpoint.data.json``. None for
+    a checkpoint older than both. Read only when the record is missing."""
+    try:
+        saved = json.loads((ckpt_dir / RUN_CONFIG_FILE).read_text())
+    except (OSError, ValueError):
+        saved = None
+    if isinstance(saved, dict) and isinstance(saved.get("checkpoint"), dict) and "verify" in saved["checkpoint"]:
+        return f"its {RUN_CONFIG_FILE} records checkpoint.verify"
+    return f"it has {DATA_RECORD_FILE}" if (ckpt_dir / DATA_RECORD_FILE).is_file() else None
+
+
+def _read_by_loads(ckpt_dir: Path, files: dict[str, dict]) -> dict[str, str]:
+    """Every file a load of ``ckpt_dir`` reads -> why. The shards come from ``.metadata``, unpickled
+    (under ``safe_pickle``'s allowlist) only once its recorded hash was checked."""
+    reads = {METADATA_FILE: "the index of every load", RUN_CONFIG_FILE: "the saved run config"}
+    for name, why in ((MEGATRON_CONFIG_FILE, "megatron's checkpoint config"),
+                      (TOKENIZER_RECORD_FILE, "the tokenizer record"),
+                      (DATA_RECORD_FILE, "the data record"), (LEGACY_COMMON_FILE, "megatron's common state")):
+        if (ckpt_dir / name).is_file():
+            reads[name] = why
+    if METADATA_FILE in files:
+        shards = listed_shards(load_metadata(ckpt_dir / METADATA_FILE))
+        reads |= {name: f"{METADATA_FILE} lists it" for name in shards}
+    return reads
+
+
 def _contents(ckpt_dir: Path, mode: str, collective: bool) -> ContentsVerdict:
-    """The checksum check of ``ckpt_dir``: ChecksumMismatchError naming the first damaged file.
+    """The checksum check of ``ckpt_dir``: ChecksumMismatchError naming the first damaged file, or the
+    first file a load reads that the record does not cover (checked once the hashes are, on every rank).
 
     ``collective``: every rank of the initialised process group hashes its share of the files and
     the problems are gathered, so all ranks raise the same line (each byte is read once per job).
@@ -162,7 +216,7 @@ def _contents(ckpt_dir: Path, mode: str, collective: bool) -> ContentsVerdict:
         return "off"
     files = read_record(ckpt_dir)
     if files is None:
-        warn_unrecorded(ckpt_dir)
+        missing_record(ckpt_dir, _recording_evidence(ckpt_dir))
         return "unrecorded"
     rank, world = 0, 1
     if collective:
@@ -175,6 +229,7 @@ def _contents(ckpt_dir: Path, mode: str, collective: bool) -> ContentsVerdict:
         dist.all_gather_object(shares, found)
         found = [line for share in shares for line in share]
     raise_first(found)
+    raise_first(unrecorded_reads(ckpt_dir, files, _read_by_loads(ckpt_dir, files)))
     return "verified"
 
 
@@ -186,16 +241,27 @@ def verify_contents(source: VerifiedCheckpoint, mode: str, *, collective: bool =
     return replace(source, contents=_contents(source.directory, mode, collective))
 
 
+def _pin(ckpt_dir: Path) -> ReaderPin | None:
+    """Pin a resolved checkpoint before its files are read (``pins``); CheckpointError if it is gone."""
+    pin = ReaderPin.take(ckpt_dir)
+    if pin is False:
+        raise vanished(ckpt_dir)
+    return pin
+
+
 def verify_checkpoint(ckpt_dir: Path, current: RunConfig, *, weights_only: bool = False,
                       reference: str | Path | None = None, defer_contents: bool = False) -> VerifiedCheckpoint:
     """Check a resolved checkpoint directory against this run; CheckpointError naming every problem.
 
-    The files' contents are checked first (``checkpoint.verify``), unless ``defer_contents`` (a
-    training start, before its process group exists: :func:`verify_contents` follows). A full resume
+    The checkpoint is pinned first (a run writing into its directory does not prune it while the
+    returned object lives, ``pins``). Its files' contents are checked next (``checkpoint.verify``),
+    unless ``defer_contents`` (a training start, before its process group exists: :func:`verify_contents`
+    follows). A full resume
     (``weights_only=False``) then checks the model shape, that the stored optimizer state can be read
     at this TP/PP, the data (``data_record``: datasets, weights, split, seq_length) and the
     LR-schedule policy; ``init_from`` checks the model shape only. Both check the tokenizer.
     """
+    pin = _pin(ckpt_dir)
     contents = "pending" if defer_contents else _contents(ckpt_dir, current.checkpoint.verify, False)
     saved = load_saved_config(ckpt_dir)
     diffs = config_mismatches(saved, current, weights_only=weights_only)
@@ -207,19 +273,22 @@ def verify_checkpoint(ckpt_dir: Path, current: RunConfig, *, weights_only: bool 
     if not weights_only:
         check_resume_data(ckpt_dir, saved, current)
         check_schedule(ckpt_dir, saved, current)
-        _note_document_mask(ckpt_dir, saved, current)
+        _note_changes(ckpt_dir, saved, current)
     else:
         log_extension(str(ckpt_dir), saved, current)
     verdict = check_checkpoint_tokenizer(ckpt_dir, current)
     return VerifiedCheckpoint(ckpt_dir, saved, sharding_type, verdict, weights_only,
-                              str(ckpt_dir if reference is None else reference), contents)
+                              str(ckpt_dir if reference is None else reference), contents, pin)
 
 
 def open_checkpoint(reference: str | Path, verify: str = "full") -> VerifiedCheckpoint:
     """Resolve a root or ``iter_*`` directory, check its files (``verify``: full or off) and read its
     config once, for a weights-only reader with no run of its own to compare against (HF export,
-    evaluation). It never takes the save directory's run lock: a live run's checkpoints are readable."""
-    ckpt_dir = resolve_checkpoint_dir(reference)
-    contents = _contents(ckpt_dir, verify, False)
-    return VerifiedCheckpoint(ckpt_dir, load_saved_config(ckpt_dir), None, "not checked", True, str(reference),
-                              contents)
+    evaluation). It never takes the save directory's run lock: a live run's checkpoints are readable,
+    and pinned (``pins``): its pruning keeps this one while the returned object lives. A checkpoint
+    removed before the pin took hold (or, unpinned, while it was read) is named as such."""
+    ckpt_dir, pin = pin_resolved(Path(reference), resolve_checkpoint_dir)
+    with reading(ckpt_dir):
+        contents = _contents(ckpt_dir, verify, False)
+        saved = load_saved_config(ckpt_dir)
+    return VerifiedCheckpoint(ckpt_dir, saved, None, "not checked", True, str(reference), contents, pin)

@@ -102,10 +102,10 @@ def export_native(checkpoint: str | Path, cache_dir: str | Path | None = None,
     The checkpoint is opened once, its files checked against their recorded hashes (``verify``: full
     or off) even when the export is cached; its identity and the export both read that one resolution.
     """
-    from megatron_crossbert.checkpoint.verify import open_checkpoint
     from megatron_crossbert.convert import export_to_hf
+    from megatron_crossbert.convert.native import open_export_source
 
-    source = open_checkpoint(checkpoint, verify)
+    source = open_export_source(checkpoint, verify)
     identity = native_checkpoint_identity(source)
     if tokenizer_dir is not None:
         identity += f":tok={Path(tokenizer_dir).resolve()}"

@@ -115,8 +115,8 @@ def build_session(run_cfg: RunConfig) -> Session:
     plan = check_sources(run_cfg)
     run_cfg = schedule_for_resume(run_cfg, plan.source)
     platform.initialize(run_cfg.parallel, run_cfg.training.seed)
-    if plan.move_aside:  # the same on every rank; all have planned (initialize is a rendezvous)
-        if platform.is_rank_zero():
+    if run_cfg.checkpoint.save_dir:  # the same on every rank; all have planned (initialize is a rendezvous)
+        if platform.is_rank_zero():  # finish a killed commit, remove stale temporaries, --overwrite
             apply_plan(plan, run_cfg.checkpoint.save_dir)
         torch.distributed.barrier()
     dp_size = parallel_state.get_data_parallel_world_size()
@@ -125,6 +125,7 @@ def build_session(run_cfg: RunConfig) -> Session:
     session = Session(run_cfg, ddp, model, optimizer, scheduler, Progress(), platform.device(), batches, dp_size)
     if plan.source is not None:  # the checksum check, shared by every rank of the job
         restore(session, verify_contents(plan.source, run_cfg.checkpoint.verify, collective=True))
+        plan.source.release()  # read: a run writing into its directory may prune it again
     return session
 
 

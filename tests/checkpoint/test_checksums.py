@@ -67,11 +67,73 @@ def test_verify_off_skips_and_says_so(ckpt):
     assert open_checkpoint(ckpt, verify="off").contents == "off"
 
 
-def test_a_checkpoint_without_a_record_warns_once(ckpt, caplog):
+def _as_saved_before_records(ckpt: Path) -> None:
+    """What a checkpoint of the version before checksums holds: no record, no data record, and no
+    checkpoint.verify in its run_config.json (the three arrived together)."""
     (ckpt / CHECKSUMS_FILE).unlink()
+    (ckpt / "checkpoint.data.json").unlink()
+    saved = json.loads((ckpt / "run_config.json").read_text())
+    del saved["checkpoint"]["verify"]
+    (ckpt / "run_config.json").write_text(json.dumps(saved))
+
+
+def test_a_checkpoint_from_before_records_warns_once(ckpt, caplog):
+    _as_saved_before_records(ckpt)
     with caplog.at_level(logging.WARNING, logger=checksums.__name__):
         assert open_checkpoint(ckpt).contents == "unrecorded" and open_checkpoint(ckpt).contents == "unrecorded"
     assert caplog.text.count("has no checksums.json (saved by an older version): its files cannot be verified") == 1
+
+
+def _drop_entries(ckpt: Path, *names: str) -> None:
+    """Remove entries from the record (every entry when no name is given)."""
+    path = ckpt / CHECKSUMS_FILE
+    record = json.loads(path.read_text())
+    record["files"] = {name: entry for name, entry in record["files"].items() if names and name not in names}
+    path.write_text(json.dumps(record))
+
+
+def test_a_record_that_should_be_there_and_is_not_is_damage(ckpt):
+    """Issue 27: before, a deleted record loaded with 'saved by an older version', so a flipped byte
+    beside it exported and trained on; the run's own files say it was saved with one."""
+    (ckpt / CHECKSUMS_FILE).unlink()
+    flip_byte(ckpt / "__0_0.distcp")
+    with pytest.raises(ChecksumMismatchError) as info:
+        open_checkpoint(ckpt)
+    assert str(info.value) == (
+        f"{ckpt / CHECKSUMS_FILE}: missing, but this checkpoint was saved with checksums (its run_config.json "
+        f"records checkpoint.verify); it is damaged: restore the file from a copy, use an earlier checkpoint, or "
+        f"read it unverified with checkpoint.verify=off (--checkpoint-verify off; --verify off for export, probe "
+        f"and MTEB)")
+    saved = json.loads((ckpt / "run_config.json").read_text())
+    del saved["checkpoint"]["verify"]
+    (ckpt / "run_config.json").write_text(json.dumps(saved))  # the data record still tells
+    with pytest.raises(ChecksumMismatchError, match=r"saved with checksums \(it has checkpoint\.data\.json\)"):
+        open_checkpoint(ckpt)
+    assert open_checkpoint(ckpt, verify="off").contents == "off"
+
+
+@pytest.mark.parametrize("dropped,named,why", [
+    (("__0_0.distcp",), "__0_0.distcp", ".metadata lists it"),
+    ((".metadata",), ".metadata", "the index of every load"),
+    ((), ".metadata", "the index of every load"),
+    (("checkpoint.data.json",), "checkpoint.data.json", "the data record"),
+], ids=["shard", ".metadata", "empty record", "data record"])
+def test_every_file_a_load_reads_must_be_in_the_record(ckpt, dropped, named, why):
+    """Issue 27: before, only the names a record listed were checked: an entry removed from it let a
+    flipped byte in that file through without a word."""
+    _drop_entries(ckpt, *dropped)
+    if named == "__0_0.distcp":
+        flip_byte(ckpt / named)
+    with pytest.raises(ChecksumMismatchError) as info:
+        open_checkpoint(ckpt)
+    assert str(info.value).startswith(f"{ckpt / named}: read by this checkpoint ({why}) but not recorded in "
+                                      f"checksums.json; the record is incomplete"), str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_a_file_no_load_reads_may_stay_unrecorded(ckpt):
+    (ckpt / "notes.txt").write_text("copied from the cluster on Monday\n")
+    assert open_checkpoint(ckpt).contents == "verified"
 
 
 def test_a_damaged_record_is_named(ckpt):

@@ -8,6 +8,7 @@ checkpoint trained once per module.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -144,7 +145,7 @@ def test_a_save_never_replaces_a_checkpoint_it_did_not_write(tmp_path):
     assert tree_digest(root / ITER2) == before
     (root / "iter_0000003" / "half.distcp").write_bytes(b"x")
     _prepare_dir(root / "iter_0000003", set(), SaveTarget.of(root, 3))  # a partial save: cleared for the retry
-    assert list((root / "iter_0000003").iterdir()) == []
+    assert [p.name for p in (root / "iter_0000003").iterdir()] == [".readers.lock"]  # a new save's first file
 
 
 @pytest.fixture(scope="module")
@@ -303,6 +304,21 @@ def test_lr_schedule_change_on_resume_is_refused_kept_or_applied(real, caplog):
                                         checkpoint__lr_schedule_on_resume="config")).scheduler
     assert (applied.lr_decay_steps, applied.lr_decay_style, applied.num_steps) == (4, "linear", 2)
     assert "applying this run's schedule (checkpoint.lr_schedule_on_resume=config)" in caplog.text
+
+
+def test_a_batch_size_change_on_resume_is_logged(real, caplog):
+    """Issue 27: the samples per step change from the resumed step on (the LR schedule counts steps), and
+    before, nothing said so."""
+    from megatron_crossbert.checkpoint.verify import verify_checkpoint
+
+    corpus, ckpt = real
+    changed = tiny_config("crossbert", corpus, None, training__train_iters=2, training__global_batch_size=8,
+                          training__micro_batch_size=4)
+    with caplog.at_level(logging.WARNING):
+        verify_checkpoint(ckpt / ITER2, changed).release()
+    assert (f"resume from {ckpt / ITER2}: training.global_batch_size 4 -> 8 from step 2 (samples per step change "
+            f"from here on; the LR schedule counts steps)") in caplog.text
+    assert f"resume from {ckpt / ITER2}: training.micro_batch_size 2 -> 4 from step 2" in caplog.text
 
 
 def test_wsd_batch_and_masking_schedules_are_guarded_on_resume(indexed_corpus, tmp_path, caplog):

@@ -184,10 +184,10 @@ def test_distributed_optimizer_checkpoint_refuses_other_tp_pp(tmp_path):
     from megatron_crossbert.checkpoint.verify import verify_checkpoint
 
     saved = tiny_config("bert", "unused", parallel__use_distributed_optimizer=True)
-    saved.save_json(tmp_path / "run_config.json")
-    verify_checkpoint(tmp_path, tiny_config("bert", "unused", parallel__use_distributed_optimizer=True))
+    saved.save_json(tmp_path / "run_config.json")  # no shards, no checksums.json: a layout check only
+    current = dict(parallel__use_distributed_optimizer=True, checkpoint__verify="off")
+    verify_checkpoint(tmp_path, tiny_config("bert", "unused", **current))
     with pytest.raises(CheckpointError, match="can only be resumed at that TP/PP"):
-        verify_checkpoint(tmp_path, tiny_config("bert", "unused", parallel__use_distributed_optimizer=True,
-                                                parallel__tensor_model_parallel_size=2))
-    verify_checkpoint(tmp_path, tiny_config("bert", "unused", parallel__use_distributed_optimizer=True,
-                                            parallel__tensor_model_parallel_size=2), weights_only=True)
+        verify_checkpoint(tmp_path, tiny_config("bert", "unused", **current, parallel__tensor_model_parallel_size=2))
+    verify_checkpoint(tmp_path, tiny_config("bert", "unused", **current, parallel__tensor_model_parallel_size=2),
+                      weights_only=True)

@@ -83,6 +83,9 @@ def _checksum_cases(tmp: Path, corpus: str, ckpt: Path) -> dict[str, tuple[dict,
     flipped = _checkpoint_copy(ckpt, tmp / "flipped")
     flip_byte(flipped / "__0_0.distcp")
     line = f"{flipped}/__0_0.distcp: content changed since it was saved (xxh3_128 "
+    unrecorded = _checkpoint_copy(ckpt, tmp / "unrecorded")  # issue 27: before, "saved by an older version", rc 0
+    (unrecorded / "checksums.json").unlink()
+    flip_byte(unrecorded / "__0_0.distcp")
     task = write_jsonl_task(tmp / "task", n_train=8, n_test=8)
     cache = ("--cache-dir", "none")
     return {
@@ -92,6 +95,9 @@ def _checksum_cases(tmp: Path, corpus: str, ckpt: Path) -> dict[str, tuple[dict,
         "flipped byte: probe": (_cli("probe", "--model", flipped.parent, "--jsonl", task, *cache), line),
         "flipped byte: mteb": (_cli("mteb", "--model", flipped.parent, "--local-task", f"classification:t:{task}",
                                     *cache), line),
+        "record deleted, flipped byte: export": (_cli("convert_hf", "export", unrecorded.parent, tmp / "hf_unrec"),
+                                                 f"{unrecorded}/checksums.json: missing, but this checkpoint was "
+                                                 f"saved with checksums"),
     }
 
 
