@@ -16,8 +16,10 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-8}"
 # torchrun gives workers only 30 s between SIGTERM and SIGKILL by default; a checkpoint save
 # of a large model needs longer (also settable with torchrun --shutdown-timeout on recent torch).
 export TORCH_ELASTIC_SHUTDOWN_TIMEOUT="${TORCH_ELASTIC_SHUTDOWN_TIMEOUT:-600}"
+# SIGUSR1 too (SLURM's --signal=USR1@N): torchrun forwards only what it handles, and dies of the rest.
 
 exec "${TORCHRUN:-torchrun}" --nnodes "$NNODES" --node_rank "$NODE_RANK" --nproc_per_node "${GPUS_PER_NODE:-8}" \
+  --signals-to-handle SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1 \
   --rdzv_backend c10d --rdzv_endpoint "$MASTER_ADDR:${MASTER_PORT:-29500}" --rdzv_id "${RDZV_ID:-crossbert}" \
   -m megatron_crossbert.cli.pretrain --config "$CONFIG" \
   --data-path "$DATA" --tokenizer "$TOKENIZER" --save "$SAVE" "$@"

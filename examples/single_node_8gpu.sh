@@ -16,6 +16,7 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-8}"
 # of a large model needs longer (also settable with torchrun --shutdown-timeout on recent torch).
 export TORCH_ELASTIC_SHUTDOWN_TIMEOUT="${TORCH_ELASTIC_SHUTDOWN_TIMEOUT:-600}"
 
-exec torchrun --standalone --nproc_per_node "${NPROC:-8}" -m megatron_crossbert.cli.pretrain \
+exec torchrun --standalone --nproc_per_node "${NPROC:-8}" --signals-to-handle SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1 \
+  -m megatron_crossbert.cli.pretrain \
   --config "$CONFIG" --precision "${PRECISION:-bf16}" \
   --data-path "$DATA" --tokenizer "$TOKENIZER" --save "$SAVE" "$@"

@@ -17,6 +17,14 @@ kernel to kill it when the trainer dies (``prctl(PR_SET_PDEATHSIG)``), and each 
 the same first thing. The resource tracker then sees its pipe close and exits. PR_SET_PDEATHSIG
 fires when the *thread* that forked the child exits: both are started from the training thread.
 Elsewhere than Linux this is a no-op. The queues live for the process, like megatron's own global.
+
+Issue 27: a batch system signals every process of a job (SLURM's SIGTERM at preemption or the time
+limit, to torchrun's workers and their helpers alike). The results server kept SIGTERM's default
+action and died of it mid-save, and every later save of the run, the stop checkpoint included,
+failed. Both helpers now start with the stop signals blocked and ignore them
+(:func:`arm_helper`, ``platform.signals``), so they finish the save the trainer then commits. The
+server listens on an abstract Unix socket (Linux), so a SIGKILLed trainer leaves no ``pymp-*``
+directory in ``$TMPDIR`` either: that directory was removed only by the server's own finalizer.
 """
 
 from __future__ import annotations
@@ -25,9 +33,12 @@ import ctypes
 import functools
 import os
 import queue
+import secrets
 import signal
 import sys
 import time
+
+from megatron_crossbert.platform import signals
 
 PR_SET_PDEATHSIG = 1
 SLOW_WRITER_ENV = "CROSSBERT_TEST_SLOW_WRITER"
@@ -52,11 +63,25 @@ def die_with_parent(parent_pid: int, sig: int = signal.SIGKILL) -> bool:
     return True
 
 
-def _call_dying_with_parent(parent_pid: int, fn, *args, **kwargs):
-    """Target of a forked async writer: arm the death signal, then write."""
+def arm_helper(parent_pid: int) -> None:
+    """First thing in every helper of a save: die with the trainer, outlive the stop signals that a
+    batch system sends to the whole job (the trainer saves and exits on them; ``platform.signals``)."""
     die_with_parent(parent_pid)
+    signals.ignore_in_helper()
+
+
+def _call_dying_with_parent(parent_pid: int, fn, *args, **kwargs):
+    """Target of a forked async writer: arm it (:func:`arm_helper`), then write."""
+    arm_helper(parent_pid)
     time.sleep(float(os.environ.get(SLOW_WRITER_ENV, "0") or 0))
     return fn(*args, **kwargs)
+
+
+def _server_address() -> str | None:
+    """An abstract Unix socket on Linux (no file, so nothing to leave behind); elsewhere the default."""
+    if not sys.platform.startswith("linux"):
+        return None
+    return f"\0crossbert-results-{os.getpid()}-{secrets.token_hex(8)}"
 
 
 def results_queue(asynchronous: bool):
@@ -68,8 +93,9 @@ def results_queue(asynchronous: bool):
             import multiprocessing
             from multiprocessing.managers import SyncManager
 
-            manager = SyncManager(ctx=multiprocessing.get_context("spawn"))
-            manager.start(die_with_parent, (os.getpid(),))
+            manager = SyncManager(address=_server_address(), ctx=multiprocessing.get_context("spawn"))
+            with signals.blocked():  # until arm_helper ignores them in the server
+                manager.start(arm_helper, (os.getpid(),))
             _managers.append(manager)
             _queues[True] = manager.Queue()
     return _queues[asynchronous]
@@ -83,7 +109,14 @@ def install_results_queue(asynchronous: bool) -> None:
 
 
 def guard_request(request):
-    """The same ``AsyncRequest`` (a NamedTuple), whose forked writer dies with the trainer."""
+    """The same ``AsyncRequest`` (a NamedTuple), whose forked writer is armed (:func:`arm_helper`)."""
     if request.async_fn is None:
         return request
     return request._replace(async_fn=functools.partial(_call_dying_with_parent, os.getpid(), request.async_fn))
+
+
+def schedule_guarded(calls, request) -> None:
+    """Hand ``request`` to megatron's ``AsyncCallsQueue`` ``calls``, which forks its writer right away:
+    with the stop signals blocked until the writer ignores them, so no signal finds it unarmed."""
+    with signals.blocked():
+        calls.schedule_async_request(guard_request(request))

@@ -65,7 +65,7 @@ from megatron_crossbert.checkpoint.optimizer_format import (
     save_content_metadata,
 )
 from megatron_crossbert.checkpoint.pins import create_pin_file, remove_unless_read
-from megatron_crossbert.checkpoint.processes import guard_request, install_results_queue
+from megatron_crossbert.checkpoint.processes import install_results_queue, schedule_guarded
 from megatron_crossbert.checkpoint.save_errors import SaveTarget, checkpoint_bytes, room_problem, save_failure
 from megatron_crossbert.checkpoint.state import Progress, training_state_dict
 from megatron_crossbert.checkpoint.tokenizer_record import write_checkpoint_record
@@ -105,7 +105,7 @@ class AsyncSaves:
         request.add_finalize_fn(commit)  # after megatron's own finalizers (metadata.json)
         if self._queue is None:
             self._queue = AsyncCallsQueue(persistent=False)
-        self._queue.schedule_async_request(guard_request(request))
+        schedule_guarded(self._queue, request)
         self._targets.append(target)
 
     def pending(self) -> int:
@@ -285,11 +285,13 @@ def _commit(saves: RunSaves, ckpt_dir: Path, run_cfg: RunConfig, progress: Progr
 
 
 def save_checkpoint(saves: RunSaves, root: str | Path, model, optimizer, scheduler, progress: Progress,
-                    run_cfg: RunConfig, *, sharding_type: str = SAVE_SHARDING_TYPE) -> Path:
+                    run_cfg: RunConfig, *, sharding_type: str = SAVE_SHARDING_TYPE,
+                    asynchronous: bool | None = None) -> Path:
     """Collective: write ``root/iter_XXXXXXX`` on all ranks, then commit it (run_config, 'latest').
 
-    With ``checkpoint.async_save`` this returns once the shards are handed to background writers;
-    the commit happens in ``saves.finalize``. ``sharding_type`` exists so tests can still write
+    Asynchronous (``asynchronous``, by default ``checkpoint.async_save``): this returns once the shards
+    are handed to background writers; the commit happens in ``saves.finalize``. ``sharding_type``
+    exists so tests can still write
     the older ``dp_reshardable`` layout (without the content metadata, as it was written). A save
     that fails (a full disk above all) raises one line naming it and the last complete checkpoint,
     on every rank; nothing complete is touched and the partial directory stays ignored.
@@ -304,7 +306,7 @@ def save_checkpoint(saves: RunSaves, root: str | Path, model, optimizer, schedul
     content = None if sharding_type == LEGACY_DP_RESHARDABLE else save_content_metadata(run_cfg)
     at_save = Progress(progress.iteration, progress.consumed_samples)  # an async commit runs steps later
     commit = functools.partial(_commit, saves, ckpt_dir, run_cfg, at_save, target)
-    if run_cfg.checkpoint.async_save:
+    if run_cfg.checkpoint.async_save if asynchronous is None else asynchronous:
         saves.in_flight.start(state, ckpt_dir, content, commit, target)
     else:
         install_results_queue(asynchronous=False)  # the writer runs here: no server process

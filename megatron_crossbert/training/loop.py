@@ -2,12 +2,14 @@
 
 Per step: forward/backward over the global batch on megatron's schedule, skip on non-finite
 values, optimizer + scheduler step, then (at the step boundary, where state is consistent)
-logging, validation, probes, periodic checkpoints and the job-wide stop check (SIGTERM/SIGINT or
-``exit_at_iteration``). A stop saves a checkpoint and returns normally, so the process exits 0.
+logging, validation, probes and periodic checkpoints; before each step the job-wide stop check
+(``training.signals``: SIGTERM, SIGINT, SIGUSR1, SIGHUP), after it ``exit_at_iteration``. A stop saves a
+checkpoint, says so in one line and returns normally, so the process exits 0.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +49,8 @@ class LoopState:
     last_saved: int | None = None
     checkpoint: str | None = None
     stopped_by_signal: bool = False
+    stop_reason: str | None = None
+    """Why the run stopped before ``train_iters``: the signal's name, or ``--exit-at-iteration``."""
 
 
 def _model_flops(run_cfg: RunConfig) -> float | None:
@@ -57,12 +61,12 @@ def _model_flops(run_cfg: RunConfig) -> float | None:
     return float(model_flops_per_sample(run_cfg))
 
 
-def _save(session: Session, state: LoopState) -> None:
+def _save(session: Session, state: LoopState, asynchronous: bool | None = None) -> None:
     root = session.run_cfg.checkpoint.save_dir
     if not root or state.last_saved == session.progress.iteration:
         return
     path = save_checkpoint(session.saves, root, session.model, session.optimizer, session.scheduler,
-                           session.progress, session.run_cfg)
+                           session.progress, session.run_cfg, asynchronous=asynchronous)
     state.last_saved, state.checkpoint = session.progress.iteration, str(path)
 
 
@@ -98,10 +102,42 @@ def _after_step(session: Session, state: LoopState, logger: MetricsLogger, probe
     logger.exclude(time.perf_counter() - start)
 
 
-def _should_stop(session: Session, stop: StopSignal, state: LoopState, exit_at: int | None) -> bool:
-    """Job-wide: a signal on any rank, or the requested exit iteration (collective every step)."""
+def _signalled(session: Session, stop: StopSignal, state: LoopState) -> bool:
+    """Job-wide: a stop signal on any rank (a collective, before every step, the first one included)."""
     state.stopped_by_signal = stop.requested(device=session.device)
-    return state.stopped_by_signal or (exit_at is not None and session.progress.iteration >= exit_at)
+    state.stop_reason = stop.name
+    return state.stopped_by_signal
+
+
+def _exits_here(session: Session, state: LoopState, exit_at: int | None) -> bool:
+    """The requested exit iteration is reached (a stop without a signal, like a preemption)."""
+    it = session.progress.iteration
+    if exit_at is None or it < exit_at or it >= session.run_cfg.training.train_iters:
+        return False
+    state.stop_reason = "--exit-at-iteration"
+    return True
+
+
+def _stop_line(session: Session, state: LoopState) -> str:
+    """What a stopped run saved, in one line (rank 0 prints it once the save is committed)."""
+    it, ckpt = session.progress.iteration, session.run_cfg.checkpoint
+    if not state.losses:
+        return f"stopped before the first step of this run ({state.stop_reason}, step {it}): nothing new to save"
+    if not ckpt.save_dir:
+        return f"stopped at step {it} ({state.stop_reason}): nothing saved (checkpoint.save_dir is not set)"
+    resumes = "" if ckpt.resume_from or ckpt.load_dir else "; the same command resumes from it"
+    return f"stopped at step {it} ({state.stop_reason}): saved {state.checkpoint}{resumes}"
+
+
+def _finish(session: Session, state: LoopState, logger: MetricsLogger) -> None:
+    """The run's last save, synchronous (the process exits right after it: no writer to fork), then,
+    after a stop, the one line that says what was saved. A stop before this run's first step saves
+    nothing: the state is the one it started from."""
+    if state.losses or not state.stop_reason:
+        _save(session, state, asynchronous=False)
+    session.saves.finalize(blocking=True)
+    if state.stop_reason:
+        logger.print(_stop_line(session, state))
 
 
 def _one_step(session: Session, train_iter, state: LoopState, logger: MetricsLogger) -> None:
@@ -136,26 +172,26 @@ def _resumed_from_save_dir(session: Session) -> bool:
     return bool(save_dir and resumed and Path(resumed).resolve().parent == Path(save_dir).resolve())
 
 
-def run_loop(session: Session, exit_at_iteration: int | None = None, probe_fn: ProbeFn | None = None) -> LoopState:
-    """Train until train_iters or a stop request; always ends with a checkpoint when saving."""
+def run_loop(session: Session, exit_at_iteration: int | None = None, probe_fn: ProbeFn | None = None,
+             stop: StopSignal | None = None) -> LoopState:
+    """Train until train_iters or a stop request; always ends with a checkpoint when saving.
+
+    ``stop``: handlers ``train`` installed before start-up; without one the loop installs its own."""
     cfg, state = session.run_cfg, LoopState()
     if _resumed_from_save_dir(session):  # that checkpoint exists: never rewrite (and risk) it
         state.last_saved, state.checkpoint = session.progress.iteration, str(session.resumed_from)
     train_iter, valid_ds = build_data(session)
     logger = _make_logger(session)
     probes = ProbeHook(cfg, logger, probe_fn)
-    with StopSignal() as stop:
-        try:
-            while session.progress.iteration < cfg.training.train_iters:
-                _one_step(session, train_iter, state, logger)
-                _after_step(session, state, logger, probes, valid_ds)
-                if _should_stop(session, stop, state, exit_at_iteration):
-                    logger.print(f"stopping at step {session.progress.iteration}; saving a checkpoint")
-                    break
-            _save(session, state)
-            session.saves.finalize(blocking=True)
-        finally:
-            logger.close()
+    with contextlib.ExitStack() as stack:
+        stop = stop or stack.enter_context(StopSignal())
+        stack.callback(logger.close)
+        while session.progress.iteration < cfg.training.train_iters and not _signalled(session, stop, state):
+            _one_step(session, train_iter, state, logger)
+            _after_step(session, state, logger, probes, valid_ds)
+            if _exits_here(session, state, exit_at_iteration):
+                break
+        _finish(session, state, logger)
     return state
 
 
@@ -169,11 +205,12 @@ def train(run_cfg: RunConfig, *, exit_at_iteration: int | None = None, probe_fn:
     refused before it reads or writes anything there; what this machine cannot run is refused before the
     lock (``setup.check_support``), so such a run leaves the directory untouched.
     """
-    check_support(run_cfg)
-    with run_lock_for(run_cfg):
-        session = build_session(run_cfg)
-        start_iteration = session.progress.iteration
-        state = run_loop(session, exit_at_iteration, probe_fn)
+    with StopSignal() as stop:  # from here on a stop signal stops the run at a step boundary
+        check_support(run_cfg)
+        with run_lock_for(run_cfg):
+            session = build_session(run_cfg)
+            start_iteration = session.progress.iteration
+            state = run_loop(session, exit_at_iteration, probe_fn, stop)
     return {
         "iteration": session.progress.iteration, "start_iteration": start_iteration,
         "consumed_samples": session.progress.consumed_samples, "losses": state.losses,
@@ -181,6 +218,6 @@ def train(run_cfg: RunConfig, *, exit_at_iteration: int | None = None, probe_fn:
         "batch_sizes": state.batch_sizes, "lrs": state.lrs,
         "valid_losses": state.valid_losses, "skipped_steps": state.skipped_steps,
         "step_times": state.step_times, "checkpoint": state.checkpoint,
-        "stopped_by_signal": state.stopped_by_signal,
+        "stopped_by_signal": state.stopped_by_signal, "stop_reason": state.stop_reason,
         "resumed_from": str(session.resumed_from) if session.resumed_from else None,
     }

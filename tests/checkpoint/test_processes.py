@@ -1,5 +1,6 @@
 """After SIGKILL of a trainer no process of the run outlives it (sync and async saves), and while a
-trainer runs a second run into its save directory is refused.
+trainer runs a second run into its save directory is refused. The helpers of a save outlive the stop
+signals a batch system sends to the whole job, and leave no ``pymp-*`` directory behind.
 
 Before issue 17 a SIGKILLed trainer left megatron's results-queue Manager server (~620 MiB, a
 spawned interpreter) and multiprocessing's resource tracker behind after every save, sync or async,
@@ -23,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import REPO_ROOT
+from tests.support.processes import alive, descendants
 from tests.support.training import tiny_overrides
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG and /proc are Linux's")
@@ -41,33 +43,6 @@ time.sleep(60)
 """
 
 
-def _alive(pid: int) -> bool:
-    """Running and not a zombie (a zombie has exited; only its parent's wait is missing)."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def _descendants(pid: int) -> list[int]:
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as handle:
-                    parents[int(entry)] = int(handle.read().rsplit(")", 1)[1].split()[1])
-            except OSError:
-                continue
-    found, todo = [], [pid]
-    while todo:
-        parent = todo.pop()
-        kids = [child for child, ppid in parents.items() if ppid == parent]
-        found += kids
-        todo += kids
-    return found
-
-
 def _env() -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")])
@@ -78,21 +53,21 @@ def _env() -> dict:
 def test_a_child_armed_with_die_with_parent_dies_with_a_sigkilled_parent():
     parent = subprocess.Popen([sys.executable, "-c", PARENT], stdout=subprocess.PIPE, text=True, env=_env())
     child = int(parent.stdout.readline())
-    assert _alive(child)
+    assert alive(child)
     parent.send_signal(signal.SIGKILL)
     parent.wait()
     deadline = time.time() + 5
-    while _alive(child) and time.time() < deadline:
+    while alive(child) and time.time() < deadline:
         time.sleep(0.05)
-    assert not _alive(child)
+    assert not alive(child)
 
 
 def test_sync_saves_need_no_server_process():
     from megatron_crossbert.checkpoint.processes import results_queue
 
-    before = set(_descendants(os.getpid()))
+    before = set(descendants(os.getpid()))
     assert isinstance(results_queue(asynchronous=False), queue.Queue)
-    assert set(_descendants(os.getpid())) == before
+    assert set(descendants(os.getpid())) == before
 
 
 def _pretrain_argv(corpus: str, save: Path, mode: str) -> list[str]:
@@ -121,7 +96,7 @@ def _ready(trainer: subprocess.Popen, save: Path, mode: str) -> bool:
     """sync: the first save is complete; async: its forked writer is alive (manager, tracker, writer)."""
     if mode == "sync":
         return (save / "iter_0000002" / "run_config.json").exists()
-    return len(_descendants(trainer.pid)) >= 3
+    return len(descendants(trainer.pid)) >= 3
 
 
 @pytest.mark.slow
@@ -136,7 +111,7 @@ def test_sigkill_of_a_trainer_leaves_no_process_and_a_second_run_is_refused(inde
                 if mode not in helpers and _ready(trainer, tmp_path / mode, mode):
                     if mode == "sync":
                         second = _second_run(indexed_corpus, tmp_path / mode, capfd)
-                    helpers[mode] = _descendants(trainer.pid)
+                    helpers[mode] = descendants(trainer.pid)
                     trainer.send_signal(signal.SIGKILL)
                 assert trainer.poll() is None or mode in helpers, trainer.stderr.read()[-3000:]
             assert time.time() < deadline, f"not ready after 300 s: {sorted(helpers)}"
@@ -146,7 +121,7 @@ def test_sigkill_of_a_trainer_leaves_no_process_and_a_second_run_is_refused(inde
             trainer.kill()
             trainer.wait()
     time.sleep(5)
-    survivors = {mode: [pid for pid in pids if _alive(pid)] for mode, pids in helpers.items()}
+    survivors = {mode: [pid for pid in pids if alive(pid)] for mode, pids in helpers.items()}
     for pid in sum(survivors.values(), []):
         os.kill(pid, signal.SIGKILL)  # started by this test's trainers
     assert len(helpers["async"]) >= 3, helpers
@@ -157,3 +132,60 @@ def test_sigkill_of_a_trainer_leaves_no_process_and_a_second_run_is_refused(inde
     assert errors[0].startswith(f"error: {tmp_path / 'sync' / 'run.lock'}: another training run uses this save "
                                 f"directory ({holder}"), errors
     assert errors[0].endswith("); wait for it to finish or pass another --save"), errors
+
+
+HELPERS = """
+import multiprocessing, os, sys, time
+from megatron_crossbert.checkpoint import processes
+queue = processes.results_queue(asynchronous=True)
+writer = multiprocessing.get_context("fork").Process(
+    target=processes._call_dying_with_parent, args=(os.getpid(), time.sleep, 120))
+writer.start()
+print(processes._managers[0]._process.pid, writer.pid, flush=True)
+sys.stdin.readline()  # the test has signalled both helpers
+queue.put("served")
+print(queue.get(), writer.is_alive(), flush=True)
+time.sleep(120)
+"""
+STOP = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGHUP)
+
+
+def _ignores(pid: int) -> set[int]:
+    """The signals ``pid`` ignores (``SigIgn`` of /proc/PID/status)."""
+    with open(f"/proc/{pid}/status") as handle:
+        mask = int(next(line for line in handle if line.startswith("SigIgn:")).split()[1], 16)
+    return {signum for signum in STOP if mask >> (signum - 1) & 1}
+
+
+@linux_only
+def test_save_helpers_outlive_a_jobs_stop_signals_and_die_with_the_trainer(tmp_path):
+    """Issue 27: SLURM signals every process of a job. The async save's results server kept SIGTERM's
+    default and died of it mid-save (34-line traceback, no stop checkpoint); SIGUSR1 and SIGHUP killed
+    the writer too. Both now ignore them, still die with a SIGKILLed trainer, and the server listens on
+    an abstract socket, so no pymp-* directory stays in $TMPDIR."""
+    (tmp_path / "tmp").mkdir()
+    parent = subprocess.Popen([sys.executable, "-c", HELPERS], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True, env=dict(_env(), TMPDIR=str(tmp_path / "tmp")))
+    try:
+        helpers = [int(pid) for pid in parent.stdout.readline().split()]
+        deadline = time.time() + 10  # the writer arms itself first thing, the server before it serves
+        while any(_ignores(pid) != set(STOP) for pid in helpers) and time.time() < deadline:
+            time.sleep(0.05)
+        assert [_ignores(pid) for pid in helpers] == [set(STOP)] * 2
+        for pid in helpers:
+            for signum in STOP:
+                os.kill(pid, signum)
+        parent.stdin.write("signalled\n")
+        parent.stdin.flush()
+        assert parent.stdout.readline().split() == ["served", "True"]
+        assert all(alive(pid) for pid in helpers)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        deadline = time.time() + 5
+        while any(alive(pid) for pid in helpers) and time.time() < deadline:
+            time.sleep(0.05)
+        assert not any(alive(pid) for pid in helpers)
+        assert not list((tmp_path / "tmp").glob("pymp-*"))
+    finally:
+        parent.kill()
+        parent.wait()
