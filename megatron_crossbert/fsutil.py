@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shutil
 import socket
 import tempfile
 import time
@@ -177,12 +178,16 @@ def stale_temporaries(targets: Sequence[str | Path]) -> tuple[list[Path], list[P
 
 
 def remove_stale_temporaries(targets: Sequence[str | Path]) -> list[Path]:
-    """Delete the temporaries of ``targets`` left by dead processes of this host (a killed run), and
-    name in a warning those of other hosts, which are left alone; returns what was deleted.
+    """Delete the temporaries (files, or staged directories) of ``targets`` left by dead processes of this
+    host (a killed run), and name in a warning those of other hosts, which are left alone; returns what
+    was deleted.
     Nothing else is touched: only names of exactly that form, for exactly these targets."""
     dead, foreign = stale_temporaries(targets)
     for path in dead:
-        path.unlink(missing_ok=True)
+        if path.is_dir() and not path.is_symlink():  # a staged output directory (``outputs.staged_dir``)
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
     if dead:
         logger.warning("removed %d temporary file(s) left by a killed run: %s", len(dead), ", ".join(map(str, dead)))
     if foreign:
