@@ -180,13 +180,47 @@ class RunLock:
         self.release()
 
 
+def _first_missing(path: Path) -> Path | None:
+    """The outermost directory of ``path`` that does not exist yet (what ``mkdir(parents=True)`` creates), or None."""
+    path, missing = path.absolute(), None
+    while not path.exists():
+        missing, path = path, path.parent
+    return missing
+
+
+def _remove_untouched(lock: RunLock, created: Path) -> None:
+    """After a run that failed before writing anything but its lock into the directories it created:
+    remove the lock and those directories (a refused run leaves no trace). A directory holding anything
+    else (a partial checkpoint, TensorBoard events of steps taken) is kept as it is."""
+    save_dir = lock.path.parent.absolute()
+    if [p.name for p in save_dir.iterdir()] != [LOCK_FILE]:
+        return
+    lock.path.unlink(missing_ok=True)
+    for directory in [save_dir, *save_dir.parents]:
+        try:
+            directory.rmdir()
+        except OSError:
+            return
+        if directory == created:
+            return
+
+
 @contextmanager
 def run_lock_for(run_cfg: RunConfig) -> Iterator[RunLock | None]:
     """The save directory's lock for this run, held by rank 0 of the job (``RANK``, read before the
-    process group exists); a no-op on other ranks and for runs that save nothing."""
+    process group exists); a no-op on other ranks and for runs that save nothing. A run that fails before
+    it wrote anything there leaves no trace in a directory it created (:func:`_remove_untouched`)."""
     save_dir = run_cfg.checkpoint.save_dir
     if not save_dir or int(os.environ.get("RANK", "0") or 0) != 0:
         yield None
         return
-    with RunLock(save_dir) as lock:
+    created = _first_missing(Path(save_dir))
+    lock = RunLock(save_dir).acquire()
+    try:
         yield lock
+    except BaseException:
+        if created is not None:
+            _remove_untouched(lock, created)
+        raise
+    finally:
+        lock.release()
