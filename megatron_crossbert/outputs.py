@@ -76,14 +76,15 @@ def require_output_dir(path: str | Path, what: str) -> Path:
     return path
 
 
-def _outermost_missing(path: Path) -> Path | None:
+def outermost_missing(path: Path) -> Path | None:
+    """The outermost directory of ``path`` that does not exist yet (what ``mkdir(parents=True)`` would create)."""
     path, missing = path.absolute(), None
     while not path.exists():
         missing, path = path, path.parent
     return missing
 
 
-def _remove_empty(created: Path | None, deepest: Path) -> None:
+def remove_empty_dirs(created: Path | None, deepest: Path) -> None:
     """Remove ``deepest`` and its parents up to ``created`` while they are empty (what a failed run made)."""
     if created is None:
         return
@@ -103,14 +104,14 @@ def writing(output: str | Path, what: str, directory: str | Path | None = None) 
     directories the phase created on the way to ``directory`` (default: ``output``'s parent) are removed
     if it leaves them empty."""
     directory = Path(directory) if directory is not None else Path(output).parent
-    created = _outermost_missing(directory)
+    created = outermost_missing(directory)
     try:
         yield
     except OutputError:
-        _remove_empty(created, directory)
+        remove_empty_dirs(created, directory)
         raise
     except Exception as err:
-        _remove_empty(created, directory)
+        remove_empty_dirs(created, directory)
         if no_space_in_chain(err):
             raise OutputError(f"{output}: no space left on device while writing {what}; nothing was written "
                               "there (free some space and run the command again)") from err

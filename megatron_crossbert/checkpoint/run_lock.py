@@ -40,6 +40,7 @@ from typing import Iterator
 from megatron_crossbert.checkpoint.errors import RunLockedError
 from megatron_crossbert.config import RunConfig
 from megatron_crossbert.fsutil import pid_start_time, process_is_alive
+from megatron_crossbert.outputs import outermost_missing, remove_empty_dirs
 
 logger = logging.getLogger(__name__)
 
@@ -180,29 +181,15 @@ class RunLock:
         self.release()
 
 
-def _first_missing(path: Path) -> Path | None:
-    """The outermost directory of ``path`` that does not exist yet (what ``mkdir(parents=True)`` creates), or None."""
-    path, missing = path.absolute(), None
-    while not path.exists():
-        missing, path = path, path.parent
-    return missing
-
-
 def _remove_untouched(lock: RunLock, created: Path) -> None:
     """After a run that failed before writing anything but its lock into the directories it created:
     remove the lock and those directories (a refused run leaves no trace). A directory holding anything
     else (a partial checkpoint, TensorBoard events of steps taken) is kept as it is."""
-    save_dir = lock.path.parent.absolute()
+    save_dir = lock.path.parent
     if [p.name for p in save_dir.iterdir()] != [LOCK_FILE]:
         return
     lock.path.unlink(missing_ok=True)
-    for directory in [save_dir, *save_dir.parents]:
-        try:
-            directory.rmdir()
-        except OSError:
-            return
-        if directory == created:
-            return
+    remove_empty_dirs(created, save_dir)
 
 
 @contextmanager
@@ -214,7 +201,7 @@ def run_lock_for(run_cfg: RunConfig) -> Iterator[RunLock | None]:
     if not save_dir or int(os.environ.get("RANK", "0") or 0) != 0:
         yield None
         return
-    created = _first_missing(Path(save_dir))
+    created = outermost_missing(Path(save_dir))
     lock = RunLock(save_dir).acquire()
     try:
         yield lock

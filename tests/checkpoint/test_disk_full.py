@@ -24,8 +24,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from megatron_crossbert.checkpoint import save_errors
 from megatron_crossbert.checkpoint.errors import CheckpointSaveError, DiskFullError
 from megatron_crossbert.checkpoint.save_errors import SaveTarget, no_space_in_chain, save_failure
-from tests.support.cli_cases import cases_argv
-from tests.support.disk_full_driver import run_in_tmpfs
+from tests.support.disk_full_driver import run_cases_in_tmpfs, run_in_tmpfs
 from tests.support.training import tiny_overrides
 
 TARGET = SaveTarget(Path("/ckpt"), "iter_0000004", "iter_0000002", 0)
@@ -149,11 +148,7 @@ def _one_error_line(result: dict, expected: str) -> None:
 def test_a_full_disk_during_a_save_is_one_line_and_loses_nothing(indexed_corpus, tmp_path):
     mnt = tmp_path / "mnt"
     cases = _scenario(indexed_corpus, mnt)
-    (tmp_path / "cases.json").write_text(json.dumps(list(cases.values())))
-    argv = " ".join(f'"{arg}"' for arg in cases_argv(tmp_path / "cases.json", tmp_path / "results.json"))
-    proc = run_in_tmpfs(f"exec {argv}", mnt, "48m", 600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results = dict(zip(cases, json.loads((tmp_path / "results.json").read_text())))
+    results = run_cases_in_tmpfs(cases, tmp_path, mnt, "48m")
     for name in ("train sync", "train async", "fill", "refill", "refill for 2 ranks"):
         assert results[name]["rc"] == 0, (name, results[name]["stderr"][-3000:])
     for mode in ("sync", "async"):

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli_cases import cases_argv, error_lines
-from tests.support.disk_full_driver import run_in_tmpfs
+from tests.support.cli_cases import error_lines
+from tests.support.disk_full_driver import run_cases_in_tmpfs
 
 pytestmark = pytest.mark.e2e
 
@@ -96,11 +96,7 @@ def _expected(mnt: Path) -> dict[str, str]:
 def test_a_full_disk_is_one_line_naming_the_output_and_leaves_nothing(tiny_checkpoint, tiny_hf_encoder, tmp_path):
     mnt = tmp_path / "mnt"
     cases = _scenario(tmp_path, mnt, tiny_checkpoint, tiny_hf_encoder)
-    (tmp_path / "cases.json").write_text(json.dumps(list(cases.values())))
-    argv = " ".join(f'"{arg}"' for arg in cases_argv(tmp_path / "cases.json", tmp_path / "results.json"))
-    proc = run_in_tmpfs(f"exec {argv}", mnt, "8m", 600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results = dict(zip(cases, json.loads((tmp_path / "results.json").read_text())))
+    results = run_cases_in_tmpfs(cases, tmp_path, mnt, "8m")
     for name in ("export outside (the import's input)", "an old export to replace", "fill 1", "fill 2", "fill 3"):
         assert results[name]["rc"] == 0, (name, results[name]["stderr"][-3000:])
     for name, start in _expected(mnt).items():

@@ -94,6 +94,18 @@ def run_in_tmpfs(script: str, mnt: Path, size: str, timeout: int):
     return proc
 
 
+def run_cases_in_tmpfs(cases: dict[str, dict], tmp: Path, mnt: Path, size: str) -> dict[str, dict]:
+    """Run ``cases`` (name -> ``cli_cases`` case, in order) in one ``cli_cases`` subprocess inside a private tmpfs
+    of ``size`` at ``mnt``; their results by name."""
+    from tests.support.cli_cases import cases_argv
+
+    (tmp / "cases.json").write_text(json.dumps(list(cases.values())))
+    argv = " ".join(f'"{arg}"' for arg in cases_argv(tmp / "cases.json", tmp / "results.json"))
+    proc = run_in_tmpfs(f"exec {argv}", mnt, size, 600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return dict(zip(cases, json.loads((tmp / "results.json").read_text())))
+
+
 def main(argv: list[str]) -> int:
     command, args = argv[0], argv[1:]
     if command == "fill":
