@@ -27,9 +27,8 @@ def _require(condition: bool, message: str) -> None:
 @functools.cache
 def _literal_fields(section_cls: type) -> dict[str, tuple]:
     """{field name: allowed values} of every ``Literal``-typed field of a config dataclass."""
-    hints = typing.get_type_hints(section_cls)
-    return {f.name: typing.get_args(hints[f.name]) for f in dataclasses.fields(section_cls)
-            if typing.get_origin(hints[f.name]) is Literal}
+    return {name: typing.get_args(hint) for name, hint in section_hints(section_cls).items()
+            if typing.get_origin(hint) is Literal}
 
 
 def field_choices(section_cls: type, name: str) -> tuple:
