@@ -179,12 +179,12 @@ def stale_temporaries(targets: Sequence[str | Path]) -> tuple[list[Path], list[P
 
 def remove_stale_temporaries(targets: Sequence[str | Path]) -> list[Path]:
     """Delete the temporaries of ``targets`` left by dead processes of this host (a killed run: files, or
-    directories renamed away to be deleted), and name in a warning those of other hosts, which are left
-    alone; returns what was deleted. Nothing else is touched: only names of exactly that form, for
-    exactly these targets."""
+    directories: a staged output (``outputs.staged_dir``) or a pruned checkpoint renamed away before its
+    deletion), and name in a warning those of other hosts, which are left alone; returns what was deleted.
+    Nothing else is touched: only names of exactly that form, for exactly these targets."""
     dead, foreign = stale_temporaries(targets)
     for path in dead:
-        if path.is_dir():  # a directory renamed away before its deletion (a pruned checkpoint)
+        if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path, ignore_errors=True)
         else:
             path.unlink(missing_ok=True)

@@ -70,14 +70,13 @@ def _identity(prefix: str, static: bool, stats: tuple[tuple[str, int, int], ...]
 
 def _datasets(run_cfg: RunConfig) -> list[tuple[str, float | None, bool]]:
     """(resolved prefix, blend weight, static mask pairs?) for each dataset of the run, in blend order."""
-    from megatron_crossbert.data.build import parse_blend
     from megatron_crossbert.data.indexed import resolve_prefix
 
     if run_cfg.data.static_masks:
         return [(run_cfg.data.static_masks, None, True)]
     if not run_cfg.data.data_path:
         return []
-    prefixes, weights = parse_blend(run_cfg.data.data_path)
+    prefixes, weights = run_cfg.data.blend()
     return [(resolve_prefix(p), w, False) for p, w in zip(prefixes, weights or [None] * len(prefixes))]
 
 

@@ -85,8 +85,16 @@ def _layout(cfg: RunConfig) -> tuple[int, int]:
 def reshard_refusal(ckpt_dir: Path, saved_cfg: RunConfig, sharding_type: str | None,
                     current: RunConfig) -> list[str]:
     """One-line reasons why ``current`` cannot resume the optimizer state in ``ckpt_dir``, whose
-    layout :func:`saved_sharding_type` read as ``sharding_type``."""
-    both = saved_cfg.parallel.use_distributed_optimizer and current.parallel.use_distributed_optimizer
+    layout :func:`saved_sharding_type` read as ``sharding_type``. Switching the distributed optimizer on
+    or off between save and resume is refused by name: the two layouts store Adam's state differently
+    and megatron's loader fails on the other one with a serialized traceback (resharding between them
+    is possible in principle; not done or verified here)."""
+    saved_on, now_on = saved_cfg.parallel.use_distributed_optimizer, current.parallel.use_distributed_optimizer
+    if saved_on != now_on:
+        return [f"parallel.use_distributed_optimizer: {ckpt_dir} was saved with {str(saved_on).lower()}, this run "
+                f"sets {str(now_on).lower()}; its optimizer state cannot be read in the other layout: set it back, "
+                f"or start from its weights with --init-from (a fresh optimizer)"]
+    both = saved_on and now_on
     if not both or _layout(saved_cfg) == _layout(current) or sharding_type != LEGACY_DP_RESHARDABLE:
         return []
     tp, pp = _layout(saved_cfg)

@@ -40,6 +40,7 @@ from typing import Iterator
 from megatron_crossbert.checkpoint.errors import RunLockedError
 from megatron_crossbert.config import RunConfig
 from megatron_crossbert.fsutil import pid_start_time, process_is_alive
+from megatron_crossbert.outputs import outermost_missing, remove_empty_dirs
 
 logger = logging.getLogger(__name__)
 
@@ -180,13 +181,33 @@ class RunLock:
         self.release()
 
 
+def _remove_untouched(lock: RunLock, created: Path) -> None:
+    """After a run that failed before writing anything but its lock into the directories it created:
+    remove the lock and those directories (a refused run leaves no trace). A directory holding anything
+    else (a partial checkpoint, TensorBoard events of steps taken) is kept as it is."""
+    save_dir = lock.path.parent
+    if [p.name for p in save_dir.iterdir()] != [LOCK_FILE]:
+        return
+    lock.path.unlink(missing_ok=True)
+    remove_empty_dirs(created, save_dir)
+
+
 @contextmanager
 def run_lock_for(run_cfg: RunConfig) -> Iterator[RunLock | None]:
     """The save directory's lock for this run, held by rank 0 of the job (``RANK``, read before the
-    process group exists); a no-op on other ranks and for runs that save nothing."""
+    process group exists); a no-op on other ranks and for runs that save nothing. A run that fails before
+    it wrote anything there leaves no trace in a directory it created (:func:`_remove_untouched`)."""
     save_dir = run_cfg.checkpoint.save_dir
     if not save_dir or int(os.environ.get("RANK", "0") or 0) != 0:
         yield None
         return
-    with RunLock(save_dir) as lock:
+    created = outermost_missing(Path(save_dir))
+    lock = RunLock(save_dir).acquire()
+    try:
         yield lock
+    except BaseException:
+        if created is not None:
+            _remove_untouched(lock, created)
+        raise
+    finally:
+        lock.release()

@@ -21,18 +21,15 @@ ranks share, and no collective is safe after a failed collective.
 
 from __future__ import annotations
 
-import errno
 import os
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from megatron_crossbert.checkpoint.errors import CheckpointSaveError, DiskFullError
 from megatron_crossbert.checkpoint.directories import complete_checkpoints, iteration_dir_name
+from megatron_crossbert.outputs import NO_SPACE_ERRNOS, iter_causes, no_space_in_chain
 
-NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
-_NO_SPACE_TEXT = ("no space left on device", "disk quota exceeded", "[errno 28]", "[errno 122]")
 PROBE_BYTES = 1 << 20
 """A write probe this large fails on a full disk; it is deleted at once."""
 NO_SPACE_CHECK_ENV = "CROSSBERT_TEST_NO_SPACE_CHECK"
@@ -67,32 +64,6 @@ class SaveTarget:
 def checkpoint_bytes(ckpt_dir: str | Path) -> int:
     """Bytes of every file in a checkpoint directory (a few dozen files: cheap)."""
     return sum(p.stat().st_size for p in Path(ckpt_dir).rglob("*") if p.is_file())
-
-
-def iter_causes(err: BaseException) -> Iterator[BaseException]:
-    """``err`` and everything behind it: ``__cause__``, ``__context__`` and DCP's per-rank failures."""
-    seen: set[int] = set()
-    todo = [err]
-    while todo:
-        current = todo.pop()
-        if current is None or id(current) in seen:
-            continue
-        seen.add(id(current))
-        yield current
-        todo += [current.__cause__, current.__context__]
-        failures = getattr(current, "failures", None)
-        if isinstance(failures, dict):  # torch.distributed.checkpoint.api.CheckpointException
-            todo += [pair[0] if isinstance(pair, tuple) else pair for pair in failures.values()]
-
-
-def no_space_in_chain(err: BaseException) -> bool:
-    """True when some exception behind ``err`` is ENOSPC/EDQUOT, by errno or by its text."""
-    for cause in iter_causes(err):
-        if isinstance(cause, OSError) and cause.errno in NO_SPACE_ERRNOS:
-            return True
-        if any(marker in str(cause).lower() for marker in _NO_SPACE_TEXT):
-            return True
-    return False
 
 
 def existing_dir(path: str | Path) -> Path:

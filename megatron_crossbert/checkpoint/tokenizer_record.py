@@ -95,12 +95,11 @@ def check_checkpoint_tokenizer(ckpt_dir: Path, run_cfg: RunConfig) -> TokenizerV
 
 def _prefixes(run_cfg: RunConfig) -> list[str]:
     """Every dataset prefix of the run, each once (a blend may name one prefix twice)."""
-    from megatron_crossbert.data.build import parse_blend
     from megatron_crossbert.data.indexed import resolve_prefix
 
     if run_cfg.data.static_masks:
         return [run_cfg.data.static_masks]
-    return list(dict.fromkeys(resolve_prefix(prefix) for prefix in parse_blend(run_cfg.data.data_path)[0]))
+    return list(dict.fromkeys(resolve_prefix(prefix) for prefix in run_cfg.data.blend()[0]))
 
 
 def check_dataset_tokenizers(run_cfg: RunConfig) -> None:

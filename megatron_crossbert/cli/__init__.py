@@ -49,11 +49,14 @@ def add_encoder_arguments(parser: argparse.ArgumentParser, *, max_len: int, reci
         parser.add_argument("--pooling", choices=typing.get_args(Pooling), default=None,
                             help="default: the model's sentence-transformers Pooling config, else mean")
         parser.add_argument("--max-len", type=int, default=None,
-                            help=f"max tokens per text (default: the model's max_seq_length, else {max_len})")
+                            help=f"max tokens per text (default: the model's max_seq_length, else {max_len}; "
+                                 "either capped at the model's own limit, and a value above it refused)")
     else:
         parser.add_argument("--pooling", choices=typing.get_args(Pooling), default="mean",
                             help="how token states become one vector (default: mean)")
-        parser.add_argument("--max-len", type=int, default=max_len, help="max tokens per text")
+        parser.add_argument("--max-len", type=int, default=None,
+                            help=f"max tokens per text (default: {max_len}, or the model's own limit when lower; "
+                                 "a value above that limit is refused)")
     parser.add_argument("--batch-size", type=int, default=32, help="texts per forward pass")
     parser.add_argument("--tokenizer-dir",
                         help="native checkpoints: tokenizer to export with (default: the run config's)")

@@ -60,7 +60,8 @@ def _argparse_kwargs(hint: Any) -> dict[str, Any]:
     if typing.get_origin(hint) is Literal:
         return {"choices": typing.get_args(hint)}
     if typing.get_origin(hint) is list:
-        return {"nargs": "+", "type": typing.get_args(hint)[0]}
+        item = typing.get_args(hint)[0]
+        return {"nargs": "+", "type": item if isinstance(item, type) else str}  # list[str | float]: the text
     if hint is bool:
         return {"action": "store_true"}
     return {"type": hint}

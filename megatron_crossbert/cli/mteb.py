@@ -32,12 +32,13 @@ import sys
 
 from megatron_crossbert.cli import add_encoder_arguments, cache_dir_arg
 from megatron_crossbert.cli.errors import add_debug_flag, cli_main
+from megatron_crossbert.evaluation.recipe import DEFAULT_MAX_LEN
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="crossbert-mteb", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_encoder_arguments(p, max_len=256, recipe_defaults=True)
+    add_encoder_arguments(p, max_len=DEFAULT_MAX_LEN, recipe_defaults=True)
     p.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None,
                    help="L2-normalise embeddings (default: yes when the model's modules.json has a Normalize "
                         "module, else no)")
@@ -89,8 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from megatron_crossbert.evaluation.mteb.adapter import build_mteb_encoder, run_mteb
-    from megatron_crossbert.evaluation.mteb.report import load_reference, summary_markdown
+    from megatron_crossbert.evaluation.mteb.report import check_out_dir, load_reference, summary_markdown
 
+    check_out_dir(args.out, args.overwrite)  # before any task is read or text encoded
     tasks = _gather_tasks(args)
     if not tasks:
         raise ValueError("no tasks: give --benchmark-dir, --local-task, --tasks or --benchmark")

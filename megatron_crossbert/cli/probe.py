@@ -19,12 +19,13 @@ from megatron_crossbert.cli import DefaultsHelpFormatter, add_encoder_arguments,
 from megatron_crossbert.cli.errors import add_debug_flag, cli_main
 from megatron_crossbert.evaluation.encoders import Layers
 from megatron_crossbert.evaluation.probing.linear_probes import ProbeConfig
+from megatron_crossbert.evaluation.recipe import PROBE_MAX_LEN
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="crossbert-probe", description=__doc__.split("\n")[0],
                                 formatter_class=DefaultsHelpFormatter)
-    add_encoder_arguments(p, max_len=128)
+    add_encoder_arguments(p, max_len=PROBE_MAX_LEN)
     p.add_argument("--glue-dir", help="glue_data directory (<TASK>/train.tsv, dev.tsv)")
     p.add_argument("--glue-tasks", help="comma list, e.g. CoLA,SST-2,MRPC,STS-B,RTE (default: all present)")
     p.add_argument("--jsonl", action="append", default=[],
@@ -51,7 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     from megatron_crossbert.evaluation.probing.report import render_markdown, write_report
     from megatron_crossbert.evaluation.probing.runner import ProbeRunConfig, collect_tasks, run_probing
+    from megatron_crossbert.outputs import require_output_dir
 
+    require_output_dir(args.out, "--out")  # before any task is read or text encoded
     tasks = collect_tasks(glue_dir=args.glue_dir, glue_tasks=_split_list(args.glue_tasks) or None,
                           jsonl=args.jsonl, hf_glue=_split_list(args.hf_glue))
     if not tasks:
@@ -65,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     paths = write_report(report, args.out)
     print(render_markdown(report))
     print("wrote " + ", ".join(str(p) for p in paths.values()))
-    return 0
+    return 1 if report["summary"]["failed"] and len(report["summary"]["failed"]) == len(report["tasks"]) else 0
 
 
 if __name__ == "__main__":

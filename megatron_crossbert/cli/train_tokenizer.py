@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from megatron_crossbert.cli import DefaultsHelpFormatter
 from megatron_crossbert.cli.errors import add_debug_flag, cli_main
+from megatron_crossbert.outputs import require_output_dir
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
 @cli_main
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    out = Path(args.output_dir)
+    out = require_output_dir(args.output_dir, "--output-dir")  # before training, not after it
     if (out / "tokenizer.json").exists() and not args.force:
         raise FileExistsError(f"{out}: already holds a tokenizer; pass --force to overwrite")
     from megatron_crossbert.data.tokenizer_training import train_tokenizer

@@ -4,12 +4,13 @@ each packed sequence is split into visible and target positions (``MaskingConfig
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
 from megatron_crossbert import masking as masking_rules
 from megatron_crossbert import schedules
-from megatron_crossbert.config.checks import _check_choices, _positive, _require
+from megatron_crossbert.config.checks import _check_choices, _positive, _require, _seed
 
 StripMode = Literal["auto", "always", "never"]
 """How ``DataConfig.strip_wrapper_tokens`` treats [CLS]/[SEP]/eod already around each document."""
@@ -42,6 +43,7 @@ class MaskingConfig:
 
     def __post_init__(self) -> None:
         _check_choices(self)
+        _seed(self.seed, "masking.seed")
         _require(0.5 <= self.mask_ratio < 1.0, f"mask_ratio must be in [0.5, 1), got {self.mask_ratio}")
         _require(0.0 < self.bert_mask_prob < 1.0, f"bert_mask_prob must be in (0, 1), got {self.bert_mask_prob}")
         _require(self.bert_replace_mask >= 0 and self.bert_replace_random >= 0
@@ -78,8 +80,9 @@ class MaskingConfig:
 class DataConfig:
     """Where samples come from and how they are packed."""
 
-    data_path: list[str] = field(default_factory=list)
-    """Megatron blend: ['prefix'] or ['w1', 'prefix1', 'w2', 'prefix2', ...] (prefix without _document.bin)."""
+    data_path: list[str | float] = field(default_factory=list)
+    """Megatron blend: [prefix], [prefix1, prefix2, ...] (weighted by size) or [w1, prefix1, w2, prefix2, ...]
+    with every weight > 0 (prefix without _document.bin); ``blend()`` reads it."""
     split: str = "969,30,1"
     """Train/valid/test proportions of each prefix's documents."""
     seq_length: int = 512
@@ -107,3 +110,50 @@ class DataConfig:
         parts = self.split.replace("/", ",").split(",")
         _require(all(p.strip().replace(".", "", 1).isdigit() for p in parts) and 1 <= len(parts) <= 3,
                  f"split must look like '969,30,1', got {self.split!r}")
+        _require(self.split_shares()[0] > 0, f"data.split={self.split!r}: the train share is 0, so there is "
+                                             "nothing to train on; give the first share a value > 0")
+        if self.data_path:
+            parse_blend(self.data_path)
+
+    def split_shares(self) -> tuple[float, float, float]:
+        """(train, validation, test) shares of ``split`` (missing ones are 0, as megatron reads them)."""
+        values = [float(p) for p in self.split.replace("/", ",").split(",")]
+        return tuple(values + [0.0] * (3 - len(values)))  # type: ignore[return-value]
+
+    def blend(self) -> tuple[list[str], list[float] | None]:
+        """``data_path`` as megatron's blend (``parse_blend``)."""
+        return parse_blend(self.data_path)
+
+
+def _weight(item: str | float) -> float | None:
+    """A blend item read as a weight (a number, or a string that is one), else None (a prefix)."""
+    if isinstance(item, (int, float)) and not isinstance(item, bool):
+        return float(item)
+    try:
+        return float(item)
+    except (TypeError, ValueError):
+        return None
+
+
+def parse_blend(data_path: list[str | float]) -> tuple[list[str], list[float] | None]:
+    """``['p']`` -> (['p'], None); ``['a', 'b']`` -> (['a', 'b'], None) (megatron weighs them by size);
+    ``[0.7, 'a', '0.3', 'b']`` -> (['a', 'b'], [0.7, 0.3]). The one reader of ``data.data_path``.
+
+    Every weight must be finite and > 0. A weight of 0 is refused rather than read as "skip": megatron
+    asserts on it, and a list that names a dataset it does not train on is a mistake more often than not."""
+    if not data_path:
+        raise ValueError("data.data_path is empty: give at least one preprocessed prefix (--data-path)")
+    weights = [_weight(item) for item in data_path]
+    if not any(w is not None for w in weights):
+        return [str(item) for item in data_path], None
+    pairs = len(data_path) % 2 == 0 and all(w is not None for w in weights[0::2]) \
+        and all(w is None for w in weights[1::2])
+    if not pairs:
+        raise ValueError(f"data.data_path: {len(data_path)} items {list(map(str, data_path))[:6]}: expected "
+                         "PREFIX [PREFIX ...] or WEIGHT PREFIX pairs")
+    prefixes = [str(item) for item in data_path[1::2]]
+    for weight, prefix in zip(weights[0::2], prefixes):
+        _require(math.isfinite(weight) and weight > 0,
+                 f"data.data_path: weight {weight} for {prefix}: a blend weight must be a finite number > 0; "
+                 "leave the prefix out to skip it")
+    return prefixes, [float(w) for w in weights[0::2]]

@@ -11,7 +11,7 @@ from typing import Literal
 
 from megatron_crossbert.arch import ENCODERS, REGISTRY, get_arch, get_encoder
 from megatron_crossbert.attention_windows import check_window_options
-from megatron_crossbert.config.checks import _check_choices, _positive, _require
+from megatron_crossbert.config.checks import _check_choices, _optional_positive, _positive, _require
 
 ArchName = Literal[tuple(REGISTRY)]
 """The registered architectures (``arch.REGISTRY``, the one owner of the names)."""
@@ -110,6 +110,9 @@ class ModelConfig:
                  f"bias_gelu_fusion needs linear biases, which the {self.encoder!r} encoder does not have")
         _require(self.decoder_hidden_size is None or self.decoder_hidden_size > 0,
                  f"ModelConfig.decoder_hidden_size must be > 0, got {self.decoder_hidden_size}")
+        _optional_positive(self, "model", "ffn_hidden_size", "decoder_num_attention_heads", "decoder_ffn_hidden_size")
+        _require(self.init_method_std > 0, f"model.init_method_std must be > 0 (0 starts every weight at 0), "
+                                           f"got {self.init_method_std}")
         _require(self.dec_hidden % self.dec_heads == 0,
                  f"decoder_num_attention_heads={self.dec_heads} must divide decoder width {self.dec_hidden}")
         for name in ("hidden_dropout", "attention_dropout"):

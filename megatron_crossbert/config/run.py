@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from megatron_crossbert.arch import get_arch
-from megatron_crossbert.config.checks import _require
+from megatron_crossbert.config.checks import _require, coerce, coerce_saved, describe, section_hints
 from megatron_crossbert.config.data import DataConfig, MaskingConfig
 from megatron_crossbert.config.model import ModelConfig
 from megatron_crossbert.config.parallel import ParallelConfig
@@ -33,6 +33,10 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         seq, model, tp = self.data.seq_length, self.model, self.parallel.tensor_model_parallel_size
+        _require(not self.training.eval_interval or self.data.split_shares()[1] > 0,
+                 f"training.eval_interval={self.training.eval_interval} needs validation documents, but "
+                 f"data.split={self.data.split!r} gives validation a 0 share; set training.eval_interval=0 "
+                 f"or give the second share a value > 0")
         _require(seq <= model.max_position_embeddings,
                  f"seq_length={seq} does not fit the position table (max_position_embeddings="
                  f"{model.max_position_embeddings}); raise max_position_embeddings or shorten sequences")
@@ -53,13 +57,18 @@ class RunConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> RunConfig:
+    def from_dict(cls, raw: dict[str, Any], *, saved: str | None = None) -> RunConfig:
+        """Sections from a mapping, every value checked against its field's declared type
+        (``checks.coerce``). ``saved``: the ``run_config.json`` it was read from, whose values an older
+        version may have stored with a wrong type (``checks.coerce_saved``)."""
+        _require(isinstance(raw, dict), f"{saved or 'the config'}: top level must be a mapping of sections, "
+                                        f"got {describe(raw)}")
         unknown = set(raw) - {f.name for f in dataclasses.fields(cls)}
-        _require(not unknown, f"unknown config sections: {sorted(unknown)}")
+        _require(not unknown, f"unknown config sections: {sorted(map(str, unknown))}")
         parts = {}
         for f in dataclasses.fields(cls):
             section_cls = f.default_factory  # type: ignore[misc]
-            parts[f.name] = _build_section(section_cls, raw.get(f.name) or {}, f.name)
+            parts[f.name] = _build_section(section_cls, raw.get(f.name), f.name, saved)
         return cls(**parts)
 
     def to_json(self) -> str:
@@ -75,28 +84,67 @@ class RunConfig:
         """A saved run config (a checkpoint's or an export's ``run_config.json``). Fields newer than the
         file take the value that run had, not today's default: a run saved before document masks
         existed records no ``data.document_mask`` and was trained without them."""
-        raw = json.loads(Path(path).read_text())
+        try:
+            raw = json.loads(Path(path).read_text())
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise ValueError(f"{path}: not valid JSON ({err})") from None
         if isinstance(raw, dict) and isinstance(raw.get("data", {}), dict):
             raw.setdefault("data", {}).setdefault("document_mask", False)
-        return cls.from_dict(raw)
+        return cls.from_dict(raw, saved=str(path))
 
 
-def _build_section(section_cls: type, values: dict[str, Any], name: str) -> Any:
-    fields = {f.name: f for f in dataclasses.fields(section_cls)}
-    unknown = set(values) - set(fields)
-    _require(not unknown, f"unknown keys in [{name}]: {sorted(unknown)}; valid keys: {sorted(fields)}")
-    return section_cls(**{key: _coerce_number(value, fields[key], name) for key, value in values.items()})
+def _build_section(section_cls: type, values: Any, name: str, saved: str | None) -> Any:
+    """One section; null means every default. Values are read through ``coerce`` (``coerce_saved``
+    for a checkpoint's file)."""
+    if values is None:
+        values = {}
+    _require(isinstance(values, dict), f"[{name}] must be a mapping of keys (e.g. '{name}: {{key: value}}'), "
+                                       f"got {describe(values)}")
+    hints = section_hints(section_cls)
+    unknown = set(values) - set(hints)
+    _require(not unknown, f"unknown keys in [{name}]: {sorted(map(str, unknown))}; valid keys: {sorted(hints)}")
+    if saved:
+        read = {key: coerce_saved(value, hints[key], f"{name}.{key}", saved) for key, value in values.items()}
+    else:
+        read = {key: coerce(value, hints[key], f"{name}.{key}") for key, value in values.items()}
+    return section_cls(**read)
 
 
-def _coerce_number(value: Any, spec: dataclasses.Field, section: str) -> Any:
-    """YAML 1.1 reads '3e-4' as a string; numeric fields accept such strings, anything else is an error."""
-    annotation = str(spec.type)
-    if not isinstance(value, str) or not ("float" in annotation or annotation.startswith("int")):
-        return value
+class _StrictLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping (PyYAML keeps the last one silently)."""
+
+
+def _mapping_without_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    first_line: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        try:
+            seen = first_line.get(key)
+        except TypeError:  # an unhashable key: construct_mapping says so with its position
+            break
+        if seen is not None:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r} (first at line {seen})",
+                                                    key_node.start_mark)
+        first_line[key] = key_node.start_mark.line + 1
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
+
+
+def parse_yaml(text: str, where: str, *, one_line: bool = False) -> Any:
+    """YAML text -> Python values; a syntax error or a duplicate key is one ``ValueError`` naming
+    ``where`` (a file: ``FILE:LINE:COLUMN``; ``one_line``, a ``--set`` value: its column)."""
     try:
-        return float(value) if "float" in annotation else int(value)
-    except ValueError:
-        raise ValueError(f"{section}.{spec.name} must be a number ({annotation}), got {value!r}") from None
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        if mark is None:
+            raise ValueError(f"{where}: not valid YAML: {problem}") from None
+        if one_line:
+            raise ValueError(f"{where}: the value is not valid YAML (column {mark.column + 1}): {problem}") from None
+        raise ValueError(f"{where}:{mark.line + 1}:{mark.column + 1}: not valid YAML: {problem}") from None
 
 
 def parse_override(text: str) -> tuple[str, str, Any]:
@@ -105,17 +153,26 @@ def parse_override(text: str) -> tuple[str, str, Any]:
     section, dot, name = key.strip().partition(".")
     _require(bool(sep and dot and section and name),
              f"override {text!r} must look like section.key=value (e.g. training.lr=3e-4)")
-    return section, name, yaml.safe_load(value)
+    return section, name, parse_yaml(value, f"--set {text!r}", one_line=True)
 
 
 def load_run_config(path: str | Path | None = None, overrides: list[str] = ()) -> RunConfig:
     """YAML file (optional) plus 'section.key=value' overrides, validated as a whole."""
     raw: dict[str, Any] = {}
     if path is not None:
-        loaded = yaml.safe_load(Path(path).read_text())
-        _require(loaded is None or isinstance(loaded, dict), f"{path}: top level must be a mapping of sections")
+        try:
+            text = Path(path).read_text(encoding="utf-8-sig")
+        except UnicodeDecodeError as err:
+            raise ValueError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+        loaded = parse_yaml(text, str(path))
+        _require(loaded is None or isinstance(loaded, dict),
+                 f"{path}: top level must be a mapping of sections, got {describe(loaded)}")
         raw = loaded or {}
     for text in overrides:
         section, name, value = parse_override(text)
-        raw.setdefault(section, {})[name] = value
+        if not isinstance(raw.get(section), dict):
+            raw[section] = {} if raw.get(section) is None else raw[section]
+        _require(isinstance(raw[section], dict), f"{path}: [{section}] must be a mapping of keys, got "
+                                                 f"{describe(raw[section])}")
+        raw[section][name] = value
     return RunConfig.from_dict(raw)

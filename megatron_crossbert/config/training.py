@@ -3,11 +3,12 @@ how checkpoints are written and read."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
 from megatron_crossbert import schedules
-from megatron_crossbert.config.checks import _check_choices, _positive, _require
+from megatron_crossbert.config.checks import _check_choices, _positive, _require, _seed
 
 
 @dataclass
@@ -82,6 +83,8 @@ class TrainingConfig:
                  f"micro_batch_size={self.micro_batch_size}")
         _require(0 <= self.min_lr <= self.lr, "min_lr must be in [0, lr]")
         _require(0 <= self.lr_warmup_iters <= self.train_iters, "lr_warmup_iters must be in [0, train_iters]")
+        self._check_optimisation()
+        self._check_intervals()
         if self.lr_decay_style == "wsd":  # the issue's and ModernBERT's spelling; megatron's is 'WSD'
             self.lr_decay_style = "WSD"
         _check_choices(self)
@@ -92,6 +95,28 @@ class TrainingConfig:
         _require(self.lr_decay_style == "WSD" or wsd_fields == (None, None),
                  f"lr_wsd_decay_iters / lr_wsd_decay_fraction apply only with lr_decay_style=WSD, "
                  f"not {self.lr_decay_style!r}")
+
+    def _check_optimisation(self) -> None:
+        """Values torch would refuse after start-up (betas, eps, seed) or apply silently (a negative clip
+        means "no clipping" to megatron, an infinite lr skips every step)."""
+        _require(math.isfinite(self.lr), f"training.lr must be finite, got {self.lr}")
+        _require(self.clip_grad >= 0, f"training.clip_grad must be >= 0 (0 turns clipping off), got {self.clip_grad}")
+        _require(self.weight_decay >= 0, f"training.weight_decay must be >= 0, got {self.weight_decay}")
+        for name in ("adam_beta1", "adam_beta2"):
+            value = getattr(self, name)
+            _require(0 <= value < 1, f"training.{name} must be in [0, 1), got {value}")
+        _require(self.adam_eps > 0, f"training.adam_eps must be > 0, got {self.adam_eps}")
+        _seed(self.seed, "training.seed")
+        _require(self.peak_tflops is None or self.peak_tflops > 0,
+                 f"training.peak_tflops must be > 0 or null (auto), got {self.peak_tflops}")
+
+    def _check_intervals(self) -> None:
+        """Intervals are step counts, 0 = off; probes need tasks to run."""
+        for name in ("eval_interval", "probe_interval"):
+            value = getattr(self, name)
+            _require(value >= 0, f"training.{name} must be >= 0 (0 turns it off), got {value}")
+        _require(not self.probe_interval or self.probe_tasks,
+                 f"training.probe_interval={self.probe_interval} needs training.probe_tasks (the tasks to probe)")
 
     def scheduler_decay_kwargs(self) -> dict:
         """The decay arguments of megatron's LR scheduler for these fields (``schedules``; WSD included)."""
@@ -155,3 +180,11 @@ class CheckpointConfig:
     def __post_init__(self) -> None:
         _require(self.save_interval >= 0 and self.keep_last >= 0, "save_interval and keep_last must be >= 0")
         _check_choices(self)
+
+    def check_saving(self) -> None:
+        """At the start of a run (not in the YAML, whose ``save_dir`` often comes from ``--save``): periodic or
+        background saves without a place to save are refused, so a preempted run never loses its steps."""
+        for name in ("save_interval", "async_save"):
+            _require(not getattr(self, name) or self.save_dir,
+                     f"checkpoint.{name}={getattr(self, name)} needs checkpoint.save_dir (--save); "
+                     "nothing would be saved (set it to 0/false for a run that saves nothing)")

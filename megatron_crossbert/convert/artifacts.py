@@ -6,15 +6,15 @@ Constraints that shape this module:
   and checked against the model's vocabulary before anything is written.
 - Weights are read and written only as safetensors; a directory with only pickle weights
   (``pytorch_model.bin``) is refused rather than unpickled.
-- The export is staged in a sibling temp directory and moved into place at the end, so a failed
-  export never leaves a half-written model behind and ``--force`` replaces an old one in one step.
+- The export is staged in a hidden sibling directory and moved into place at the end
+  (``outputs.staged_dir``), so a failed export (a full disk included) never leaves a half-written model
+  behind, a killed one's stage is removed by the next, and ``--force`` replaces an old one in one step.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from megatron_crossbert.convert.errors import ConversionError
-from megatron_crossbert.fsutil import apply_umask_modes, move_aside
+from megatron_crossbert.outputs import OutputError, staged_dir
 
 WEIGHTS_FILE = "model.safetensors"
 WEIGHTS_INDEX_FILE = "model.safetensors.index.json"
@@ -168,21 +168,14 @@ def _check_not_inside(out_dir: Path, protected: list[Path]) -> None:
 
 
 @contextmanager
-def staged_output(out_dir: str | Path, force: bool, protected: list[Path] = ()):
-    """Yield a temp dir beside ``out_dir``; on success it takes ``out_dir``'s place (needs ``force`` if it
-    exists: the old one is then moved aside to ``<out_dir>.replaced-<time>-<id>``, never deleted)."""
-    out_dir = Path(out_dir)
-    _check_not_inside(out_dir, list(protected))
-    if out_dir.exists() and not force:
-        raise ConversionError(f"output directory {out_dir} already exists; pass --force (force=True) to replace it")
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.tmp-"))
+def staged_output(out_dir: str | Path, force: bool, protected: list[Path] = (), what: str = "the export"):
+    """Yield a hidden stage beside ``out_dir``; on success it takes ``out_dir``'s place
+    (``outputs.staged_dir``: ``force`` moves an old one aside, never deletes it; a full disk is one line
+    naming ``out_dir``; a killed export's stage is removed by the next run). ``protected``: inputs the
+    output must not be, or contain."""
+    _check_not_inside(Path(out_dir), list(protected))
     try:
-        yield stage
-        apply_umask_modes(stage)  # mkdtemp makes 0700 and safetensors 0600: a shared model must be readable
-        if out_dir.exists():
-            move_aside(out_dir)
-        stage.rename(out_dir)
-    finally:
-        if stage.exists():
-            shutil.rmtree(stage, ignore_errors=True)
+        with staged_dir(out_dir, force, what) as stage:
+            yield stage
+    except OutputError as err:  # the convert CLI's own error type, the same one line
+        raise ConversionError(str(err)) from err

@@ -21,6 +21,7 @@ from megatron_crossbert.convert.formats import default_format, get_format
 from megatron_crossbert.convert.formats.interface import ExportContext, HfFormat, model_traits
 from megatron_crossbert.convert.model_card import model_card
 from megatron_crossbert.convert.native import load_native_state, open_export_source
+from megatron_crossbert.outputs import require_output_dir
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,7 @@ def export_to_hf(checkpoint: str | Path | VerifiedCheckpoint, out_dir: str | Pat
     MLM class when it maps exactly. ``verify`` (full or off): check the checkpoint's files against
     their recorded hashes first. Must run in a single process, or one whose megatron state is TP=1/PP=1.
     """
+    require_output_dir(out_dir, "output directory")  # a file there is refused before the checkpoint is read
     source = open_export_source(checkpoint, verify)
     run_cfg = source.saved
     fmt = resolve_format(run_cfg, format_name)

@@ -21,6 +21,7 @@ from megatron_crossbert.convert.errors import ConversionError
 from megatron_crossbert.convert.formats import format_for_hf_config
 from megatron_crossbert.convert.formats.interface import HfFormat, arch_for_foreign_import, encoder_of, model_traits
 from megatron_crossbert.convert.native import save_native
+from megatron_crossbert.outputs import require_output_dir
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,7 @@ def import_from_hf(hf_dir: str | Path, out_root: str | Path, *, force: bool = Fa
     ``from_hf``). A reconstruction decoder is freshly initialised.
     """
     hf_dir = Path(hf_dir)
+    require_output_dir(out_root, "output directory")
     if not (hf_dir / "config.json").is_file():
         raise ConversionError(f"{hf_dir} is not a Hugging Face model directory (no config.json)")
     hf_cfg, fmt = read_hf_config(hf_dir)
@@ -93,6 +95,6 @@ def import_from_hf(hf_dir: str | Path, out_root: str | Path, *, force: bool = Fa
     if model_traits(run_cfg.model).has_reconstruction_decoder:
         log.warning("the reconstruction decoder is not part of HF files: freshly initialised (seed %d)",
                     run_cfg.training.seed)
-    with artifacts.staged_output(out_root, force, protected=[hf_dir]) as stage:
+    with artifacts.staged_output(out_root, force, protected=[hf_dir], what="the imported checkpoint") as stage:
         ckpt_dir = save_native(run_cfg, weights, stage)
     return Path(out_root) / ckpt_dir.name

@@ -30,24 +30,6 @@ logger = logging.getLogger(__name__)
 _DEFAULT_IDS = {role: i for i, role in enumerate(SPECIAL_TOKENS)}
 
 
-def parse_blend(data_path: list[str]) -> tuple[list[str], list[float] | None]:
-    """``['p']`` -> (['p'], None); ``['0.7', 'a', '0.3', 'b']`` -> (['a', 'b'], [0.7, 0.3])."""
-    if not data_path:
-        raise ValueError("DataConfig.data_path is empty: give at least one preprocessed prefix")
-    if len(data_path) == 1:
-        return [str(data_path[0])], None
-    if len(data_path) % 2 == 0:
-        try:
-            weights = [float(w) for w in data_path[0::2]]
-        except ValueError:
-            weights = None
-        if weights is not None:
-            if any(w < 0 for w in weights) or sum(weights) <= 0:
-                raise ValueError(f"blend weights must be >= 0 with a positive sum, got {weights}")
-            return [str(p) for p in data_path[1::2]], weights
-    return [str(p) for p in data_path], None
-
-
 class GlobalIndexDataset(torch.utils.data.Dataset):
     """A blend whose samples are masked at the global sample index and say so in ``"index"``.
 
@@ -88,7 +70,7 @@ def make_dataset_config(run_cfg: RunConfig, tokenizer: Tokenizer | None = None) 
     """Translate the run config into megatron's dataset config (plus our packing/masking fields)."""
     data, masking = run_cfg.data, run_cfg.masking
     ids, vocab_size = _resolve_tokenizer(run_cfg, tokenizer)
-    blend = ([data.static_masks], None) if data.static_masks else parse_blend(data.data_path)
+    blend = ([data.static_masks], None) if data.static_masks else data.blend()
     return CrossBertDatasetConfig(
         random_seed=masking.seed, sequence_length=data.seq_length, blend=blend, split=data.split,
         path_to_cache=data.cache_dir, tokenizer=None, make_sample=get_arch(run_cfg.model.arch).make_sample,
@@ -125,8 +107,18 @@ def build_datasets(run_cfg: RunConfig, train_valid_test_num_samples: tuple[int, 
     sizes = [int(n) if n is not None else None for n in train_valid_test_num_samples]
     builder = BlendedMegatronDatasetBuilder(_dataset_class(run_cfg), sizes, lambda: True, config)
     train, valid, test = builder.build()
+    _require_built(run_cfg, sizes, (train, valid, test))
     _mask_at_fixed_rate(valid)
     return tuple(GlobalIndexDataset(d) if isinstance(d, BlendedDataset) else d for d in (train, valid, test))
+
+
+def _require_built(run_cfg: RunConfig, sizes: list[int | None], datasets: tuple) -> None:
+    """megatron builds no dataset (None) for a split whose share is 0, whatever was requested from it;
+    ``config`` refuses those shares, this names the key should one still get here."""
+    for name, wanted, dataset in zip(("train", "validation", "test"), sizes, datasets):
+        if wanted and dataset is None:
+            raise ValueError(f"data.split={run_cfg.data.split!r}: the {name} split has no documents but "
+                             f"{wanted} samples are needed")
 
 
 def _mask_at_fixed_rate(dataset) -> None:

@@ -21,6 +21,10 @@ so line numbers and byte counts stay right and no line above the limit is ever h
 is raised with ``--max-document-bytes``. Chunks end at ``size`` lines or :data:`CHUNK_BYTES` of text,
 whichever comes first.
 
+A UTF-8 byte-order mark (Windows editors write one) at the start of a line is dropped before the line is
+parsed: at the start of a file, or where ``cat`` joined files. It used to cost the first document
+(``invalid_json``, and silently for the tokenizer trainer).
+
 Files are read in chunks of lines (:func:`iter_line_chunks`), so reading costs little more than
 gzip's own decompression.
 """
@@ -40,6 +44,8 @@ SKIP_KINDS = ("invalid_utf8", "invalid_json", "not_object", "missing_key", "not_
               "blank_line", "too_deep", "invalid_unicode", "too_long", "no_tokens", "truncated_gzip", "not_gzip",
               "empty_file")
 GZIP_MAGIC = b"\x1f\x8b"
+UTF8_BOM = b"\xef\xbb\xbf"
+"""A byte-order mark some editors write at the start of a UTF-8 file: not part of the first document."""
 MAX_DOCUMENT_BYTES = 64 << 20
 """Default per-line limit (all keys of one document together), ``--max-document-bytes``."""
 CHUNK_BYTES = 64 << 20
@@ -170,6 +176,8 @@ def parse_line(data: bytes | OversizedLine, keys: Sequence[str]) -> tuple[dict[s
     """
     if isinstance(data, OversizedLine):
         return None, "too_long"
+    if data.startswith(UTF8_BOM):  # a file's first line, or the first of a file appended with cat
+        data = data[len(UTF8_BOM):]
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:

@@ -35,6 +35,7 @@ from collections import Counter, deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import chain
+from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
@@ -52,6 +53,7 @@ from megatron_crossbert.data.preprocess_worker import (
 )
 from megatron_crossbert.data.tokenizer_sources import open_tokenizer
 from megatron_crossbert.fsutil import atomic_write_text, remove_stale_temporaries
+from megatron_crossbert.outputs import require_output_dir, writing
 
 logger = logging.getLogger(__name__)
 
@@ -118,6 +120,7 @@ def _check_options(opts: PreprocessOptions) -> None:
         raise ValueError(f"--max-document-bytes must be >= 1, got {opts.max_document_bytes}")
     if opts.emit_mask_pairs and not opts.seq_length:
         raise ValueError("--emit-mask-pairs needs --seq-length")
+    require_output_dir(Path(opts.output_prefix).parent, "--output-prefix's directory")
     existing = [p for p in planned_outputs(opts) if os.path.exists(p)]
     if existing and not opts.force:
         raise FileExistsError(f"refusing to overwrite existing outputs (pass --force): {', '.join(existing[:4])}"
@@ -284,23 +287,24 @@ def preprocess(opts: PreprocessOptions) -> dict:
     spec = WorkerSpec(str(opts.tokenizer), opts.tokenizer_kind, tuple(opts.json_keys), splitter, opts.append_eod,
                       tokenizer.eod_id, encoder.name, isinstance(encoder, PiecewiseEncoder))
     tally = _Tally(opts)
-    writers = {key: AtomicIndexedWriter(document_prefix(opts.output_prefix, key), tokenizer.vocab_size)
-               for key in opts.json_keys}
-    all_writers = list(writers.values())
-    try:
-        _consume(opts, spec, chunks, encoder, tally, writers)
-        metas: dict = {}
-        if opts.emit_mask_pairs:
-            extra, metas = _emit_mask_pairs(opts, writers, tokenizer)
-            all_writers += extra
-        report = _report(opts, tokenizer, splitter, tally, writers, metas, encoder)
-        _commit(opts, all_writers, metas, report, tokenizer)
-        return report
-    except BaseException:
-        tally.bar.close()
-        for writer in all_writers:
-            writer.abort()
-        raise
+    with writing(document_prefix(opts.output_prefix, opts.json_keys[0]) + ".bin", "the preprocessed dataset"):
+        writers = {key: AtomicIndexedWriter(document_prefix(opts.output_prefix, key), tokenizer.vocab_size)
+                   for key in opts.json_keys}
+        all_writers = list(writers.values())
+        try:
+            _consume(opts, spec, chunks, encoder, tally, writers)
+            metas: dict = {}
+            if opts.emit_mask_pairs:
+                extra, metas = _emit_mask_pairs(opts, writers, tokenizer)
+                all_writers += extra
+            report = _report(opts, tokenizer, splitter, tally, writers, metas, encoder)
+            _commit(opts, all_writers, metas, report, tokenizer)
+            return report
+        except BaseException:
+            tally.bar.close()
+            for writer in all_writers:
+                writer.abort()
+            raise
 
 
 def _report(opts: PreprocessOptions, tokenizer, splitter, tally: _Tally, writers, metas, encoder) -> dict:

@@ -29,6 +29,7 @@ from megatron_crossbert.data.tokenizer import (
     SPECIAL_TOKENS, Tokenizer, add_bert_post_processor, register_special_tokens, resolve_special_ids,
     tokenizer_from_spm,
 )
+from megatron_crossbert.outputs import staged_dir
 
 MODEL_TYPES = ("wordpiece", "bpe", "unigram")
 _SPM_MAX_SENTENCE_BYTES = 16384
@@ -74,24 +75,26 @@ def train_wordpiece(texts: Iterable[str], vocab_size: int, lowercase: bool = Fal
 def train_tokenizer(inputs: Sequence[str], output_dir: str | Path, *, model_type: str = "unigram",
                     vocab_size: int = 32768, json_key: str = "text", max_docs: int | None = None,
                     lowercase: bool = False) -> Tokenizer:
-    """Train on the ``json_key`` texts of JSONL(.gz) ``inputs`` and save to ``output_dir``."""
+    """Train on the ``json_key`` texts of JSONL(.gz) ``inputs`` and save to ``output_dir``. The files are
+    written into a hidden stage first (``outputs.staged_dir``): a full disk leaves ``output_dir`` as it
+    was, never a 0-byte ``tokenizer.json`` that looks whole."""
     if model_type not in MODEL_TYPES:
         raise ValueError(f"model_type must be one of {MODEL_TYPES}, got {model_type!r}")
     if vocab_size <= len(SPECIAL_TOKENS):
         raise ValueError(f"vocab_size must exceed the {len(SPECIAL_TOKENS)} special tokens, got {vocab_size}")
-    texts = iter_texts(inputs, key=json_key, max_docs=max_docs)
-    if model_type == "wordpiece":
-        backend = train_wordpiece(texts, vocab_size, lowercase=lowercase)
-        register_special_tokens(backend)
-        add_bert_post_processor(backend, SPECIAL_TOKENS["cls"], SPECIAL_TOKENS["sep"])
-        tokenizer = Tokenizer(backend=backend, special_ids=resolve_special_ids(backend, {}, "wordpiece"))
-        tokenizer.save(output_dir)
-        return tokenizer
-    if lowercase:
+    if lowercase and model_type != "wordpiece":
         raise ValueError("--lowercase is only supported for wordpiece (sentencepiece normalises with NFKC)")
+    texts = iter_texts(inputs, key=json_key, max_docs=max_docs)
     with tempfile.TemporaryDirectory() as tmp:
-        model_path = train_sentencepiece(texts, vocab_size, model_type, Path(tmp))
-        tokenizer = tokenizer_from_spm(model_path)
-        tokenizer.save(output_dir)
-    tokenizer.spm_model = Path(output_dir) / "sentencepiece.model"
+        if model_type == "wordpiece":
+            backend = train_wordpiece(texts, vocab_size, lowercase=lowercase)
+            register_special_tokens(backend)
+            add_bert_post_processor(backend, SPECIAL_TOKENS["cls"], SPECIAL_TOKENS["sep"])
+            tokenizer = Tokenizer(backend=backend, special_ids=resolve_special_ids(backend, {}, "wordpiece"))
+        else:
+            tokenizer = tokenizer_from_spm(train_sentencepiece(texts, vocab_size, model_type, Path(tmp)))
+        with staged_dir(output_dir, force=True, what="the tokenizer", merge=True) as stage:
+            tokenizer.save(stage)
+    if model_type != "wordpiece":
+        tokenizer.spm_model = Path(output_dir) / "sentencepiece.model"
     return tokenizer

@@ -5,19 +5,24 @@ evaluator is cheap, so pooled features are stored as ``.npy`` under ``<cache>/fe
 whatever decides them (the caller's ``FeatureCache.key(...)``: model identity, task, split, pooling,
 max tokens, the texts' digest). The texts' digest is part of every key, so subsets and edited data
 files never hit a stale entry. Writes are atomic (``fsutil.atomic_open``) so concurrent runs sharing
-a cache never read half a file.
+a cache never read half a file; a write that fails (a full disk) is a warning naming the file, since the
+features it would have kept are already computed.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
 
 from megatron_crossbert.fsutil import atomic_open
+from megatron_crossbert.outputs import no_space_in_chain
+
+logger = logging.getLogger(__name__)
 
 
 def texts_digest(texts: Sequence[str]) -> str:
@@ -46,7 +51,11 @@ class FeatureCache:
         if path.is_file():
             return np.load(path)
         array = compute()
-        self.root.mkdir(parents=True, exist_ok=True)
-        with atomic_open(path, "wb") as handle:
-            np.save(handle, array)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            with atomic_open(path, "wb") as handle:
+                np.save(handle, array)
+        except OSError as err:  # the features are computed: an unwritable cache costs a rerun, not this run
+            logger.warning("%s: not cached (%s); the next run encodes these texts again", path,
+                           "no space left on device" if no_space_in_chain(err) else err)
         return array

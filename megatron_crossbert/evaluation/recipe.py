@@ -11,18 +11,29 @@ Modules ``AutoModel`` plus pooling cannot reproduce (Dense, max pooling, ...) ar
 file, rather than scored as something the model is not. Our own exports write Transformer + mean
 Pooling without Normalize (``convert/artifacts.py``), so they are scored as ``SentenceTransformer(dir)``
 and therefore MTEB would score them.
+
+The token count is capped by the model itself (``model_token_limit``: its position table in ``config.json``,
+less RoBERTa's ``pad_token_id + 1`` offset, and its tokenizer's ``model_max_length``): a default above it is
+lowered with one log line, an explicit ``--max-len`` above it is refused naming the file (``fit_max_len``).
+A longer text would otherwise index past the position table and crash mid-run. ``crossbert-probe`` uses
+the same rule with its own default.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
+
+logger = logging.getLogger(__name__)
 
 MODULES_FILE = "modules.json"
 _POOLING_MODES = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls"}
 DEFAULT_MAX_LEN = 256
 """Max tokens for a model without a sentence-transformers config (MiniLM's own value)."""
+PROBE_MAX_LEN = 128
+"""``crossbert-probe``'s default tokens per text (frozen linear probes; cheaper than MTEB's 256)."""
 
 
 @dataclass(frozen=True)
@@ -105,12 +116,74 @@ def read_sentence_transformers_recipe(model_dir: str | Path) -> EmbeddingRecipe 
 
 
 def resolve_recipe(model_dir: str | Path | None, *, pooling: str | None = None, normalize: bool | None = None,
-                   max_len: int | None = None) -> EmbeddingRecipe:
-    """Flags over the directory's sentence-transformers config over the defaults (mean, no norm, 256)."""
+                   max_len: int | None = None, limit: TokenLimit | None = None) -> EmbeddingRecipe:
+    """Flags over the directory's sentence-transformers config over the defaults (mean, no norm, 256); the
+    token count then fits the model's ``limit`` (``fit_max_len``: a default is capped, a flag above it refused)."""
     base = read_sentence_transformers_recipe(model_dir) if model_dir and Path(model_dir).is_dir() else None
     base = base or EmbeddingRecipe()
     overridden = any(value is not None for value in (pooling, normalize, max_len))
     return EmbeddingRecipe(pooling=pooling or base.pooling,
                            normalize=base.normalize if normalize is None else normalize,
-                           max_len=max_len or base.max_len,
+                           max_len=fit_max_len(max_len, base.tokens, limit),
                            source=f"flags over {base.source}" if overridden else base.source)
+
+
+ROBERTA_POSITIONS = ("roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "data2vec-text", "longformer",
+                     "roberta-prelayernorm", "ibert", "luke", "mpnet")
+"""HF ``model_type``s whose position ids start at ``pad_token_id + 1`` (RoBERTa's ``create_position_ids_from_
+input_ids``): their position table holds ``max_position_embeddings - pad_token_id - 1`` tokens. Our
+``xlmr-xl`` export is one (``convert/formats/xlmr_xl.py``)."""
+UNBOUNDED_TOKENIZER = 10**6
+"""A tokenizer ``model_max_length`` at or above this means "no limit" (transformers writes 1e30)."""
+
+
+@dataclass(frozen=True)
+class TokenLimit:
+    """The most tokens one text may have for a model, and the file and field that say so."""
+
+    tokens: int
+    source: str
+    """E.g. ``…/config.json (max_position_embeddings 66, positions from pad_token_id + 1)``."""
+
+
+def _json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def model_token_limit(hf_dir: str | Path) -> TokenLimit | None:
+    """The model's own limit: its position table (``config.json``) and its tokenizer's ``model_max_length``
+    (``tokenizer_config.json``), the smaller; None when the directory states neither (a hub name)."""
+    hf_dir = Path(hf_dir)
+    limits = []
+    config = _json(hf_dir / "config.json")
+    positions = config.get("max_position_embeddings")
+    if isinstance(positions, int) and positions > 0:
+        offset = int(config.get("pad_token_id") or 0) + 1 if config.get("model_type") in ROBERTA_POSITIONS else 0
+        note = ", positions from pad_token_id + 1" if offset else ""
+        limits.append(TokenLimit(positions - offset,
+                                 f"{hf_dir / 'config.json'} (max_position_embeddings {positions}{note})"))
+    tokenizer_max = _json(hf_dir / "tokenizer_config.json").get("model_max_length")
+    if isinstance(tokenizer_max, (int, float)) and 0 < tokenizer_max < UNBOUNDED_TOKENIZER:
+        limits.append(TokenLimit(int(tokenizer_max), f"{hf_dir / 'tokenizer_config.json'} (model_max_length)"))
+    return min(limits, key=lambda limit: limit.tokens) if limits else None
+
+
+def fit_max_len(requested: int | None, default: int, limit: TokenLimit | None, flag: str = "--max-len") -> int:
+    """Tokens per text: ``requested`` (a flag) if the model takes that many, else refused in one line naming
+    the file that says so; without a flag ``default``, capped at the model's limit (logged once)."""
+    if requested is not None:
+        if requested < 1:
+            raise ValueError(f"{flag} must be >= 1, got {requested}")
+        if limit is not None and requested > limit.tokens:
+            raise ValueError(f"{flag} {requested}: the model takes at most {limit.tokens} tokens per text "
+                             f"({limit.source})")
+        return requested
+    if limit is not None and default > limit.tokens:
+        logger.info("max length %d tokens per text: the model's limit (%s); the default is %d",
+                    limit.tokens, limit.source, default)
+        return limit.tokens
+    return default

@@ -49,21 +49,38 @@ def parse_task_specs(specs: Sequence[str]) -> dict:
 
 
 def _suite_inputs(run_cfg, specs: Sequence[str]) -> tuple[list[ProbeTask], list, object]:
-    """Probe tasks, MTEB tasks and tokenizer, loaded once per process (the hook calls us every N steps)."""
+    """Probe tasks, MTEB tasks and tokenizer, loaded once per process (the hook calls us every N steps).
+    A task that cannot be read is a ``ValueError`` naming ``training.probe_tasks``; a tokenizer that cannot
+    be loaded names ``data.tokenizer``."""
     key = (tuple(specs), run_cfg.data.tokenizer)
     if key not in _LOADED:
         from transformers import AutoTokenizer
 
         mteb_specs = [spec for spec in specs if is_mteb_spec(spec)]
         probe_specs = [spec for spec in specs if spec not in mteb_specs]
-        tasks = load_suite_tasks(**parse_task_specs(probe_specs), max_train=SUITE_MAX_TRAIN, max_test=SUITE_MAX_TEST)
-        mteb_tasks = []
-        if mteb_specs:
-            from megatron_crossbert.evaluation.mteb.in_training import load_mteb_suite
+        try:
+            tasks = load_suite_tasks(**parse_task_specs(probe_specs), max_train=SUITE_MAX_TRAIN,
+                                     max_test=SUITE_MAX_TEST)
+            mteb_tasks = []
+            if mteb_specs:
+                from megatron_crossbert.evaluation.mteb.in_training import load_mteb_suite
 
-            mteb_tasks = load_mteb_suite(mteb_specs, max_test=SUITE_MAX_TEST)
-        _LOADED[key] = (tasks, mteb_tasks, AutoTokenizer.from_pretrained(run_cfg.data.tokenizer))
+                mteb_tasks = load_mteb_suite(mteb_specs, max_test=SUITE_MAX_TEST)
+        except (OSError, ValueError) as err:
+            raise ValueError(f"training.probe_tasks: {err}") from err
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(run_cfg.data.tokenizer)
+        except (OSError, ValueError) as err:
+            raise ValueError(f"data.tokenizer {run_cfg.data.tokenizer!r}: in-training probes need a tokenizer "
+                             f"that AutoTokenizer loads ({err})") from err
+        _LOADED[key] = (tasks, mteb_tasks, tokenizer)
     return _LOADED[key]
+
+
+def prepare_probes(run_cfg) -> None:
+    """Read ``training.probe_tasks`` and the tokenizer now, before training starts, as the first probe
+    would: a missing or unreadable task is refused before the first step, not after it."""
+    _suite_inputs(run_cfg, list(run_cfg.training.probe_tasks))
 
 
 def probe_in_training(model, run_cfg, tasks: Sequence[str], iteration: int) -> dict[str, float]:

@@ -48,6 +48,23 @@ def init_process_group(timeout_minutes: int = 30) -> tuple[int, int]:
     return dist.get_rank(), dist.get_world_size()
 
 
+def launched_world_size() -> int:
+    """The job's world size before the process group exists: the group's when it does, else the launcher's
+    ``WORLD_SIZE`` (torchrun, spawned test workers), else 1 (a plain process)."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size()
+    return int(os.environ.get("WORLD_SIZE", "1") or 1)
+
+
+def check_world_size(parallel: ParallelConfig, world_size: int) -> None:
+    """TP*PP must divide the ranks of the job (the rest is data parallelism)."""
+    model_parallel = parallel.tensor_model_parallel_size * parallel.pipeline_model_parallel_size
+    if world_size % model_parallel:
+        raise ValueError(f"parallel.tensor_model_parallel_size * pipeline_model_parallel_size = {model_parallel} "
+                         f"does not divide the {world_size} process(es) of this job; launch a multiple of "
+                         f"{model_parallel} ranks (torchrun --nproc_per_node), or lower TP/PP")
+
+
 def seed_everything(seed: int) -> None:
     """Seed python, numpy, torch and megatron's model-parallel RNG streams (TP-aware)."""
     from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
@@ -64,9 +81,7 @@ def initialize(parallel: ParallelConfig, seed: int) -> None:
 
     apply_cpu_patches()
     _, world_size = init_process_group()
-    model_parallel = parallel.tensor_model_parallel_size * parallel.pipeline_model_parallel_size
-    if world_size % model_parallel:
-        raise ValueError(f"world size {world_size} is not divisible by TP*PP={model_parallel}")
+    check_world_size(parallel, world_size)
     if parallel_state.model_parallel_is_initialized():
         parallel_state.destroy_model_parallel()
     parallel_state.initialize_model_parallel(

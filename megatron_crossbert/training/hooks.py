@@ -31,6 +31,8 @@ class ProbeHook:
         self.logger = logger
         self.interval = train.probe_interval if train.probe_tasks else 0
         self.fn = probe_fn
+        if train.probe_tasks and not train.probe_interval:
+            logger.print("training.probe_tasks is set but training.probe_interval is 0: the probes never run")
         if self.interval and self.fn is None:
             logger.print("probe_interval is set but no probe function was given to train(); "
                          "in-training probes are disabled")

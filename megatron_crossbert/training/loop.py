@@ -23,7 +23,9 @@ from megatron_crossbert.platform import is_rank_zero
 from megatron_crossbert.training.hooks import ProbeFn, ProbeHook
 from megatron_crossbert.training.logging import MetricsLogger
 from megatron_crossbert.training.optimizer import current_lr
-from megatron_crossbert.training.setup import Session, build_data, build_session, check_support, valid_iterator
+from megatron_crossbert.training.setup import (
+    Session, build_data, build_session, check_exit_iteration, check_support, valid_iterator,
+)
 from megatron_crossbert.training.signals import StopSignal
 from megatron_crossbert.training.steps import StepResult, evaluate, train_step
 
@@ -207,9 +209,11 @@ def train(run_cfg: RunConfig, *, exit_at_iteration: int | None = None, probe_fn:
     """
     with StopSignal() as stop:  # from here on a stop signal stops the run at a step boundary
         check_support(run_cfg)
+        check_exit_iteration(exit_at_iteration, 0)
         with run_lock_for(run_cfg):
             session = build_session(run_cfg)
             start_iteration = session.progress.iteration
+            check_exit_iteration(exit_at_iteration, start_iteration)
             state = run_loop(session, exit_at_iteration, probe_fn, stop)
     return {
         "iteration": session.progress.iteration, "start_iteration": start_iteration,

@@ -24,6 +24,7 @@ from megatron_crossbert.checkpoint.state import Progress
 from megatron_crossbert.checkpoint.tokenizer_record import check_dataset_tokenizers
 from megatron_crossbert.checkpoint.verify import VerifiedCheckpoint, schedule_for_resume, verify_contents
 from megatron_crossbert.config import RunConfig
+from megatron_crossbert.outputs import require_output_dir
 from megatron_crossbert.training.batch_schedule import BatchSchedule
 from megatron_crossbert.training.optimizer import build_optimizer, build_scheduler, install_schedule_hooks, wrap_ddp
 from megatron_crossbert.training.sampler import PretrainingSampler
@@ -66,6 +67,33 @@ def check_support(run_cfg: RunConfig) -> None:
 
     require_support(run_cfg.training.precision, run_cfg.model.transformer_impl)
     attention_plan(run_cfg, training=True)
+    check_job_shape(run_cfg)
+
+
+def check_job_shape(run_cfg: RunConfig) -> None:
+    """What the config cannot tell alone but the job can, before anything is built: the launcher's world
+    size fits TP*PP, there is data to read, and the output directories can be directories."""
+    from megatron_crossbert.platform.distributed import check_world_size, launched_world_size
+
+    check_world_size(run_cfg.parallel, launched_world_size())
+    run_cfg.checkpoint.check_saving()
+    if not run_cfg.data.static_masks:
+        run_cfg.data.blend()  # an empty data.data_path is refused naming the key
+    for key, path in (("--save (checkpoint.save_dir)", run_cfg.checkpoint.save_dir),
+                      ("training.tensorboard_dir", run_cfg.training.tensorboard_dir)):
+        if path:
+            require_output_dir(path, key)
+
+
+def check_exit_iteration(exit_at: int | None, start_iteration: int) -> None:
+    """``--exit-at-iteration`` is a total step count after the step this run starts from."""
+    if exit_at is None:
+        return
+    if exit_at < 1:
+        raise ValueError(f"--exit-at-iteration must be >= 1 (a total step count), got {exit_at}")
+    if exit_at <= start_iteration:
+        raise ValueError(f"--exit-at-iteration {exit_at} is not after the resumed step {start_iteration}: "
+                         f"nothing would be trained; give a larger value")
 
 
 def check_sources(run_cfg: RunConfig) -> StartPlan:

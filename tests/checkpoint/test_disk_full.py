@@ -15,9 +15,6 @@ from __future__ import annotations
 
 import errno
 import json
-import os
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -27,7 +24,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from megatron_crossbert.checkpoint import save_errors
 from megatron_crossbert.checkpoint.errors import CheckpointSaveError, DiskFullError
 from megatron_crossbert.checkpoint.save_errors import SaveTarget, no_space_in_chain, save_failure
-from tests.support.cli_cases import cases_argv, cases_env
+from tests.support.disk_full_driver import run_cases_in_tmpfs, run_in_tmpfs
 from tests.support.training import tiny_overrides
 
 TARGET = SaveTarget(Path("/ckpt"), "iter_0000004", "iter_0000002", 0)
@@ -83,20 +80,6 @@ def test_a_save_that_cannot_fit_is_refused_before_it_starts(tmp_path, monkeypatc
     assert save_errors.free_bytes(tmp_path / "not" / "made") == 3 << 20
 
 
-def _unshare(script: str, mnt: Path, size: str, timeout: int) -> subprocess.CompletedProcess:
-    """Run ``sh -c script`` in a throwaway mount namespace with a tmpfs of ``size`` at ``mnt``."""
-    if not shutil.which("unshare"):
-        pytest.skip("no unshare(1): cannot mount a private tmpfs")
-    mnt.mkdir()
-    flags = "-m" if os.geteuid() == 0 else "-rm"
-    proc = subprocess.run(["unshare", flags, "--propagation", "private", "sh", "-c",
-                           f'mount -t tmpfs -o size={size} tmpfs "{mnt}" || exit 97; {script}'],
-                          capture_output=True, text=True, timeout=timeout, env=cases_env(), cwd=mnt.parent)
-    if proc.returncode == 97 or (proc.returncode != 0 and "unshare:" in proc.stderr):
-        pytest.skip(f"cannot mount a tmpfs here (user namespaces or CAP_SYS_ADMIN missing): {proc.stderr.strip()}")
-    return proc
-
-
 TMPFS_CHECK = """
 import json, os, sys
 from megatron_crossbert.checkpoint.save_errors import SaveTarget, free_bytes, probe_says_full, save_failure
@@ -116,7 +99,7 @@ print(json.dumps({"probe": probe_says_full(d), "free": free_bytes(d),
 def test_a_real_full_tmpfs_is_recognised_without_any_exception_chain(tmp_path):
     mnt = tmp_path / "mnt"
     (tmp_path / "check.py").write_text(TMPFS_CHECK)
-    proc = _unshare(f'exec "{sys.executable}" "{tmp_path / "check.py"}" "{mnt}"', mnt, "1m", 120)
+    proc = run_in_tmpfs(f'exec "{sys.executable}" "{tmp_path / "check.py"}" "{mnt}"', mnt, "1m", 120)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.splitlines()[-1])
     assert result["probe"] is True and result["free"] == 0
@@ -165,11 +148,7 @@ def _one_error_line(result: dict, expected: str) -> None:
 def test_a_full_disk_during_a_save_is_one_line_and_loses_nothing(indexed_corpus, tmp_path):
     mnt = tmp_path / "mnt"
     cases = _scenario(indexed_corpus, mnt)
-    (tmp_path / "cases.json").write_text(json.dumps(list(cases.values())))
-    argv = " ".join(f'"{arg}"' for arg in cases_argv(tmp_path / "cases.json", tmp_path / "results.json"))
-    proc = _unshare(f"exec {argv}", mnt, "48m", 600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results = dict(zip(cases, json.loads((tmp_path / "results.json").read_text())))
+    results = run_cases_in_tmpfs(cases, tmp_path, mnt, "48m")
     for name in ("train sync", "train async", "fill", "refill", "refill for 2 ranks"):
         assert results[name]["rc"] == 0, (name, results[name]["stderr"][-3000:])
     for mode in ("sync", "async"):

@@ -6,16 +6,14 @@ process per case, so each case has its own exit status and stderr.
 
 from __future__ import annotations
 
-import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from tests.support.checkpoints import flip_byte
-from tests.support.cli_cases import cases_argv, cases_env
+from tests.support.cli_cases import run_cases
 from tests.support.training import copy_corpus, tiny_overrides
 
 PRETRAIN = "megatron_crossbert.cli.pretrain"
@@ -144,13 +142,6 @@ def _build_cases(tmp: Path, corpus: str, ckpt: Path) -> dict[str, tuple[dict, st
 @pytest.fixture(scope="module")
 def trained(tiny_checkpoint, indexed_corpus) -> tuple[str, Path]:
     return indexed_corpus, tiny_checkpoint
-
-
-def run_cases(cases: list[dict], tmp: Path) -> list[dict]:
-    (tmp / "cases.json").write_text(json.dumps(cases))
-    subprocess.run(cases_argv(tmp / "cases.json", tmp / "results.json"), check=True, cwd=tmp, env=cases_env(),
-                   timeout=600)
-    return json.loads((tmp / "results.json").read_text())
 
 
 def _accepted_cases(tmp: Path, corpus: str, ckpt: Path) -> dict[str, tuple[dict, str]]:

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from megatron_crossbert.config import DataConfig, MaskingConfig, ModelConfig, RunConfig
-from megatron_crossbert.data.build import build_datasets, parse_blend
+from megatron_crossbert.config import DataConfig, MaskingConfig, ModelConfig, RunConfig, parse_blend
+from megatron_crossbert.data.build import build_datasets
 from megatron_crossbert.data.indexed import CorruptDatasetError, document_lengths
 from megatron_crossbert.data.preprocess import PreprocessOptions, preprocess
 from megatron_crossbert.data.tokenizer import load_tokenizer

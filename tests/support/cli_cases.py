@@ -14,9 +14,11 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import traceback
+from pathlib import Path
 
 from tests.support import REPO_ROOT
 
@@ -62,6 +64,19 @@ def cases_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")])
     return env
+
+
+def run_cases(cases: list[dict], tmp: Path, env: dict[str, str] | None = None) -> list[dict]:
+    """Run ``cases`` in one such subprocess (its files in ``tmp``); their results, in order."""
+    (tmp / "cases.json").write_text(json.dumps(cases))
+    subprocess.run(cases_argv(tmp / "cases.json", tmp / "results.json"), check=True, cwd=tmp,
+                   env=cases_env() | (env or {}), timeout=600)
+    return json.loads((tmp / "results.json").read_text())
+
+
+def error_lines(result: dict) -> list[str]:
+    """The ``error:`` lines a case printed on stderr."""
+    return [line for line in result["stderr"].splitlines() if line.startswith("error: ")]
 
 
 def main() -> None:

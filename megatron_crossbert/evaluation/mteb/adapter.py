@@ -31,10 +31,10 @@ from mteb.models.model_meta import ModelMeta, ScoringFunction
 
 from megatron_crossbert.evaluation.encoders import HFEncoder, model_card, resolve_model
 from megatron_crossbert.evaluation.feature_cache import FeatureCache, texts_digest
-from megatron_crossbert.evaluation.mteb.report import prepare_out_dir, summarize, write_outputs
+from megatron_crossbert.evaluation.mteb.report import check_out_dir, summarize, write_outputs
 from megatron_crossbert.evaluation.mteb.task_folders import discover_task_folders
 from megatron_crossbert.evaluation.mteb.tasks import BuiltTask, build_task
-from megatron_crossbert.evaluation.recipe import EmbeddingRecipe, resolve_recipe
+from megatron_crossbert.evaluation.recipe import EmbeddingRecipe, model_token_limit, resolve_recipe
 
 logger = logging.getLogger(__name__)
 DEFAULT_BENCHMARK = "MTEB(eng, v2)"
@@ -106,9 +106,11 @@ def build_mteb_encoder(model_ref: str, *, cache_dir: str | None = None, tokenize
                        max_len: int | None = None, batch_size: int = 32,
                        verify: str = "full") -> CachingMtebEncoder:
     """Resolve the model once (a native checkpoint is verified, ``verify`` its checksum check, and
-    exported); the recipe is the model's sentence-transformers config unless flags say otherwise."""
+    exported); the recipe is the model's sentence-transformers config unless flags say otherwise, its
+    token count within the model's own limit (``recipe.fit_max_len``)."""
     resolved = resolve_model(model_ref, cache_dir=cache_dir, tokenizer_dir=tokenizer_dir, verify=verify)
-    recipe = resolve_recipe(resolved.model_dir, pooling=pooling, normalize=normalize, max_len=max_len)
+    recipe = resolve_recipe(resolved.model_dir, pooling=pooling, normalize=normalize, max_len=max_len,
+                            limit=model_token_limit(resolved.hf_path))
     encoder = HFEncoder(resolved, device=device, max_len=recipe.tokens, batch_size=batch_size)
     return CachingMtebEncoder(encoder, recipe, FeatureCache(cache_dir))
 
@@ -165,7 +167,7 @@ def run_mteb(wrapper: CachingMtebEncoder, tasks: Sequence[BuiltTask], out_dir: s
              reference: dict | None = None, raise_error: bool = False, overwrite: bool = False,
              benchmark_dir: str | None = None) -> dict:
     """Evaluate ``wrapper`` on ``tasks``; writes one mteb result JSON per task and the summary, returns it."""
-    out_dir = prepare_out_dir(out_dir, overwrite)
+    out_dir = check_out_dir(out_dir, overwrite)
     summary, results = evaluate_mteb(wrapper, tasks, reference=reference, raise_error=raise_error)
     summary["benchmark_dir"] = benchmark_dir
     write_outputs(results, summary, out_dir)

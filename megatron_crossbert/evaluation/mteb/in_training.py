@@ -76,5 +76,6 @@ def run_mteb_suite(embed_fn: EmbedFn, tasks: Sequence[BuiltTask], prefix: str = 
         return {}
     summary, _ = evaluate_mteb(EmbedFnEncoder(embed_fn), tasks, raise_error=True)
     out = {f"{prefix}mteb/{row['folder']}/{row['main_score_name']}": row["main_score"] for row in summary["tasks"]}
-    out[f"{prefix}mteb/avg"] = summary["average"]
+    if summary["average"] is not None:  # every task undefined (constant embeddings): nothing to log
+        out[f"{prefix}mteb/avg"] = summary["average"]
     return out

@@ -19,6 +19,7 @@ from typing import Sequence
 import numpy as np
 
 from megatron_crossbert.fsutil import atomic_write_text
+from megatron_crossbert.outputs import require_output_dir, writing
 
 SUMMARY_JSON, SUMMARY_MD = "mteb_summary.json", "mteb_summary.md"
 
@@ -53,11 +54,21 @@ def task_row(built, result, reference: dict) -> dict:
             "delta": None if ref is None else score - ref, "rows": _rows_per_split(built.task), "note": built.note}
 
 
+def undefined_score(row: dict) -> str:
+    """Why a task's main score is not a number (the task then counts as failed, never in an average)."""
+    why = ("the model's similarities are constant (it gives every text the same embedding)"
+           if row["type"] == "STS" else "mteb's metric is undefined for these predictions")
+    return f"mteb returned {row['main_score_name']} {row['main_score']}: {why}"
+
+
 def summarize(tasks: Sequence, outcome, reference: dict) -> dict:
-    """Rows, errors and averages of one ``mteb.evaluate`` outcome."""
+    """Rows, errors and averages of one ``mteb.evaluate`` outcome. A task whose main score is not a finite
+    number is an error with its reason, not a row: no NaN reaches a table, an average or the JSON."""
     by_name = {result.task_name: result for result in outcome.task_results}
     rows = [task_row(built, by_name[built.name], reference) for built in tasks if built.name in by_name]
     errors = {err.task_name: str(err.exception) for err in (outcome.exceptions or [])}
+    errors.update({row["task"]: undefined_score(row) for row in rows if not np.isfinite(row["main_score"])})
+    rows = [row for row in rows if np.isfinite(row["main_score"])]
     paired = [r for r in rows if r["reference"] is not None]
     return {"tasks": rows, "errors": errors,
             "average": float(np.mean([r["main_score"] for r in rows])) if rows else None,
@@ -80,8 +91,10 @@ def summary_markdown(summary: dict) -> str:
             cells += [f"{r['reference']:.2f}", f"{round(r['delta'], 2) + 0.0:+.2f}"] if r["reference"] is not None else ["–", ""]
         lines.append("| " + " | ".join(cells) + " |")
     if summary["average"] is not None:
-        lines.append(f"| **average ({len(summary['tasks'])} tasks)** | | | **{summary['average']:.2f}** |"
-                     + (" | |" if label else ""))
+        errors = summary["errors"]
+        count = (f"{len(summary['tasks'])} of {len(summary['tasks']) + len(errors)} tasks; "
+                 f"{', '.join(errors)} failed" if errors else f"{len(summary['tasks'])} tasks")
+        lines.append(f"| **average ({count})** | | | **{summary['average']:.2f}** |" + (" | |" if label else ""))
     paired = summary.get("paired_average")
     if label and paired:
         lines.append(f"| average of the {paired['tasks']} tasks with a {label} value | | | {paired['ours']:.2f} | "
@@ -100,20 +113,23 @@ def summary_markdown(summary: dict) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def prepare_out_dir(out_dir: str | Path, overwrite: bool) -> Path:
-    """Create ``out_dir``; refuse one that already holds a summary unless ``overwrite``."""
-    out_dir = Path(out_dir)
+def check_out_dir(out_dir: str | Path, overwrite: bool) -> Path:
+    """Before any work: ``out_dir`` can be a directory, and holds no summary unless ``overwrite`` (results a
+    user kept are never replaced by accident). Creates nothing."""
+    out_dir = require_output_dir(out_dir, "--out")
     if (out_dir / SUMMARY_JSON).exists() and not overwrite:
         raise FileExistsError(f"{out_dir / SUMMARY_JSON} exists: pass --overwrite to replace those results, "
                               "or choose another --out")
-    out_dir.mkdir(parents=True, exist_ok=True)
     return out_dir
 
 
 def write_outputs(results: Sequence, summary: dict, out_dir: Path) -> None:
-    """Per-task mteb result JSONs, then the summary JSON and markdown (all atomic)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for result in results:
-        atomic_write_text(out_dir / f"{result.task_name}.json", json.dumps(result.to_dict(), indent=2, default=str))
-    atomic_write_text(out_dir / SUMMARY_JSON, json.dumps(summary, indent=2, default=str) + "\n")
-    atomic_write_text(out_dir / SUMMARY_MD, summary_markdown(summary))
+    """Per-task mteb result JSONs, then the summary JSON (strict: no NaN) and markdown, all atomic; a full
+    disk is one line naming ``out_dir``, and a directory this created is removed again."""
+    with writing(out_dir, "the MTEB results", directory=out_dir):
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for result in (r for r in results if r.task_name not in summary["errors"]):  # no NaN score on disk
+            atomic_write_text(out_dir / f"{result.task_name}.json",
+                              json.dumps(result.to_dict(), indent=2, default=str))
+        atomic_write_text(out_dir / SUMMARY_JSON, json.dumps(summary, indent=2, default=str, allow_nan=False) + "\n")
+        atomic_write_text(out_dir / SUMMARY_MD, summary_markdown(summary))

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from megatron_crossbert.evaluation.gold import Where, check_classes, check_labels, check_scores, line_numbers, row_numbers
+
 TaskKind = Literal["sts", "classification"]
 SPLIT_SUFFIXES = (".jsonl", ".jsonl.gz", ".parquet", ".tsv")
 STS_COLUMNS = {"sentence1": ("sentence1", "text", "text1", "sentence_a"),
@@ -74,24 +76,30 @@ def split_file(folder: Path, split: str) -> Path | None:
     return shards[0] if shards else None
 
 
-def read_rows(path: Path) -> list[dict]:
-    """Rows of a JSONL(.gz), parquet or headed TSV file, as dicts (a TSV line with the wrong column count
-    is an error, never a skipped row)."""
-    from megatron_crossbert.evaluation.probing.tasks import read_jsonl_rows
+def read_numbered_rows(path: Path) -> tuple[list[dict], Where]:
+    """Rows of a JSONL(.gz), parquet or headed TSV file, as dicts, and how to name row ``i`` in a message
+    (its file line; parquet: its row). A TSV line with the wrong column count is an error, never a skipped row."""
+    from megatron_crossbert.evaluation.probing.tasks import read_jsonl_numbered
 
     if path.name.endswith((".jsonl", ".jsonl.gz")):
-        return read_jsonl_rows(path)
+        numbered = read_jsonl_numbered(path)
+        return [row for _, row in numbered], line_numbers(path, [line for line, _ in numbered])
     if path.name.endswith(".parquet"):
         import pyarrow.parquet as pq
 
-        return pq.read_table(path).to_pylist()
-    from megatron_crossbert.evaluation.probing.glue import read_tsv
+        return pq.read_table(path).to_pylist(), row_numbers(path)
+    from megatron_crossbert.evaluation.probing.glue import read_tsv_numbered
 
-    header, rows = read_tsv(path, header=True)
-    bad = [i + 2 for i, row in enumerate(rows) if len(row) != len(header)]
+    header, numbered = read_tsv_numbered(path, header=True)
+    bad = [line for line, row in numbered if len(row) != len(header)]
     if bad:
         raise ValueError(f"{path}: lines {bad[:5]} do not have the header's {len(header)} columns")
-    return [dict(zip(header, row)) for row in rows]
+    return [dict(zip(header, row)) for _, row in numbered], line_numbers(path, [line for line, _ in numbered])
+
+
+def read_rows(path: Path) -> list[dict]:
+    """``read_numbered_rows`` without the row names."""
+    return read_numbered_rows(path)[0]
 
 
 def pick_columns(available: set[str], wanted: dict[str, tuple[str, ...]]) -> dict[str, str] | None:
@@ -144,9 +152,11 @@ def discover_task_folders(root: str | Path) -> list[TaskFolder]:
     return found
 
 
-def read_columns(path: Path, kind: TaskKind) -> dict[str, list]:
-    """One split file as MTEB columns: ``{sentence1, sentence2, score}`` or ``{text, label}``."""
-    rows = read_rows(path)
+def read_columns(path: Path, kind: TaskKind, split: str = "test") -> dict[str, list]:
+    """One split file as MTEB columns: ``{sentence1, sentence2, score}`` or ``{text, label}``. Gold values
+    follow ``evaluation/gold.py``: scores finite and (STS test) not all equal, labels classes, and a train
+    split with at least two of them; a bad one is refused naming its file and row."""
+    rows, where = read_numbered_rows(path)
     if not all(isinstance(row, dict) for row in rows):
         raise ValueError(f"{path}: every row must be an object with named columns")
     wanted = KIND_COLUMNS[kind]
@@ -154,16 +164,19 @@ def read_columns(path: Path, kind: TaskKind) -> dict[str, list]:
     if columns is None:
         raise ValueError(f"{path}: needs columns {list(wanted)} (or {dict(wanted)}), has "
                          f"{sorted(rows[0]) if rows else 'no rows'}")
-    bad = [i + 1 for i, row in enumerate(rows) if any(row.get(src) is None for src in columns.values())]
+    bad = [i for i, row in enumerate(rows) if any(row.get(src) is None for src in columns.values())]
     if bad:
-        raise ValueError(f"{path}: rows {bad[:5]} lack one of {list(columns.values())}")
+        raise ValueError(f"{where(bad[0])}: lacks one of {list(columns.values())} ({len(bad)} such rows)")
     out = {dst: [row[src] for row in rows] for dst, src in columns.items()}
     if kind == "sts":
         return {"sentence1": [str(x) for x in out["sentence1"]], "sentence2": [str(x) for x in out["sentence2"]],
-                "score": [float(x) for x in out["score"]]}
+                "score": check_scores(out["score"], where, path)}
+    check_labels(out["label"], where)
+    if split == "train":
+        check_classes(out["label"], path)
     return {"text": [str(x) for x in out["text"]], "label": out["label"]}
 
 
 def read_task(task: TaskFolder) -> dict[str, dict[str, list]]:
     """Every split the task uses, as MTEB columns."""
-    return {split: read_columns(path, task.kind) for split, path in task.splits.items()}
+    return {split: read_columns(path, task.kind, split) for split, path in task.splits.items()}

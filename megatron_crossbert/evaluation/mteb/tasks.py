@@ -127,7 +127,7 @@ def make_classification_task(name: str, task_dir: str | Path, *, samples_per_lab
         path = split_file(task_dir, split)
         if path is None:
             raise FileNotFoundError(f"local task {name}: {task_dir} has no {split} split (e.g. {split}.jsonl)")
-        data[split] = read_columns(path, "classification")
+        data[split] = read_columns(path, "classification", split)
     overrides = {k: v for k, v in (("samples_per_label", samples_per_label), ("n_experiments", n_experiments))
                  if v is not None}
     return local_task(name, "classification", data, task_dir, **overrides)

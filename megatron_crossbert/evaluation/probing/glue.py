@@ -21,8 +21,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from megatron_crossbert.evaluation.gold import BadGoldError, check_scores, line_numbers, row_numbers
 from megatron_crossbert.evaluation.probing.tasks import (
-    CLASSIFICATION_METRICS, REGRESSION_METRICS, Kind, ProbeTask, Split, TaskSpec, encode_labels)
+    CLASSIFICATION_METRICS, REGRESSION_METRICS, Kind, ProbeTask, Split, TaskSpec, check_task_labels, encode_labels)
 
 logger = logging.getLogger(__name__)
 Column = int | str  # a position (header-less files) or a header name
@@ -74,16 +75,23 @@ def canonical_glue_name(name: str) -> str:
     raise KeyError(f"unknown GLUE task {name!r}; known: {', '.join(GLUE_TASK_NAMES)}")
 
 
-def read_tsv(path: str | Path, header: bool) -> tuple[list[str] | None, list[list[str]]]:
-    """Tab-separated, no quoting, BOM-tolerant. Returns (header or None, rows)."""
+def read_tsv_numbered(path: str | Path, header: bool) -> tuple[list[str] | None, list[tuple[int, list[str]]]]:
+    """Tab-separated, no quoting, BOM-tolerant. Returns (header or None, (file line, row) of each non-empty row)."""
     csv.field_size_limit(sys.maxsize)
     with open(path, encoding="utf-8-sig", newline="") as handle:
-        rows = [row for row in csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE) if row]
+        reader = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
+        rows = [(reader.line_num, row) for row in reader if row]
     if header:
         if not rows:
             raise ValueError(f"{path} is empty (expected a header line)")
-        return [name.strip() for name in rows[0]], rows[1:]
+        return [name.strip() for name in rows[0][1]], rows[1:]
     return None, rows
+
+
+def read_tsv(path: str | Path, header: bool) -> tuple[list[str] | None, list[list[str]]]:
+    """``read_tsv_numbered`` without the line numbers."""
+    names, rows = read_tsv_numbered(path, header)
+    return names, [row for _, row in rows]
 
 
 def _column_index(column: Column, header: list[str] | None, path: Path) -> int:
@@ -94,32 +102,43 @@ def _column_index(column: Column, header: list[str] | None, path: Path) -> int:
     return header.index(column)
 
 
-def _parse_label(raw: str, fmt: GlueFormat) -> object:
-    raw = raw.strip()
+def _parse_labels(raw: list[str], lines: list[int], path: Path, fmt: GlueFormat) -> list:
+    """Label cells -> labels: finite floats for regression, names or ints for classes (``gold.py``)."""
+    where = line_numbers(path, lines)
     if fmt.kind == "regression":
-        return float(raw)
-    return raw if fmt.label_names else int(raw)
+        return check_scores(raw, where, path, spread=False)
+    if fmt.label_names:
+        return raw
+    labels = []
+    for i, cell in enumerate(raw):
+        try:
+            labels.append(int(cell))
+        except ValueError:
+            raise BadGoldError(f"{where(i)}: label {cell!r} is not an integer class") from None
+    return labels
 
 
 def read_glue_split(path: str | Path, fmt: GlueFormat) -> tuple[list[str], list[str] | None, list]:
-    """Parse one GLUE split into (texts, pairs, raw labels); rows too short to hold every column are skipped."""
+    """Parse one GLUE split into (texts, pairs, labels); rows too short to hold every column are skipped,
+    a label that is no class or no finite score is refused naming its line."""
     path = Path(path)
-    header, rows = read_tsv(path, fmt.header)
+    header, rows = read_tsv_numbered(path, fmt.header)
     idx = {role: _column_index(col, header, path) for role, col in
            (("text", fmt.text), ("pair", fmt.pair), ("label", fmt.label)) if col is not None}
     width = max(i for i in idx.values() if i >= 0) + 1
-    texts, pairs, labels, skipped = [], [], [], 0
-    for row in rows:
+    texts, pairs, raw, lines, skipped = [], [], [], [], 0
+    for line, row in rows:
         if len(row) < width:
             skipped += 1
             continue
         texts.append(row[idx["text"]].strip())
         if "pair" in idx:
             pairs.append(row[idx["pair"]].strip())
-        labels.append(_parse_label(row[idx["label"]], fmt))
+        raw.append(row[idx["label"]].strip())
+        lines.append(line)
     if skipped:
         logger.warning("%s: skipped %d malformed rows (fewer than %d fields)", path, skipped, width)
-    return texts, (pairs if fmt.pair is not None else None), labels
+    return texts, (pairs if fmt.pair is not None else None), _parse_labels(raw, lines, path, fmt)
 
 
 def glue_spec(fmt: GlueFormat) -> TaskSpec:
@@ -147,6 +166,8 @@ def load_glue_task(glue_dir: str | Path, name: str) -> ProbeTask:
         if not (base / filename).is_file():
             raise FileNotFoundError(f"GLUE {fmt.name}: {base / filename} is missing")
         parts[split] = read_glue_split(base / filename, fmt)
+    check_task_labels(fmt.kind, *[(parts[split][2], row_numbers(base / name), base / name)
+                                  for split, name in (("train", fmt.train_file), ("test", fmt.test_file))])
     y_train, y_test = encode_labels(parts["train"][2], parts["test"][2], fmt.kind, fmt.label_names)
     return ProbeTask(spec=glue_spec(fmt), source=str(base),
                      train=Split(parts["train"][0], y_train, parts["train"][1]),

@@ -31,7 +31,7 @@ import torch
 
 from megatron_crossbert.evaluation.encoders import Pooling, pool_hidden
 from megatron_crossbert.evaluation.probing.linear_probes import ProbeConfig, probe_features, task_features
-from megatron_crossbert.evaluation.probing.metrics import average_scores
+from megatron_crossbert.evaluation.probing.metrics import average_scores, finite_or_none
 from megatron_crossbert.evaluation.probing.runner import collect_tasks
 from megatron_crossbert.evaluation.probing.tasks import ProbeTask, Split
 
@@ -73,11 +73,12 @@ def run_probe_suite(embed_fn: EmbedFn, tasks: Sequence[ProbeTask], *, probe_conf
                                     task.test.labels, probe_config)
             suffix = "" if layer == n_layers - 1 else f"/layer{layer}"
             for metric, value in result.metrics.items():
-                out[f"{prefix}{task.spec.name}/{metric}{suffix}"] = value
-            if n_layers > 1:
+                if finite_or_none(value) is not None:  # an undefined metric is left out, never logged as NaN
+                    out[f"{prefix}{task.spec.name}/{metric}{suffix}"] = value
+            if n_layers > 1 and finite_or_none(result.score) is not None:
                 out[f"{prefix}{task.spec.name}/score/layer{layer}"] = result.score
         scores[task.spec.name] = result.score
-    if scores:
+    if average_scores(scores) is not None:
         out[f"{prefix}avg"] = average_scores(scores)
     return out
 

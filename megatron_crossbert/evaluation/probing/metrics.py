@@ -17,8 +17,12 @@ from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
 
 def _corr(fn: Callable, y_true: np.ndarray, y_pred: np.ndarray) -> float:
-    """A correlation that is 0 (not NaN) for a constant prediction, so averages stay defined."""
-    if np.std(y_pred) == 0 or np.std(y_true) == 0:
+    """A correlation that is 0 for a constant *prediction* (a probe that learned nothing), so averages stay
+    defined. Constant *gold* makes it undefined: NaN, which the reports turn into a failed task (the
+    readers refuse such files: ``evaluation/gold.py``; only a tiny subsample can still get here)."""
+    if np.std(y_true) == 0:
+        return float("nan")
+    if np.std(y_pred) == 0:
         return 0.0
     return float(fn(y_true, y_pred)[0])
 
@@ -47,6 +51,13 @@ def task_score(metrics: Mapping[str, float], names: Iterable[str]) -> float:
     return float(np.mean(values))
 
 
-def average_scores(scores: Mapping[str, float]) -> float | None:
-    """Mean of task scores, or None when there are none (so a report never shows a fake 0)."""
-    return float(np.mean(list(scores.values()))) if scores else None
+def average_scores(scores: Mapping[str, float | None]) -> float | None:
+    """Mean of the finite task scores, or None when there are none (so a report never shows a fake 0 or a
+    NaN); a task whose score is None or not finite failed, and its report says so."""
+    finite = [v for v in scores.values() if v is not None and np.isfinite(v)]
+    return float(np.mean(finite)) if finite else None
+
+
+def finite_or_none(value: float | None) -> float | None:
+    """``value``, or None when it is not a finite number (reports hold no NaN: strict JSON, no fake average)."""
+    return value if value is not None and np.isfinite(value) else None

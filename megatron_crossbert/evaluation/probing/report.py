@@ -9,6 +9,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from megatron_crossbert.fsutil import atomic_open, atomic_write_text
+from megatron_crossbert.outputs import writing
+
 _METRIC_LABELS = {"accuracy": "acc", "f1": "F1", "macro_f1": "macro-F1", "matthews": "MCC",
                   "pearson": "Pearson", "spearman": "Spearman"}
 
@@ -33,7 +36,11 @@ def markdown_table(report: dict) -> str:
     if summary["glue_tasks"]:
         label = "GLUE average" if len(summary["glue_tasks"]) >= 9 else "GLUE-style average (tasks run)"
         lines.append(f"| **{label}** | {', '.join(summary['glue_tasks'])} | **{_fmt(summary['glue_average'])}** | | | |")
-    lines.append(f"| **average (all tasks)** | | **{_fmt(summary['average'])}** | | | |")
+    failed = summary.get("failed") or []
+    label = f"average ({len(summary['tasks']) - len(failed)} of {len(summary['tasks'])} tasks; " \
+            f"{', '.join(failed)} failed)" if failed else "average (all tasks)"
+    lines.append(f"| **{label}** | | **{_fmt(summary['average'])}** | | | |")
+    lines += [f"| {name} | failed: {report['tasks'][name]['failed']} | | | | |" for name in failed]
     return "\n".join(lines)
 
 
@@ -71,7 +78,8 @@ def plot_layers(report: dict, path: str | Path) -> Path | None:
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    with atomic_open(path, "wb") as handle:
+        fig.savefig(handle, format="png", dpi=120)
     plt.close(fig)
     return path
 
@@ -89,13 +97,15 @@ def render_markdown(report: dict) -> str:
 
 
 def write_report(report: dict, out_dir: str | Path, stem: str = "probe_results") -> dict[str, Path]:
-    """Write ``<stem>.json``, ``<stem>.md`` and (per-layer runs) ``<stem>_layers.png``; returns the paths."""
+    """Write ``<stem>.json`` (strict JSON: no NaN), ``<stem>.md`` and (per-layer runs) ``<stem>_layers.png``,
+    each atomically; a full disk is one line naming ``out_dir`` (``outputs.writing``). Returns the paths."""
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"json": out_dir / f"{stem}.json", "markdown": out_dir / f"{stem}.md"}
-    paths["json"].write_text(json.dumps(report, indent=2, default=str) + "\n")
-    paths["markdown"].write_text(render_markdown(report))
-    plot = plot_layers(report, out_dir / f"{stem}_layers.png")
+    with writing(out_dir, "the probe report", directory=out_dir):
+        out_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(paths["json"], json.dumps(report, indent=2, default=str, allow_nan=False) + "\n")
+        atomic_write_text(paths["markdown"], render_markdown(report))
+        plot = plot_layers(report, out_dir / f"{stem}_layers.png")
     if plot is not None:
         paths["plot"] = plot
     return paths

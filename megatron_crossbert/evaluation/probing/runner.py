@@ -15,7 +15,7 @@ with ``layers="all"``.
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -24,8 +24,9 @@ from megatron_crossbert.evaluation.feature_cache import FeatureCache
 from megatron_crossbert.evaluation.probing.features import TaskFeatures, extract_task_features
 from megatron_crossbert.evaluation.probing.glue import available_glue_tasks, load_glue_task
 from megatron_crossbert.evaluation.probing.linear_probes import ProbeConfig, ProbeResult, probe_features
-from megatron_crossbert.evaluation.probing.metrics import average_scores
+from megatron_crossbert.evaluation.probing.metrics import average_scores, finite_or_none
 from megatron_crossbert.evaluation.probing.tasks import ProbeTask, find_jsonl_tasks, load_jsonl_task
+from megatron_crossbert.evaluation.recipe import PROBE_MAX_LEN, fit_max_len, model_token_limit
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +37,8 @@ class ProbeRunConfig:
 
     pooling: Pooling = "mean"
     layers: Layers = "last"
-    max_len: int = 128
+    max_len: int | None = None
+    """Tokens per text; None: ``PROBE_MAX_LEN``, or the model's own limit when that is lower."""
     batch_size: int = 32
     max_train: int | None = None
     max_test: int | None = None
@@ -78,23 +80,34 @@ def probe_layers(task: ProbeTask, feats: TaskFeatures, config: ProbeConfig) -> l
             for i in range(feats.train.shape[0])]
 
 
+def _scores(result: ProbeResult) -> dict:
+    """A result's metrics and score with every non-finite value as None (``metrics.finite_or_none``)."""
+    return {"metrics": {k: finite_or_none(v) for k, v in result.metrics.items()},
+            "score": finite_or_none(result.score)}
+
+
 def task_entry(task: ProbeTask, results: list[ProbeResult], with_layers: bool) -> dict:
-    """The report entry for one task; headline numbers come from the last layer."""
+    """The report entry for one task; headline numbers come from the last layer. A score that is not a
+    number (a metric undefined on this test split) makes the task failed, with the reason."""
     last = results[-1]
     entry = {"spec": asdict(task.spec), "source": task.source, "n_train": last.n_train, "n_test": last.n_test,
-             "metrics": last.metrics, "score": last.score, "chosen": last.chosen}
+             **_scores(last), "chosen": last.chosen}
+    if entry["score"] is None:
+        entry["failed"] = (f"{task.spec.metrics[0]} is undefined on the {last.n_test} test rows (constant gold "
+                           "labels in this subsample?)")
     if with_layers:
-        entry["per_layer"] = [{"layer": i, "metrics": r.metrics, "score": r.score, "chosen": r.chosen}
-                              for i, r in enumerate(results)]
+        entry["per_layer"] = [{"layer": i, **_scores(r), "chosen": r.chosen} for i, r in enumerate(results)]
     return entry
 
 
 def summarize(task_entries: dict[str, dict]) -> dict:
-    """GLUE-style average over GLUE tasks present, plus the mean score over all tasks."""
+    """GLUE-style average over GLUE tasks present, the mean score over all tasks, and the failed tasks
+    (averaged over none of them)."""
     glue = {name: e["score"] for name, e in task_entries.items() if e["spec"]["glue"]}
     every = {name: e["score"] for name, e in task_entries.items()}
+    failed = [name for name, score in every.items() if score is None]
     return {"glue_average": average_scores(glue), "glue_tasks": sorted(glue),
-            "average": average_scores(every), "tasks": list(every)}
+            "average": average_scores(every), "tasks": list(every), "failed": failed}
 
 
 def run_probing(model_ref: str | Path, tasks: Sequence[ProbeTask], config: ProbeRunConfig | None = None,
@@ -104,7 +117,9 @@ def run_probing(model_ref: str | Path, tasks: Sequence[ProbeTask], config: Probe
     if encoder is None:
         resolved = resolve_model(model_ref, cache_dir=config.cache_dir, tokenizer_dir=config.tokenizer_dir,
                                  verify=config.verify)
-        encoder = HFEncoder(resolved, device=config.device, max_len=config.max_len, batch_size=config.batch_size)
+        max_len = fit_max_len(config.max_len, PROBE_MAX_LEN, model_token_limit(resolved.hf_path))
+        encoder = HFEncoder(resolved, device=config.device, max_len=max_len, batch_size=config.batch_size)
+    config = replace(config, max_len=encoder.max_len)  # the report says what was used
     cache = FeatureCache(config.cache_dir)
     entries = {}
     for task in tasks:

@@ -19,6 +19,10 @@ from typing import Literal, Sequence
 
 import numpy as np
 
+from megatron_crossbert.evaluation.gold import (
+    Where, check_classes, check_labels, check_scores, line_numbers, row_numbers,
+)
+
 Kind = Literal["classification", "regression"]
 CLASSIFICATION_METRICS = ("accuracy",)
 REGRESSION_METRICS = ("spearman", "pearson")
@@ -101,19 +105,25 @@ def default_spec(name: str, kind: Kind, is_pair: bool) -> TaskSpec:
     return TaskSpec(name=name, kind=kind, metrics=metrics, is_pair=is_pair)
 
 
-def read_jsonl_rows(path: str | Path) -> list[dict]:
-    """Parse a JSONL (or JSONL.gz) file; a bad line raises with its file and line number."""
+def read_jsonl_numbered(path: str | Path) -> list[tuple[int, dict]]:
+    """(file line, parsed object) of every non-blank line of a JSONL (or JSONL.gz) file; a bad line raises
+    with its file and line number. A UTF-8 byte-order mark at the start is not part of the first row."""
     rows = []
     opener = gzip.open if str(path).endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as handle:
+    with opener(path, "rt", encoding="utf-8-sig") as handle:
         for lineno, line in enumerate(handle, 1):
             if not line.strip():
                 continue
             try:
-                rows.append(json.loads(line))
+                rows.append((lineno, json.loads(line)))
             except json.JSONDecodeError as err:
                 raise ValueError(f"{path}:{lineno}: not valid JSON: {err}") from err
     return rows
+
+
+def read_jsonl_rows(path: str | Path) -> list[dict]:
+    """The parsed objects of a JSONL (or JSONL.gz) file (``read_jsonl_numbered`` without line numbers)."""
+    return [row for _, row in read_jsonl_numbered(path)]
 
 
 def _label_of(row: dict, path: Path) -> object:
@@ -132,17 +142,34 @@ def _rows_to_columns(rows: list[dict], path: Path) -> tuple[list[str], list[str]
     return texts, pairs, [_label_of(row, path) for row in rows]
 
 
+def check_task_labels(kind: Kind, train: tuple[Sequence, Where, str | Path],
+                      test: tuple[Sequence, Where, str | Path]) -> None:
+    """The gold rules (``evaluation/gold.py``) for a probe task's two label columns: regression scores
+    finite and the test scores not constant; classification labels classes and at least two of them in train."""
+    if kind == "regression":
+        check_scores(train[0], train[1], train[2], spread=False)
+        check_scores(test[0], test[1], test[2])
+    else:
+        check_classes(train[0], train[2])
+
+
 def load_jsonl_task(task_dir: str | Path, name: str | None = None, *, kind: Kind | None = None,
                     train_file: str = "train.jsonl", test_file: str = "test.jsonl") -> ProbeTask:
-    """Load ``<task_dir>/{train,test}.jsonl`` as one task (named after the directory by default)."""
+    """Load ``<task_dir>/{train,test}.jsonl`` as one task (named after the directory by default); a bad
+    label is refused naming its file and line (``gold.py``)."""
     task_dir = Path(task_dir)
-    columns = {}
+    columns, gold = {}, {}
     for split, filename in (("train", train_file), ("test", test_file)):
         path = task_dir / filename
         if not path.is_file():
             raise FileNotFoundError(f"JSONL task {task_dir} has no {filename}")
-        columns[split] = _rows_to_columns(read_jsonl_rows(path), path)
+        numbered = read_jsonl_numbered(path)
+        columns[split] = _rows_to_columns([row for _, row in numbered], path)
+        where = line_numbers(path, [line for line, _ in numbered])
+        check_labels(columns[split][2], where)
+        gold[split] = (columns[split][2], where, path)
     kind = kind or infer_kind([*columns["train"][2], *columns["test"][2]])
+    check_task_labels(kind, gold["train"], gold["test"])
     y_train, y_test = encode_labels(columns["train"][2], columns["test"][2], kind)
     is_pair = columns["train"][1] is not None
     spec = default_spec(name or task_dir.name, kind, is_pair)
@@ -154,6 +181,8 @@ def load_jsonl_task(task_dir: str | Path, name: str | None = None, *, kind: Kind
 def find_jsonl_tasks(root: str | Path) -> list[Path]:
     """A directory holding train.jsonl is one task; otherwise each such subdirectory is one (sorted)."""
     root = Path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root}: no such directory (a JSONL task directory, or a directory of them)")
     if (root / "train.jsonl").is_file():
         return [root]
     found = sorted(p for p in root.iterdir() if (p / "train.jsonl").is_file())
@@ -178,7 +207,12 @@ def load_hf_task(dataset: str, *, config: str | None = None, name: str | None = 
         part = data[split]
         cols[split] = (list(map(str, part[text_field])),
                        list(map(str, part[pair_field])) if pair_field else None, list(part[label_field]))
+    gold = {split: (cols[split][2], row_numbers(f"{dataset}[{split}]"), f"{dataset}[{split}]")
+            for split in (train_split, test_split)}
+    for labels, where, _ in gold.values():
+        check_labels(labels, where)
     kind = kind or infer_kind([*cols[train_split][2], *cols[test_split][2]])
+    check_task_labels(kind, gold[train_split], gold[test_split])
     y_train, y_test = encode_labels(cols[train_split][2], cols[test_split][2], kind)
     task_name = name or (f"{dataset}:{config}" if config else dataset)
     return ProbeTask(spec=default_spec(task_name, kind, pair_field is not None), source=f"hf:{dataset}",

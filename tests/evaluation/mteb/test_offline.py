@@ -36,10 +36,11 @@ def test_split_files_leave_with_mteb_columns(tmp_path):
     assert len(tsv["sentence2"]) == 5 and isinstance(tsv["score"][1], float)
     pa, pq = pytest.importorskip("pyarrow"), pytest.importorskip("pyarrow.parquet")
     (tmp_path / "hub" / "STSX" / "data").mkdir(parents=True)  # a hub snapshot's layout
-    pq.write_table(pa.table({"sentence1": ["a"], "sentence2": ["b"], "score": [2.5]}),
+    pq.write_table(pa.table({"sentence1": ["a", "c"], "sentence2": ["b", "d"], "score": [2.5, 4.0]}),
                    tmp_path / "hub" / "STSX" / "data" / "test-00000-of-00001.parquet")
     (task,) = discover_task_folders(tmp_path / "hub")
-    assert task.kind == "sts" and read_task(task) == {"test": {"sentence1": ["a"], "sentence2": ["b"], "score": [2.5]}}
+    assert task.kind == "sts" and read_task(task) == {"test": {"sentence1": ["a", "c"], "sentence2": ["b", "d"],
+                                                               "score": [2.5, 4.0]}}
     bad = tmp_path / "bad.tsv"
     bad.write_text("sentence1\tsentence2\tscore\na\tb\t1\nshort row\n")
     with pytest.raises(ValueError, match="bad.tsv: lines \\[3\\]"):
@@ -74,7 +75,7 @@ def test_recipe_comes_from_the_sentence_transformers_config(tmp_path, minilm_dir
     recipe = read_sentence_transformers_recipe(minilm_dir)
     assert (recipe.pooling, recipe.normalize, recipe.max_len) == ("mean", True, 256)
     assert resolve_recipe(minilm_dir, normalize=False).normalize is False
-    assert resolve_recipe(tmp_path / "missing") == EmbeddingRecipe() and EmbeddingRecipe().tokens == 256
+    assert resolve_recipe(tmp_path / "missing") == EmbeddingRecipe(max_len=256) and EmbeddingRecipe().tokens == 256
     (tmp_path / "modules.json").write_text(json.dumps([{"path": "2_Dense", "type": "sentence_transformers.models.Dense"}]))
     with pytest.raises(ValueError, match="modules.json.*Dense"):
         read_sentence_transformers_recipe(tmp_path)
