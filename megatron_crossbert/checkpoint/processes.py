@@ -84,6 +84,18 @@ def _server_address() -> str | None:
     return f"\0crossbert-results-{os.getpid()}-{secrets.token_hex(8)}"
 
 
+def _start_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker before the server, with the stop signals blocked (it
+    ignores SIGINT and SIGTERM itself; SIGUSR1 and SIGHUP stay blocked in it). Not from inside the
+    server's own start: ``resource_tracker.ensure_running`` unblocks SIGINT and SIGTERM in this thread
+    when it returns, which lifted :func:`signals.blocked` halfway, and a job's SIGTERM then killed the
+    server, spawned next, before :func:`arm_helper` ran (torchrun, 2 ranks: the stop checkpoint was lost)."""
+    from multiprocessing import resource_tracker
+
+    with signals.blocked():
+        resource_tracker.ensure_running()
+
+
 def results_queue(asynchronous: bool):
     """The queue megatron's writer reports through: in-process for sync saves, else a guarded Manager's."""
     if asynchronous not in _queues:
@@ -94,6 +106,7 @@ def results_queue(asynchronous: bool):
             from multiprocessing.managers import SyncManager
 
             manager = SyncManager(address=_server_address(), ctx=multiprocessing.get_context("spawn"))
+            _start_resource_tracker()
             with signals.blocked():  # until arm_helper ignores them in the server
                 manager.start(arm_helper, (os.getpid(),))
             _managers.append(manager)

@@ -189,3 +189,41 @@ def test_save_helpers_outlive_a_jobs_stop_signals_and_die_with_the_trainer(tmp_p
     finally:
         parent.kill()
         parent.wait()
+
+
+SLOW_SERVER_START = """
+import os, signal, sys, threading, time
+if __name__ == "__mp_main__":  # the spawned results server re-imports this file first: a slow start, as under load
+    time.sleep(4)
+if __name__ == "__main__":
+    from megatron_crossbert.checkpoint import processes
+    from megatron_crossbert.platform.signals import STOP_SIGNALS
+    from tests.support.processes import cmdline, descendants
+    got = []
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, lambda signum, frame: got.append(signal.Signals(signum).name))
+
+    def batch_system():  # SIGTERM to every process of the job while the server is being spawned
+        while not [p for p in descendants(os.getpid()) if b"spawn_main" in cmdline(p)]:
+            time.sleep(0.02)
+        time.sleep(0.5)
+        os.killpg(0, signal.SIGTERM)
+
+    threading.Thread(target=batch_system, daemon=True).start()
+    queue = processes.results_queue(asynchronous=True)
+    queue.put("served")
+    print(queue.get(), *got, flush=True)
+"""
+
+
+@linux_only
+def test_a_stop_signal_while_the_results_server_starts_is_outlived(tmp_path):
+    """Issue 27 (found by the after-table, torchrun's agent forwarding SIGTERM during the first async save):
+    multiprocessing's resource tracker, started inside the server's start, unblocked SIGINT and SIGTERM on
+    its way out, so the server, spawned next, died of the job's SIGTERM before it could ignore it (EOFError,
+    no stop checkpoint). Now the server starts with them blocked and serves; the trainer's handler gets it."""
+    script = tmp_path / "trainer.py"
+    script.write_text(SLOW_SERVER_START)
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                         env=_env(), start_new_session=True)  # its own process group, as a job step is
+    assert (run.returncode, run.stdout.split()) == (0, ["served", "SIGTERM"]), run.stderr[-3000:]
