@@ -39,7 +39,10 @@ def _commit_waits_for_finalize(indexed_corpus: str, root: Path) -> dict:
     from megatron_crossbert.checkpoint.save import save_checkpoint
     from megatron_crossbert.training.setup import build_session
 
-    session = build_session(_cfg(indexed_corpus, None, True, checkpoint__load_dir=str(root / "straight")))
+    # no --save (a start refuses periodic or background saves without one): the saves below name their roots
+    session = build_session(_cfg(indexed_corpus, None, False, save_interval=0,
+                                 checkpoint__load_dir=str(root / "straight")))
+    session.run_cfg.checkpoint.async_save = True
     args = (session.model, session.optimizer, session.scheduler, session.progress)
     path = save_checkpoint(session.saves, root / "async_copy", *args, session.run_cfg)
     before = {"pending": session.saves.in_flight.pending(), "latest": latest_iteration(root / "async_copy"),
