@@ -49,3 +49,15 @@ def test_a_model_saved_by_the_installed_sentence_transformers(tiny_hf_encoder, t
     model.save(str(tmp_path / "st"))
     recipe = read_sentence_transformers_recipe(tmp_path / "st")
     assert (recipe.pooling, recipe.normalize, recipe.max_len) == ("mean", False, 40)
+
+
+def test_limit_without_max_seq_length_is_the_models_own(tmp_path):
+    """Old-format pooling but no ``max_seq_length``: the tokenizer's limit, not a silent 256."""
+    (tmp_path / "modules.json").write_text(json.dumps(NEW_MODULES[:2]))
+    (tmp_path / "1_Pooling").mkdir()
+    (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_mean_tokens": True}))
+    (tmp_path / "sentence_bert_config.json").write_text(json.dumps({"do_lower_case": False}))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 128}))
+    assert resolve_recipe(tmp_path).tokens == 128
+    (tmp_path / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 96}))
+    assert resolve_recipe(tmp_path).tokens == 96  # the sentence-transformers setting still comes first
