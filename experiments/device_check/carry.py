@@ -4,10 +4,12 @@ The device has torch and most of the stack but no network and no megatron-core o
 nltk's own dependency defusedxml), and none of mteb's stack (mteb, datasets, pydantic, ...), so those
 travel as cp312 manylinux x86_64 wheels, at the versions this machine's tests ran with (each checked
 against pyproject's requirement, the eval extra's mteb pin included). A new runtime dependency joins
-prepare's wheels: xxhash (checkpoint checksums) is in the device's image too, but travels at the
-version the tests here ran with. polars travels without its 54 MB binary runtime: mteb imports polars
-only for its leaderboard tables, which the claims run never builds (``tests/experiments/test_device_check.py``
-scores MTEB tasks with the runtime hidden). The data the claims run needs (corpus ``*.jsonl.gz``, GLUE
+prepare's wheels: xxhash (checkpoint checksums) and accelerate (sentence-transformers' trainer, from the
+eval extra's ``sentence-transformers[train]``; 0.4 MB) are in the device's image too, but travel at the
+version the tests here ran with; the rest of that extra (datasets' pyarrow and pandas) is in the image.
+polars travels without its 54 MB binary runtime: mteb imports polars only for its leaderboard tables,
+which the claims run never builds (``tests/experiments/test_device_check.py`` scores MTEB tasks with the
+runtime hidden). The data the claims run needs (corpus ``*.jsonl.gz``, GLUE
 train/dev TSVs, the MTEB-lite folders) is copied from the shared folder: it must travel too, and it is
 never committed (the carry folder is git-ignored). Everything that travels (the checkout plus this
 folder) must stay under 64 MiB: ``check_travel_size`` refuses past it.
@@ -29,7 +31,8 @@ from megatron_crossbert.shared_data import default_or_error
 from .plan import CALLS, CARRY_LIMIT_BYTES, DEFAULT_CARRY_DIR, GLUE_TASKS, call_timeout_s
 
 DEVICE_WHEELS = ("megatron-core", "nltk", "defusedxml", "xxhash", "mteb", "datasets", "dill", "multiprocess",
-                 "pydantic", "pydantic-core", "annotated-types", "typing-inspection", "pytrec-eval-terrier", "polars")
+                 "pydantic", "pydantic-core", "annotated-types", "typing-inspection", "pytrec-eval-terrier", "polars",
+                 "accelerate")
 """Packages the project imports that the device's image lacks (KINDS.md lists what it has)."""
 MANYLINUX_TAGS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x86_64",
                   "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64")

@@ -34,17 +34,29 @@ def add_verify_flag(parser: argparse.ArgumentParser) -> None:
                              "unnoticed")
 
 
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """--model and how it resolves (``evaluation/encoders.resolve_model``), for every tool that loads an encoder
+    (crossbert-probe, crossbert-mteb, crossbert-finetune)."""
+    parser.add_argument("--model", required=True,
+                        help="native checkpoint (root or iter_* dir), HF encoder directory, sentence-transformers "
+                             "directory, or hub name (online)")
+    parser.add_argument("--tokenizer-dir",
+                        help="native checkpoints: tokenizer to export with (default: the run config's)")
+    parser.add_argument("--device", help="torch device (default: cuda if available)")
+    parser.add_argument("--cache-dir", help="feature / export cache (default $CROSSBERT_EVAL_CACHE or "
+                                            "~/.cache/megatron_crossbert/eval); 'none' disables")
+    add_verify_flag(parser)
+
+
 def add_encoder_arguments(parser: argparse.ArgumentParser, *, max_len: int, recipe_defaults: bool = False) -> None:
-    """Options shared by the tools that embed text with an encoder (crossbert-probe, crossbert-mteb).
+    """Options shared by the tools that embed text with a frozen encoder (crossbert-probe, crossbert-mteb).
 
     ``recipe_defaults``: --pooling and --max-len default to the model's own sentence-transformers config
     (``evaluation/recipe.py``), falling back to mean pooling and ``max_len`` tokens.
     """
     from megatron_crossbert.evaluation.encoders import Pooling
 
-    parser.add_argument("--model", required=True,
-                        help="native checkpoint (root or iter_* dir), HF encoder directory, sentence-transformers "
-                             "directory, or hub name (online)")
+    add_model_arguments(parser)
     if recipe_defaults:
         parser.add_argument("--pooling", choices=typing.get_args(Pooling), default=None,
                             help="default: the model's sentence-transformers Pooling config, else mean")
@@ -58,12 +70,6 @@ def add_encoder_arguments(parser: argparse.ArgumentParser, *, max_len: int, reci
                             help=f"max tokens per text (default: {max_len}, or the model's own limit when lower; "
                                  "a value above that limit is refused)")
     parser.add_argument("--batch-size", type=int, default=32, help="texts per forward pass")
-    parser.add_argument("--tokenizer-dir",
-                        help="native checkpoints: tokenizer to export with (default: the run config's)")
-    parser.add_argument("--device", help="torch device (default: cuda if available)")
-    parser.add_argument("--cache-dir", help="feature / export cache (default $CROSSBERT_EVAL_CACHE or "
-                                            "~/.cache/megatron_crossbert/eval); 'none' disables")
-    add_verify_flag(parser)
 
 
 def cache_dir_arg(value: str | None) -> str | None:

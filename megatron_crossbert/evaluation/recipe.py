@@ -76,7 +76,14 @@ def _kind(module: dict) -> str:
 
 
 def _pooling_mode(config_file: Path) -> str:
+    """The Pooling module's mode: sentence-transformers >= 5 writes ``"pooling_mode": "mean"``, older
+    versions one ``pooling_mode_*`` boolean per mode."""
     config = json.loads(config_file.read_text())
+    if "pooling_mode" in config:
+        mode = config["pooling_mode"]
+        if mode not in ("mean", "cls"):
+            raise ValueError(f"{config_file}: pooling_mode {mode!r} is not supported (mean or cls)")
+        return mode
     on = sorted(key for key, value in config.items() if key.startswith("pooling_mode_") and value is True)
     if len(on) != 1 or on[0] not in _POOLING_MODES:
         raise ValueError(f"{config_file}: pooling {on} is not supported (exactly one of mean or cls tokens)")
@@ -110,9 +117,20 @@ def read_sentence_transformers_recipe(model_dir: str | Path) -> EmbeddingRecipe 
         elif kind != "Transformer":
             raise ValueError(f"{model_dir / MODULES_FILE}: module {kind!r} cannot be reproduced by "
                              "AutoModel + pooling; evaluate this model with sentence-transformers itself")
+    return EmbeddingRecipe(pooling, normalize, _max_seq_length(model_dir, modules),
+                           source=str(model_dir / MODULES_FILE))
+
+
+def _max_seq_length(model_dir: Path, modules: list[dict]) -> int | None:
+    """``max_seq_length`` from ``sentence_bert_config.json``; sentence-transformers >= 5 no longer writes it
+    there but keeps it as the tokenizer's ``model_max_length`` in the Transformer module's folder."""
     config = model_dir / "sentence_bert_config.json"
-    max_len = json.loads(config.read_text()).get("max_seq_length") if config.is_file() else None
-    return EmbeddingRecipe(pooling, normalize, max_len, source=str(model_dir / MODULES_FILE))
+    if config.is_file() and "max_seq_length" in (settings := json.loads(config.read_text())):
+        return settings["max_seq_length"]
+    folder = next((model_dir / m.get("path", "") for m in modules if _kind(m) == "Transformer"), model_dir)
+    tokenizer_config = folder / "tokenizer_config.json"
+    limit = json.loads(tokenizer_config.read_text()).get("model_max_length") if tokenizer_config.is_file() else None
+    return int(limit) if isinstance(limit, (int, float)) and 0 < limit < UNBOUNDED_TOKENIZER else None
 
 
 def resolve_recipe(model_dir: str | Path | None, *, pooling: str | None = None, normalize: bool | None = None,

@@ -234,6 +234,6 @@ def test_help_states_the_resume_policies():
     text = " ".join(build_parser().format_help().split())
     assert "refuse (default), keep the checkpoint's schedule, or apply this run's config" in text
     assert "--resume-from ITER_DIR" in text and "never deleted" in text and "--allow-tokenizer-change" in text
-    for module in [f"megatron_crossbert.cli.{name}" for name in ("bench", "convert_hf", "mteb", "pretrain", "probe",
-                                                                  "train_tokenizer")] + ["crossbert_demo.cli"]:
+    for module in [f"megatron_crossbert.cli.{name}" for name in ("bench", "convert_hf", "finetune", "mteb", "pretrain",
+                                                                  "probe", "train_tokenizer")] + ["crossbert_demo.cli"]:
         assert "--debug" in importlib.import_module(module).build_parser().format_help()

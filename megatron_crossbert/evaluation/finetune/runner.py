@@ -1,0 +1,165 @@
+"""The grid (task x lr x seed) with resume: what ``crossbert-finetune`` runs.
+
+Resume: each finished run is one JSON file, ``<out>/runs/<task>/lr=<lr>/seed=<seed>.json``, written
+atomically and holding its :class:`RunSpec` and the model's identity (a content hash). A rerun skips a run
+whose file holds the same key and refuses (``ValueError``) a folder whose file holds another key (another
+model or other settings), so numbers from two set-ups are never mixed and nothing this run did not write
+is overwritten. A killed run leaves no file and is redone from its start (runs are minutes, not hours).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Sequence
+
+from tqdm.auto import tqdm
+
+from megatron_crossbert.evaluation.probing.glue import (GLUE_FORMATS, GLUE_TASK_NAMES, available_glue_tasks,
+                                                         canonical_glue_name, glue_task_available, load_glue_task)
+from megatron_crossbert.fsutil import atomic_write_text
+
+from .loop import RunSpec, run_one
+from .presets import Preset
+from .report import build_report, render_markdown
+
+logger = logging.getLogger(__name__)
+FORMAT_VERSION = 1
+"""Bumped when a run file's meaning changes, so old files are refused rather than mixed in."""
+
+
+@dataclass
+class FinetuneConfig:
+    """Everything that shapes a fine-tuning run besides the model, the data and the output folder."""
+
+    preset: Preset
+    """The protocol (with any command-line overrides applied)."""
+    max_train: int | None = None
+    """Seeded subsample of each train split (smoke runs)."""
+    max_dev: int | None = None
+    """Seeded subsample of each dev split (numbers then marked not comparable)."""
+    device: str | None = None
+    """torch device; None: cuda if available, else cpu."""
+    cache_dir: str | None = None
+    """Export cache for native checkpoints; None: the default cache."""
+    tokenizer_dir: str | None = None
+    """Native checkpoints: the tokenizer to export with (default: the run config's)."""
+    verify: str = "full"
+    """Native checkpoints: the checksum check (full or off)."""
+    progress: bool = True
+    """One tqdm bar per task."""
+
+
+def resolve_tasks(glue_dir: str | Path, names: Sequence[str] | None) -> tuple[list[str], list[str]]:
+    """(tasks to run, tasks left out with the reason). Named tasks must be fine-tunable, or ValueError
+    in one line; without names, every task with train and dev files runs and dev-only ones are listed."""
+    glue_dir = Path(glue_dir)
+    if not glue_dir.is_dir():
+        raise FileNotFoundError(f"{glue_dir}: no such GLUE folder (--glue-dir)")
+    dev_only = [name for name in GLUE_TASK_NAMES if not glue_task_available(glue_dir, name)
+                and (glue_dir / GLUE_FORMATS[name].directory / GLUE_FORMATS[name].test_file).is_file()]
+    if not names:
+        run = available_glue_tasks(glue_dir)
+        if not run:
+            raise FileNotFoundError(f"{glue_dir}: no GLUE task has both train.tsv and dev.tsv")
+        return run, [f"{name}: dev set only (no train.tsv), cannot be fine-tuned" for name in dev_only]
+    run = []
+    for name in names:
+        try:
+            name = canonical_glue_name(name)
+        except KeyError:
+            raise ValueError(f"--tasks: unknown GLUE task {name!r}; known: {', '.join(GLUE_TASK_NAMES)}") from None
+        fmt = GLUE_FORMATS[name]
+        train = glue_dir / fmt.directory / fmt.train_file
+        if name in dev_only:
+            raise FileNotFoundError(f"{train}: missing; {name} has a dev set only here, so it cannot be fine-tuned "
+                                    f"(tasks with train and dev: {', '.join(available_glue_tasks(glue_dir))})")
+        if not glue_task_available(glue_dir, name):
+            raise FileNotFoundError(f"{glue_dir / fmt.directory}: {name} needs {fmt.train_file} and {fmt.test_file}")
+        run.append(name)
+    return run, []
+
+
+def run_spec(preset: Preset, task: str, lr: float, seed: int, config: FinetuneConfig) -> RunSpec:
+    """The one run of ``task`` at ``lr`` and ``seed`` under ``preset``."""
+    return RunSpec(task=task, lr=lr, seed=seed, epochs=preset.epochs_for(task), batch_size=preset.batch_size_for(task),
+                   max_len=preset.max_len, schedule=preset.schedule, warmup_ratio=preset.warmup_ratio,
+                   betas=tuple(preset.betas), eps=preset.eps, weight_decay=preset.torch_weight_decay(task, lr),
+                   decay_all_params=preset.decoupled_weight_decay, grad_clip=preset.grad_clip,
+                   max_train=config.max_train, max_dev=config.max_dev)
+
+
+def run_path(out: Path, spec: RunSpec) -> Path:
+    return out / "runs" / spec.task / f"lr={spec.lr:g}" / f"seed={spec.seed}.json"
+
+
+def run_key(spec: RunSpec, identity: str) -> dict:
+    """What a finished run file must hold to be reused: format, model identity and the full spec."""
+    return {"format": FORMAT_VERSION, "model": identity, "spec": json.loads(json.dumps(asdict(spec)))}
+
+
+def load_finished(path: Path, key: dict) -> dict | None:
+    """The stored run if it finished with this key; None if absent; ValueError if it is another set-up's."""
+    if not path.is_file():
+        return None
+    stored = json.loads(path.read_text())
+    if stored.get("key") != key:
+        raise ValueError(f"{path}: holds a run of another model or other settings; use another --out "
+                         "(or delete that run folder yourself to redo it)")
+    return stored
+
+
+def run_task(name: str, resolved, tokenizer, glue_dir: str | Path, out: Path, config: FinetuneConfig) -> dict:
+    """Every (lr, seed) of one task, skipping finished ones; returns {"runs": [...], "resumed": n}."""
+    preset, task = config.preset, load_glue_task(glue_dir, name)
+    specs = [run_spec(preset, name, lr, seed, config) for lr in preset.lrs for seed in preset.seeds_for(name)]
+    stored = [load_finished(run_path(out, spec), run_key(spec, resolved.identity)) for spec in specs]
+    todo = [spec for spec, done in zip(specs, stored) if done is None]
+    finished = [done for done in stored if done is not None]
+    n_train = len(task.train) if config.max_train is None else min(config.max_train, len(task.train))
+    total = sum(-(-n_train // spec.batch_size) * spec.epochs for spec in todo)
+    with tqdm(total=total, desc=f"{name} ({len(finished)}/{len(specs)} runs done)", unit="step",
+              disable=not config.progress) as bar:
+        for spec in todo:
+            bar.set_postfix(lr=f"{spec.lr:g}", seed=spec.seed)
+            result = run_one(resolved.hf_path, task, spec, tokenizer=tokenizer, device=config.device, progress=bar)
+            record = {"key": run_key(spec, resolved.identity), "result": result.to_json()}
+            path = run_path(out, spec)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(path, json.dumps(record, indent=1) + "\n")
+            finished.append(record)
+    return {"runs": finished, "resumed": len(specs) - len(todo)}
+
+
+def check_max_len(max_len: int, hf_path: str) -> None:
+    """Refuse a max length past the model's own limit (``recipe.model_token_limit``: its position table or its
+    tokenizer's ``model_max_length``): a longer input would index past the position embeddings mid-run. Refused
+    rather than capped, because a capped preset would no longer be the peers' protocol."""
+    from megatron_crossbert.evaluation.recipe import model_token_limit
+
+    limit = model_token_limit(hf_path)
+    if limit is not None and max_len > limit.tokens:
+        raise ValueError(f"--max-len: {max_len} tokens exceed the limit of {hf_path} ({limit.tokens}, from "
+                         f"{limit.source}); pass --max-len {limit.tokens} (the numbers are then <preset>+overrides)")
+
+
+def run_finetune(model_ref: str, glue_dir: str | Path, tasks: Sequence[str] | None, out: str | Path,
+                 config: FinetuneConfig) -> dict:
+    """Run (or resume) the grid for every task; write ``results.json`` and ``results.md`` under ``out``."""
+    from transformers import AutoTokenizer
+
+    from megatron_crossbert.evaluation.encoders import resolve_model
+
+    out = Path(out)
+    names, skipped = resolve_tasks(glue_dir, tasks)
+    resolved = resolve_model(model_ref, config.cache_dir, config.tokenizer_dir, config.verify)
+    tokenizer = AutoTokenizer.from_pretrained(resolved.hf_path)
+    check_max_len(config.preset.max_len, resolved.hf_path)
+    per_task = {name: run_task(name, resolved, tokenizer, glue_dir, out, config) for name in names}
+    report = build_report(resolved, glue_dir, config.preset, per_task, skipped, subsampled_dev=bool(config.max_dev))
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "results.json", json.dumps(report, indent=1) + "\n")
+    atomic_write_text(out / "results.md", render_markdown(report))
+    return report
