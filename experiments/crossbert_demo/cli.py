@@ -10,7 +10,7 @@ from megatron_crossbert.cli import quiet_library_warnings
 from megatron_crossbert.cli.config_flags import ConfigFlag, add_config_flags, flag_values, replace_sections
 from megatron_crossbert.cli.errors import add_debug_flag, cli_main
 
-from .pipeline import DemoOptions, format_summary, run_demo
+from .pipeline import DemoOptions, DemoStopped, format_summary, run_demo
 
 RUN_FLAGS: tuple[ConfigFlag, ...] = (
     ConfigFlag("--arch", ("model.arch",), "architecture to pretrain"),
@@ -66,7 +66,11 @@ def options_from_args(args: argparse.Namespace) -> DemoOptions:
 def main(argv: list[str] | None = None) -> int:
     opts = options_from_args(build_parser().parse_args(argv))  # ValueError: one line via cli_main
     quiet_library_warnings()
-    result = run_demo(opts)  # FileExistsError / ValueError: one line via cli_main
+    try:
+        result = run_demo(opts)  # FileExistsError / ValueError: one line via cli_main
+    except DemoStopped as stopped:
+        print(f"stopped: {stopped}", file=sys.stderr)
+        return 128 + stopped.signum
     print(format_summary(result))
     return 0
 

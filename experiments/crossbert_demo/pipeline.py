@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import random
+import signal
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
@@ -200,6 +201,15 @@ def preprocess_stage(corpus: Path, tokenizer_dir: Path, out: Path) -> tuple[str,
     return document_prefix(output_prefix, "text"), report
 
 
+class DemoStopped(RuntimeError):
+    """Pretraining stopped on a signal: the demo ends there; the CLI prints one line and exits 128 + the
+    signal's number, as a shell reports a process a signal ended."""
+
+    def __init__(self, message: str, signal_name: str | None) -> None:
+        super().__init__(message)
+        self.signum = int(getattr(signal, signal_name or "", signal.SIGTERM))
+
+
 def pretrain_stage(run_cfg: RunConfig) -> dict:
     from megatron_crossbert import platform
     from megatron_crossbert.training import train
@@ -281,6 +291,10 @@ def run_demo(opts: DemoOptions) -> dict:
                                   f"L={model.num_layers}, {run_cfg.training.train_iters} steps")
     summary = pretrain_stage(run_cfg)
     timings["pretrain"] = time.perf_counter() - start
+    if summary.get("stopped_by_signal"):  # a user's Ctrl-C or a batch system's SIGTERM means stop, not export
+        raise DemoStopped(f"{out / 'checkpoints'}: stopped by {summary.get('stop_reason') or 'a signal'} at step "
+                          f"{summary['iteration']}; the checkpoint is saved there, nothing was exported or probed",
+                          summary.get("stop_reason"))
     from megatron_crossbert.convert import export_to_hf
     from megatron_crossbert.convert.formats import default_format
 

@@ -91,3 +91,22 @@ def test_tiny_demo_end_to_end(tmp_path):
 
     embeddings = SentenceTransformer(result["paths"]["hf"], device="cpu").encode(["a tiny test sentence"])
     assert embeddings.shape == (1, 64) and all(math.isfinite(float(x)) for x in embeddings[0])
+
+
+@pytest.mark.e2e
+def test_a_stop_signal_during_pretraining_ends_the_demo(tmp_path, monkeypatch, capsys):
+    """A user's Ctrl-C or a batch system's SIGTERM stops the demo after the stop checkpoint: no export, no
+    probe, one line, exit 128 + the signal (before, the demo went on to export and probe a 115-step model)."""
+    from crossbert_demo import pipeline
+
+    def stopped(run_cfg):
+        return {"iteration": 3, "stopped_by_signal": True, "stop_reason": "SIGTERM", "losses": [1.0]}
+
+    monkeypatch.setattr(pipeline, "pretrain_stage", stopped)
+    argv = ["--out-dir", str(tmp_path / "demo"), "--corpus-bytes", "60000", "--probe-train", "40", "--probe-test",
+            "20", "--train-iters", "4", "--seq-length", "32", "--vocab-size", "1000", "--hidden-size", "32", "--num-layers", "1",
+            "--mteb-lite-dir", "none"]
+    assert demo_cli.main(argv) == 128 + 15
+    err = capsys.readouterr().err
+    assert "stopped: " in err and "stopped by SIGTERM at step 3" in err and "Traceback" not in err
+    assert not (tmp_path / "demo" / "hf").exists() and not (tmp_path / "demo" / "summary.json").exists()
