@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -133,16 +133,22 @@ def run_task(name: str, resolved, tokenizer, glue_dir: str | Path, out: Path, co
     return {"runs": finished, "resumed": len(specs) - len(todo)}
 
 
-def check_max_len(max_len: int, hf_path: str) -> None:
-    """Refuse a max length past the model's own limit (``recipe.model_token_limit``: its position table or its
-    tokenizer's ``model_max_length``): a longer input would index past the position embeddings mid-run. Refused
-    rather than capped, because a capped preset would no longer be the peers' protocol."""
+def fit_preset_length(preset: Preset, hf_path: str) -> Preset:
+    """The preset's max length within the model's own limit (``recipe.model_token_limit``: its position table or
+    its tokenizer's ``model_max_length``), the rule the probes follow: a preset's value above it is capped, logged
+    and reported as an override (``<preset>+overrides``, ``max_len=N``), since a longer input would index past the
+    position embeddings mid-run; a ``--max-len`` above it is refused in one line."""
     from megatron_crossbert.evaluation.recipe import model_token_limit
 
     limit = model_token_limit(hf_path)
-    if limit is not None and max_len > limit.tokens:
-        raise ValueError(f"--max-len: {max_len} tokens exceed the limit of {hf_path} ({limit.tokens}, from "
-                         f"{limit.source}); pass --max-len {limit.tokens} (the numbers are then <preset>+overrides)")
+    if limit is None or preset.max_len <= limit.tokens:
+        return preset
+    if any(change.startswith("max_len=") for change in preset.overrides):
+        raise ValueError(f"--max-len: {preset.max_len} tokens exceed the limit of {hf_path} ({limit.tokens}, from "
+                         f"{limit.source}); pass --max-len {limit.tokens} or less")
+    logger.warning("max length %d of preset %s capped at the model's limit %d (%s); the numbers are reported as %s",
+                   preset.max_len, preset.name, limit.tokens, limit.source, f"{preset.name}+overrides")
+    return preset.with_overrides(max_len=limit.tokens)
 
 
 def run_finetune(model_ref: str, glue_dir: str | Path, tasks: Sequence[str] | None, out: str | Path,
@@ -156,7 +162,7 @@ def run_finetune(model_ref: str, glue_dir: str | Path, tasks: Sequence[str] | No
     names, skipped = resolve_tasks(glue_dir, tasks)
     resolved = resolve_model(model_ref, config.cache_dir, config.tokenizer_dir, config.verify)
     tokenizer = AutoTokenizer.from_pretrained(resolved.hf_path)
-    check_max_len(config.preset.max_len, resolved.hf_path)
+    config = replace(config, preset=fit_preset_length(config.preset, resolved.hf_path))
     per_task = {name: run_task(name, resolved, tokenizer, glue_dir, out, config) for name in names}
     report = build_report(resolved, glue_dir, config.preset, per_task, skipped, subsampled_dev=bool(config.max_dev))
     out.mkdir(parents=True, exist_ok=True)

@@ -40,6 +40,7 @@ def test_smoke_run_writes_results(tiny_hf_encoder, glue, tmp_path, capsys):
                       "--epochs", "1", "--seeds", "0,1", "--lr", "1e-4,2e-4")) == 0
     report = json.loads((out / "results.json").read_text())
     assert report["preset"]["label"] == "cramming+overrides" and report["runs"] == {"resumed": 0, "run_now": 16}
+    assert "max_len=64" in report["preset"]["overrides"]  # the preset's 128 capped at the tiny model's 64 positions
     rte = report["tasks"]["RTE"]
     assert rte["metrics"] == ["accuracy"] and set(rte["per_lr"]) == {"0.0001", "0.0002"} and rte["n_seeds"] == 2
     assert (rte["n_train"], rte["n_dev"], rte["hyper_parameters"]["epochs"]) == (16, 24, 1)
@@ -89,8 +90,8 @@ def test_each_bad_input_is_one_error_line(tiny_hf_encoder, glue, tmp_path, capsy
     limited = shutil.copytree(tiny_hf_encoder, tmp_path / "limited")
     config = json.loads((limited / "tokenizer_config.json").read_text())
     (limited / "tokenizer_config.json").write_text(json.dumps({**config, "model_max_length": 64}))
-    assert main(_argv(limited, glue, tmp_path / "out", "--tasks", "RTE")) == 2
-    assert "--max-len: 128 tokens exceed the limit of" in capsys.readouterr().err
+    assert main(_argv(limited, glue, tmp_path / "out", "--tasks", "RTE", "--max-len", "100")) == 2
+    assert "--max-len: 100 tokens exceed the limit of" in capsys.readouterr().err
     shutil.rmtree(glue / "RTE")
     assert main(_argv(tiny_hf_encoder, tmp_path / "nowhere", tmp_path / "out")) == 2
     assert "nowhere: no such GLUE folder (--glue-dir)" in capsys.readouterr().err
