@@ -103,6 +103,9 @@ class ArchSpec:
     """``(run_cfg) -> None``: cross-section checks of a RunConfig for this architecture (raises ValueError)."""
     uses_views: bool = False
     """Samples carry visible/target views, so ``masking.mask_ratio`` and ``num_views`` apply."""
+    whiten_frozen_features: bool = False
+    """Evaluation reads its frozen pooled features through PCA whitening by default (``evaluation/whitening.py``):
+    an encoder read only through a decoder's cross-attention ends up anisotropic (issue 31)."""
 
 
 _MLM_COMMON = dict(dataset_class=LazyRef("megatron_crossbert.data.dataset:BertDataset"),
@@ -114,7 +117,7 @@ _MLM_COMMON = dict(dataset_class=LazyRef("megatron_crossbert.data.dataset:BertDa
 
 REGISTRY: dict[str, ArchSpec] = {spec.name: spec for spec in (
     ArchSpec(name="crossbert", description="CrossBERT encoder", encoders=("classic", "modern"),
-             has_reconstruction_decoder=True, encoder_mlm_head=False, uses_views=True,
+             has_reconstruction_decoder=True, encoder_mlm_head=False, uses_views=True, whiten_frozen_features=True,
              build_model=LazyRef("megatron_crossbert.models.crossbert:build_crossbert_model"),
              dataset_class=LazyRef("megatron_crossbert.data.dataset:CrossBertDataset"),
              make_sample=LazyRef("megatron_crossbert.arch_rules:crossbert_sample"),

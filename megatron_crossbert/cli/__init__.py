@@ -55,6 +55,10 @@ def add_encoder_arguments(parser: argparse.ArgumentParser, *, max_len: int, reci
                             help="how token states become one vector (default: mean)")
         parser.add_argument("--max-len", type=int, default=max_len, help="max tokens per text")
     parser.add_argument("--batch-size", type=int, default=32, help="texts per forward pass")
+    parser.add_argument("--whiten", action=argparse.BooleanOptionalAction, default=None,
+                        help="PCA-whiten the pooled features (scikit-learn's PCA(whiten=True) rule), fitted on the "
+                             "task's unlabelled train/first texts; default: on for CrossBERT checkpoints (their "
+                             "features are anisotropic, see docs/results.md), off for any other model")
     parser.add_argument("--tokenizer-dir",
                         help="native checkpoints: tokenizer to export with (default: the run config's)")
     parser.add_argument("--device", help="torch device (default: cuda if available)")

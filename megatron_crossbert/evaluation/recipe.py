@@ -11,6 +11,11 @@ Modules ``AutoModel`` plus pooling cannot reproduce (Dense, max pooling, ...) ar
 file, rather than scored as something the model is not. Our own exports write Transformer + mean
 Pooling without Normalize (``convert/artifacts.py``), so they are scored as ``SentenceTransformer(dir)``
 and therefore MTEB would score them.
+
+On top of pooling sits ``whiten`` (``whitening.py``): PCA whitening of the pooled features. Its default is the
+architecture's (``arch.ArchSpec.whiten_frozen_features``, on for CrossBERT, issue 31), read from the run config
+our exports carry (``crossbert_run_config.json``); any other model defaults to off; ``--whiten`` /
+``--no-whiten`` override it.
 """
 
 from __future__ import annotations
@@ -37,6 +42,10 @@ class EmbeddingRecipe:
     """Token limit per text; None: ``DEFAULT_MAX_LEN``."""
     source: str = "default"
     """Where the recipe came from (``default``, the ``modules.json`` path, ``flags over ...``), for reports."""
+    whiten: bool = False
+    """PCA-whiten the pooled features (``whitening.py``), fitted on unlabelled features of the task."""
+    whiten_source: str = "default"
+    """Why ``whiten`` has its value: ``architecture <name>``, ``flag`` or ``default``, for logs and reports."""
 
     def __post_init__(self) -> None:
         if self.pooling not in ("mean", "cls"):
@@ -104,13 +113,43 @@ def read_sentence_transformers_recipe(model_dir: str | Path) -> EmbeddingRecipe 
     return EmbeddingRecipe(pooling, normalize, max_len, source=str(model_dir / MODULES_FILE))
 
 
+def exported_architecture(model_dir: str | Path | None) -> str | None:
+    """The architecture named by the run config an export of ours carries, or None for any other model."""
+    from megatron_crossbert.config import RunConfig
+    from megatron_crossbert.convert.artifacts import RUN_CONFIG_COPY
+
+    path = Path(model_dir) / RUN_CONFIG_COPY if model_dir else None
+    return RunConfig.load_json(path).model.arch if path is not None and path.is_file() else None
+
+
+def default_whitening(model_dir: str | Path | None) -> tuple[bool, str]:
+    """Whether frozen features of the model in ``model_dir`` are whitened by default, and why."""
+    from megatron_crossbert.arch import get_arch
+
+    arch = exported_architecture(model_dir)
+    if arch is None:
+        return False, "default"
+    return get_arch(arch).whiten_frozen_features, f"architecture {arch}"
+
+
 def resolve_recipe(model_dir: str | Path | None, *, pooling: str | None = None, normalize: bool | None = None,
-                   max_len: int | None = None) -> EmbeddingRecipe:
-    """Flags over the directory's sentence-transformers config over the defaults (mean, no norm, 256)."""
+                   max_len: int | None = None, whiten: bool | None = None) -> EmbeddingRecipe:
+    """Flags over the directory's sentence-transformers config over the defaults (mean, no norm, 256);
+    ``whiten`` over the architecture's default (``default_whitening``)."""
     base = read_sentence_transformers_recipe(model_dir) if model_dir and Path(model_dir).is_dir() else None
     base = base or EmbeddingRecipe()
     overridden = any(value is not None for value in (pooling, normalize, max_len))
+    whiten_default, whiten_source = default_whitening(model_dir)
     return EmbeddingRecipe(pooling=pooling or base.pooling,
                            normalize=base.normalize if normalize is None else normalize,
                            max_len=max_len or base.max_len,
-                           source=f"flags over {base.source}" if overridden else base.source)
+                           source=f"flags over {base.source}" if overridden else base.source,
+                           whiten=whiten_default if whiten is None else whiten,
+                           whiten_source=whiten_source if whiten is None else "flag")
+
+
+def describe(recipe: EmbeddingRecipe) -> str:
+    """One log line: what the embeddings are and where each choice came from."""
+    whiten = "PCA-whitened" if recipe.whiten else "not whitened"
+    return (f"embedding recipe: {recipe.pooling} pooling, {'L2-normalised' if recipe.normalize else 'not normalised'}, "
+            f"{whiten} ({recipe.whiten_source}); from {recipe.source}")

@@ -93,7 +93,8 @@ def summary_markdown(summary: dict) -> str:
     if recipe:
         lines.append(f"- embedding recipe: {recipe['pooling']} pooling, "
                      f"{'L2-normalised' if recipe['normalize'] else 'not normalised'}, max {recipe['max_len']} "
-                     f"tokens (from {recipe['source']}); mteb {summary.get('mteb_version')}")
+                     f"tokens (from {recipe['source']}), whiten={recipe.get('whiten', False)} "
+                     f"({recipe.get('whiten_source', 'default')}); mteb {summary.get('mteb_version')}")
     if timing and "texts_encoded" in timing:
         lines.append(f"- {timing['texts_encoded']} texts encoded in {timing['encode_wall_s']} s "
                      f"({timing['encode_cpu_s']} CPU-s); whole run {timing['wall_s']} s wall, {timing['cpu_s']} CPU-s")

@@ -76,12 +76,20 @@ def plot_layers(report: dict, path: str | Path) -> Path | None:
     return path
 
 
+def whitening_line(recipe: dict | None) -> str:
+    """Whether the features were PCA-whitened, and why (the report's ``recipe``; absent in older reports)."""
+    if not recipe:
+        return ""
+    return f"whiten={recipe['whiten']} ({recipe['whiten_source']})"
+
+
 def render_markdown(report: dict) -> str:
     """The full markdown document: model line, main table and the per-layer table when present."""
     parts = [f"# Frozen probes: `{report['model']['hf_path']}`", "",
              f"pooling={report['config']['pooling']}, layers={report['config']['layers']}, "
              f"max_len={report['config']['max_len']}, max_train={report['config']['max_train']}, "
-             f"max_test={report['config']['max_test']}", "", markdown_table(report)]
+             f"max_test={report['config']['max_test']}", whitening_line(report.get("recipe")), "",
+             markdown_table(report)]
     layers = layer_table(report)
     if layers:
         parts += ["", "## Score per layer", "", layers]
