@@ -57,8 +57,8 @@ def add_encoder_arguments(parser: argparse.ArgumentParser, *, max_len: int, reci
     parser.add_argument("--batch-size", type=int, default=32, help="texts per forward pass")
     parser.add_argument("--whiten", action=argparse.BooleanOptionalAction, default=None,
                         help="PCA-whiten the pooled features (scikit-learn's PCA(whiten=True) rule), fitted on the "
-                             "task's unlabelled train/first texts; default: on for CrossBERT checkpoints (their "
-                             "features are anisotropic, see docs/results.md), off for any other model")
+                             "task's unlabelled train/first texts; default: on for this project's checkpoints and "
+                             "exports (their features are anisotropic, see docs/results.md), off for any other model")
     parser.add_argument("--tokenizer-dir",
                         help="native checkpoints: tokenizer to export with (default: the run config's)")
     parser.add_argument("--device", help="torch device (default: cuda if available)")

@@ -13,9 +13,9 @@ Pooling without Normalize (``convert/artifacts.py``), so they are scored as ``Se
 and therefore MTEB would score them.
 
 On top of pooling sits ``whiten`` (``whitening.py``): PCA whitening of the pooled features. Its default is the
-architecture's (``arch.ArchSpec.whiten_frozen_features``, on for CrossBERT, issue 31), read from the run config
-our exports carry (``crossbert_run_config.json``); any other model defaults to off; ``--whiten`` /
-``--no-whiten`` override it.
+architecture's (``arch.ArchSpec.whiten_frozen_features``, on for the project's architectures, issue 31), read
+from the run config our exports carry (``crossbert_run_config.json``); any other model defaults to off;
+``--whiten`` / ``--no-whiten`` override it.
 """
 
 from __future__ import annotations

@@ -73,7 +73,7 @@ def test_raw_probe_fails_and_whitened_probe_recovers_a_low_variance_signal():
     assert whitened.score > 80.0
 
 
-@pytest.mark.parametrize("arch, whiten", [("crossbert", True), ("bert", False), ("mlm", False)])
+@pytest.mark.parametrize("arch, whiten", [("crossbert", True), ("bert", True), ("mlm", True)])
 def test_an_exports_architecture_sets_the_whitening_default(tmp_path, arch, whiten):
     from megatron_crossbert.config import ModelConfig, RunConfig
     from megatron_crossbert.convert.artifacts import RUN_CONFIG_COPY
