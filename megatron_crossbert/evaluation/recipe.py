@@ -149,7 +149,8 @@ def resolve_recipe(model_dir: str | Path | None, *, pooling: str | None = None, 
 
 
 def describe(recipe: EmbeddingRecipe) -> str:
-    """One log line: what the embeddings are and where each choice came from."""
+    """One line for logs and reports: what the embeddings are and where each choice came from."""
+    norm = "L2-normalised" if recipe.normalize else "not normalised"
     whiten = "PCA-whitened" if recipe.whiten else "not whitened"
-    return (f"embedding recipe: {recipe.pooling} pooling, {'L2-normalised' if recipe.normalize else 'not normalised'}, "
-            f"{whiten} ({recipe.whiten_source}); from {recipe.source}")
+    return (f"embedding recipe: {recipe.pooling} pooling, {norm}, max {recipe.tokens} tokens (from {recipe.source}), "
+            f"{whiten} ({recipe.whiten_source})")

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from megatron_crossbert.evaluation.recipe import EmbeddingRecipe, describe
+
 _METRIC_LABELS = {"accuracy": "acc", "f1": "F1", "macro_f1": "macro-F1", "matthews": "MCC",
                   "pearson": "Pearson", "spearman": "Spearman"}
 
@@ -76,11 +78,9 @@ def plot_layers(report: dict, path: str | Path) -> Path | None:
     return path
 
 
-def whitening_line(recipe: dict | None) -> str:
-    """Whether the features were PCA-whitened, and why (the report's ``recipe``; absent in older reports)."""
-    if not recipe:
-        return ""
-    return f"whiten={recipe['whiten']} ({recipe['whiten_source']})"
+def recipe_line(recipe: dict | None) -> str:
+    """The report's embedding recipe in words: whitened or not, and why (absent in older reports)."""
+    return describe(EmbeddingRecipe(**recipe)) if recipe else ""
 
 
 def render_markdown(report: dict) -> str:
@@ -88,7 +88,7 @@ def render_markdown(report: dict) -> str:
     parts = [f"# Frozen probes: `{report['model']['hf_path']}`", "",
              f"pooling={report['config']['pooling']}, layers={report['config']['layers']}, "
              f"max_len={report['config']['max_len']}, max_train={report['config']['max_train']}, "
-             f"max_test={report['config']['max_test']}", whitening_line(report.get("recipe")), "",
+             f"max_test={report['config']['max_test']}", recipe_line(report.get("recipe")), "",
              markdown_table(report)]
     layers = layer_table(report)
     if layers:

@@ -10,7 +10,7 @@ HF first), extracts cached features per task, fits one probe per layer (only the
 
 Headline metrics are always the last layer's; ``per_layer`` (layer 0 = embedding output) is present
 with ``layers="all"``. ``report["recipe"]`` says whether the features were PCA-whitened and why
-(``recipe.resolve_recipe``: CrossBERT checkpoints by default, ``--whiten``/``--no-whiten`` for any model).
+(``recipe.resolve_recipe``: this project's checkpoints by default, ``--whiten``/``--no-whiten`` for any model).
 """
 
 from __future__ import annotations
