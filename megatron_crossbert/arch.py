@@ -103,6 +103,11 @@ class ArchSpec:
     """``(run_cfg) -> None``: cross-section checks of a RunConfig for this architecture (raises ValueError)."""
     uses_views: bool = False
     """Samples carry visible/target views, so ``masking.mask_ratio`` and ``num_views`` apply."""
+    whiten_frozen_features: bool = False
+    """Evaluation reads its frozen pooled features through PCA whitening by default (``evaluation/whitening.py``).
+    On for all three: CrossBERT's encoder, read only through the decoder's cross-attention, collapses onto a few
+    directions, BERT's less so, and whitening lifts both (issue 31, docs/results.md); the same readout for every
+    architecture keeps the claims study's comparisons like for like. Foreign models keep their own recipe."""
 
 
 _MLM_COMMON = dict(dataset_class=LazyRef("megatron_crossbert.data.dataset:BertDataset"),
@@ -114,7 +119,7 @@ _MLM_COMMON = dict(dataset_class=LazyRef("megatron_crossbert.data.dataset:BertDa
 
 REGISTRY: dict[str, ArchSpec] = {spec.name: spec for spec in (
     ArchSpec(name="crossbert", description="CrossBERT encoder", encoders=("classic", "modern"),
-             has_reconstruction_decoder=True, encoder_mlm_head=False, uses_views=True,
+             has_reconstruction_decoder=True, encoder_mlm_head=False, uses_views=True, whiten_frozen_features=True,
              build_model=LazyRef("megatron_crossbert.models.crossbert:build_crossbert_model"),
              dataset_class=LazyRef("megatron_crossbert.data.dataset:CrossBertDataset"),
              make_sample=LazyRef("megatron_crossbert.arch_rules:crossbert_sample"),
@@ -124,10 +129,10 @@ REGISTRY: dict[str, ArchSpec] = {spec.name: spec for spec in (
              forward_step=LazyRef("megatron_crossbert.training.steps:crossbert_forward_step"),
              flops=LazyRef("megatron_crossbert.models.flops:crossbert_flops_per_sample")),
     ArchSpec(name="bert", description="BERT baseline (megatron-core BertModel)", encoders=("classic",),
-             has_reconstruction_decoder=False, encoder_mlm_head=True,
+             has_reconstruction_decoder=False, encoder_mlm_head=True, whiten_frozen_features=True,
              build_model=LazyRef("megatron_crossbert.models.bert_baseline:build_bert_model"), **_MLM_COMMON),
     ArchSpec(name="mlm", description="MLM baseline (modern encoder + ModernBERT MLM head)",
-             encoders=("modern",), has_reconstruction_decoder=False, encoder_mlm_head=True,
+             encoders=("modern",), has_reconstruction_decoder=False, encoder_mlm_head=True, whiten_frozen_features=True,
              build_model=LazyRef("megatron_crossbert.models.mlm:build_mlm_model"), **_MLM_COMMON),
 )}
 

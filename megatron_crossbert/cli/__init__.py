@@ -70,6 +70,10 @@ def add_encoder_arguments(parser: argparse.ArgumentParser, *, max_len: int, reci
                             help=f"max tokens per text (default: {max_len}, or the model's own limit when lower; "
                                  "a value above that limit is refused)")
     parser.add_argument("--batch-size", type=int, default=32, help="texts per forward pass")
+    parser.add_argument("--whiten", action=argparse.BooleanOptionalAction, default=None,
+                        help="PCA-whiten the pooled features (scikit-learn's PCA(whiten=True) rule), fitted on the "
+                             "task's unlabelled train/first texts; default: on for this project's checkpoints and "
+                             "exports (their features are anisotropic, see docs/results.md), off for any other model")
 
 
 def cache_dir_arg(value: str | None) -> str | None:

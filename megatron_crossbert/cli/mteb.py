@@ -99,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     reference = load_reference(args.reference)
     wrapper = build_mteb_encoder(args.model, cache_dir=cache_dir_arg(args.cache_dir), tokenizer_dir=args.tokenizer_dir,
                                  device=args.device, pooling=args.pooling, normalize=args.normalize,
-                                 max_len=args.max_len, batch_size=args.batch_size, verify=args.verify)
+                                 max_len=args.max_len, batch_size=args.batch_size, verify=args.verify,
+                                 whiten=args.whiten)
     summary = run_mteb(wrapper, tasks, args.out, reference=reference, raise_error=args.raise_error,
                        overwrite=args.overwrite, benchmark_dir=args.benchmark_dir)
     print(summary_markdown(summary))

@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     config = ProbeRunConfig(pooling=args.pooling, layers=args.layers, max_len=args.max_len,
                             batch_size=args.batch_size, max_train=args.max_train, max_test=args.max_test,
                             seed=args.seed, cache_dir=cache_dir_arg(args.cache_dir), device=args.device,
-                            tokenizer_dir=args.tokenizer_dir, verify=args.verify,
+                            tokenizer_dir=args.tokenizer_dir, verify=args.verify, whiten=args.whiten,
                             probe=ProbeConfig(folds=args.cv_folds, seed=args.seed))
     report = run_probing(args.model, tasks, config)
     paths = write_report(report, args.out)

@@ -17,6 +17,11 @@ less RoBERTa's ``pad_token_id + 1`` offset, and its tokenizer's ``model_max_leng
 lowered with one log line, an explicit ``--max-len`` above it is refused naming the file (``fit_max_len``).
 A longer text would otherwise index past the position table and crash mid-run. ``crossbert-probe`` uses
 the same rule with its own default.
+
+On top of pooling sits ``whiten`` (``whitening.py``): PCA whitening of the pooled features. Its default is the
+architecture's (``arch.ArchSpec.whiten_frozen_features``, on for the project's architectures, issue 31), read
+from the run config our exports carry (``crossbert_run_config.json``); any other model defaults to off;
+``--whiten`` / ``--no-whiten`` override it.
 """
 
 from __future__ import annotations
@@ -48,6 +53,10 @@ class EmbeddingRecipe:
     """Token limit per text; None: ``DEFAULT_MAX_LEN``."""
     source: str = "default"
     """Where the recipe came from (``default``, the ``modules.json`` path, ``flags over ...``), for reports."""
+    whiten: bool = False
+    """PCA-whiten the pooled features (``whitening.py``), fitted on unlabelled features of the task."""
+    whiten_source: str = "default"
+    """Why ``whiten`` has its value: ``architecture <name>``, ``flag`` or ``default``, for logs and reports."""
 
     def __post_init__(self) -> None:
         if self.pooling not in ("mean", "cls"):
@@ -133,17 +142,41 @@ def _max_seq_length(model_dir: Path, modules: list[dict]) -> int | None:
     return int(limit) if isinstance(limit, (int, float)) and 0 < limit < UNBOUNDED_TOKENIZER else None
 
 
+def exported_architecture(model_dir: str | Path | None) -> str | None:
+    """The architecture named by the run config an export of ours carries, or None for any other model."""
+    from megatron_crossbert.config import RunConfig
+    from megatron_crossbert.convert.artifacts import RUN_CONFIG_COPY
+
+    path = Path(model_dir) / RUN_CONFIG_COPY if model_dir else None
+    return RunConfig.load_json(path).model.arch if path is not None and path.is_file() else None
+
+
+def default_whitening(model_dir: str | Path | None) -> tuple[bool, str]:
+    """Whether frozen features of the model in ``model_dir`` are whitened by default, and why."""
+    from megatron_crossbert.arch import get_arch
+
+    arch = exported_architecture(model_dir)
+    if arch is None:
+        return False, "default"
+    return get_arch(arch).whiten_frozen_features, f"architecture {arch}"
+
+
 def resolve_recipe(model_dir: str | Path | None, *, pooling: str | None = None, normalize: bool | None = None,
-                   max_len: int | None = None, limit: TokenLimit | None = None) -> EmbeddingRecipe:
+                   max_len: int | None = None, limit: TokenLimit | None = None,
+                   whiten: bool | None = None) -> EmbeddingRecipe:
     """Flags over the directory's sentence-transformers config over the defaults (mean, no norm, 256); the
-    token count then fits the model's ``limit`` (``fit_max_len``: a default is capped, a flag above it refused)."""
+    token count then fits the model's ``limit`` (``fit_max_len``: a default is capped, a flag above it refused);
+    ``whiten`` over the architecture's default (``default_whitening``)."""
     base = read_sentence_transformers_recipe(model_dir) if model_dir and Path(model_dir).is_dir() else None
     base = base or EmbeddingRecipe()
     overridden = any(value is not None for value in (pooling, normalize, max_len))
+    whiten_default, whiten_source = default_whitening(model_dir)
     return EmbeddingRecipe(pooling=pooling or base.pooling,
                            normalize=base.normalize if normalize is None else normalize,
                            max_len=fit_max_len(max_len, base.tokens, limit),
-                           source=f"flags over {base.source}" if overridden else base.source)
+                           source=f"flags over {base.source}" if overridden else base.source,
+                           whiten=whiten_default if whiten is None else whiten,
+                           whiten_source=whiten_source if whiten is None else "flag")
 
 
 ROBERTA_POSITIONS = ("roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "data2vec-text", "longformer",
@@ -205,3 +238,11 @@ def fit_max_len(requested: int | None, default: int, limit: TokenLimit | None, f
                     limit.tokens, limit.source, default)
         return limit.tokens
     return default
+
+
+def describe(recipe: EmbeddingRecipe) -> str:
+    """One line for logs and reports: what the embeddings are and where each choice came from."""
+    norm = "L2-normalised" if recipe.normalize else "not normalised"
+    whiten = "PCA-whitened" if recipe.whiten else "not whitened"
+    return (f"embedding recipe: {recipe.pooling} pooling, {norm}, max {recipe.tokens} tokens (from {recipe.source}), "
+            f"{whiten} ({recipe.whiten_source})")

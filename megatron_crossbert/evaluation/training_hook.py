@@ -10,6 +10,8 @@ bare directory (a JSONL task / dir of them, or a glue_data dir = all its GLUE ta
 probes are ``probing/in_training.py``'s. The tokenizer is ``run_cfg.data.tokenizer``. Every rank encodes
 the same texts (tensor-parallel collectives inside ``encode`` stay matched) and fits the same probes,
 so all ranks return the same dict. PP>1 cannot run ``encode`` and returns ``{}`` with a warning.
+Features are PCA-whitened where the architecture says so (``ArchSpec.whiten_frozen_features``), the rule
+``crossbert-probe`` and ``crossbert-mteb`` apply to the run's export, so a curve and an export agree.
 This module ties the two kinds together, so neither ``probing/`` nor ``mteb/`` imports the other's
 in-training code.
 """
@@ -20,6 +22,7 @@ import logging
 from pathlib import Path
 from typing import Sequence
 
+from megatron_crossbert.arch import get_arch
 from megatron_crossbert.evaluation.mteb.task_folders import is_mteb_spec
 from megatron_crossbert.evaluation.probing.glue import available_glue_tasks
 from megatron_crossbert.evaluation.probing.in_training import (
@@ -95,10 +98,11 @@ def probe_in_training(model, run_cfg, tasks: Sequence[str], iteration: int) -> d
     device = next(model.parameters()).device
     embed = make_encode_embed_fn(lambda ids, mask: model_encode(model, ids, mask), tokenizer,
                                  max_len=run_cfg.data.seq_length, device=device)
-    scores = run_probe_suite(embed, probe_tasks, prefix="")
+    whiten = get_arch(run_cfg.model.arch).whiten_frozen_features  # as crossbert-probe/-mteb on its export
+    scores = run_probe_suite(embed, probe_tasks, prefix="", whiten=whiten)
     if mteb_tasks:
         from megatron_crossbert.evaluation.mteb.in_training import run_mteb_suite
 
-        scores.update(run_mteb_suite(embed, mteb_tasks))
+        scores.update(run_mteb_suite(embed, mteb_tasks, whiten=whiten))
     logger.info("iteration %d probes: %s", iteration, {k: round(v, 2) for k, v in scores.items()})
     return scores

@@ -51,6 +51,7 @@ def test_probe_cli_on_native_checkpoint(native):
     report = json.loads((out / "probe_results.json").read_text())
     assert report["model"]["identity"].startswith("native:") and report["model"]["native_checkpoint"]
     assert report["tasks"]["planted"]["metrics"]["accuracy"] > 70.0  # random weights: signal is weak but above chance (50)
+    assert (report["recipe"]["whiten"], report["recipe"]["whiten_source"]) == (True, "architecture crossbert")
     exported = resolve_model(work / "ckpt", cache_dir=cache)
     assert exported.hf_path == report["model"]["hf_path"]  # same checkpoint -> same cached export
 
@@ -71,6 +72,7 @@ def test_mteb_cli_on_native_checkpoint(native):
     recipe = summary["model"]["recipe"]
     assert (recipe["pooling"], recipe["normalize"], recipe["max_len"]) == ("mean", False, 24)
     assert recipe["source"].startswith("flags over") and recipe["source"].endswith("modules.json")
+    assert (recipe["whiten"], recipe["whiten_source"]) == (True, "architecture crossbert")  # issue 31
     assert [row["task"] for row in summary["tasks"]] == ["WordSTS"]
 
 

@@ -10,7 +10,10 @@ Encoding is where an MTEB run spends its time, so each call encodes every distin
 pooled features are cached per (model identity, task, split, pooling, max tokens, exact texts) in the
 evaluation's ``FeatureCache`` (``feature_cache.py``): a rerun, or a run resumed after a crash, encodes
 nothing. The model identity is a content hash (``resolve_model``), so a changed model never reuses stale
-features. The cache holds vectors before normalisation; the recipe's L2 norm is applied after it.
+features. The cache holds vectors before normalisation; the recipe's L2 norm is applied after it, and before
+that its PCA whitening (``recipe.whiten``, ``whitening.PerTaskWhitening``): one map per task, fitted on the
+first texts the task encodes (a classification task's train split, an STS task's first sentences), never on
+labels, and applied unchanged to every later call of that task, so both sides of a pair share one map.
 
 ``run_mteb`` evaluates ``BuiltTask``s (a benchmark directory's folders, ``--local-task`` specs, or
 built-in tasks online) with ``mteb.evaluate`` and writes the results (``report.py``). mteb's own result
@@ -34,7 +37,8 @@ from megatron_crossbert.evaluation.feature_cache import FeatureCache, texts_dige
 from megatron_crossbert.evaluation.mteb.report import check_out_dir, summarize, write_outputs
 from megatron_crossbert.evaluation.mteb.task_folders import discover_task_folders
 from megatron_crossbert.evaluation.mteb.tasks import BuiltTask, build_task
-from megatron_crossbert.evaluation.recipe import EmbeddingRecipe, model_token_limit, resolve_recipe
+from megatron_crossbert.evaluation.recipe import EmbeddingRecipe, describe, model_token_limit, resolve_recipe
+from megatron_crossbert.evaluation.whitening import PerTaskWhitening
 
 logger = logging.getLogger(__name__)
 DEFAULT_BENCHMARK = "MTEB(eng, v2)"
@@ -58,11 +62,13 @@ def mteb_model_meta(name: str, revision: str, embed_dim: int | None = None, max_
 
 
 class CachingMtebEncoder(AbsEncoder):
-    """What ``mteb.evaluate`` calls: distinct texts once, features from the cache, the recipe's L2 norm."""
+    """What ``mteb.evaluate`` calls: distinct texts once, features from the cache, the recipe's whitening
+    and L2 norm."""
 
     def __init__(self, encoder: HFEncoder, recipe: EmbeddingRecipe, cache: FeatureCache | None = None,
                  name: str | None = None) -> None:
         self.model, self.recipe, self.cache = encoder, recipe, cache or FeatureCache(None)
+        self.whitening = PerTaskWhitening() if recipe.whiten else None
         self.reset_timing()
         source = encoder.resolved.native_checkpoint or encoder.resolved.model_dir
         model_name = name or f"megatron-crossbert/{Path(source).name or 'model'}"
@@ -88,6 +94,8 @@ class CachingMtebEncoder(AbsEncoder):
                **kwargs: Any) -> np.ndarray:
         texts = [text for batch in inputs for text in batch["text"]]
         emb = self.features(texts, task=task_metadata.name, split=hf_split)
+        if self.whitening is not None:
+            emb = self.whitening(task_metadata.name, emb)
         return l2_normalize(emb) if self.recipe.normalize else emb
 
     def reset_timing(self) -> None:
@@ -103,14 +111,16 @@ class CachingMtebEncoder(AbsEncoder):
 
 def build_mteb_encoder(model_ref: str, *, cache_dir: str | None = None, tokenizer_dir: str | None = None,
                        device: str | None = None, pooling: str | None = None, normalize: bool | None = None,
-                       max_len: int | None = None, batch_size: int = 32,
-                       verify: str = "full") -> CachingMtebEncoder:
+                       max_len: int | None = None, batch_size: int = 32, verify: str = "full",
+                       whiten: bool | None = None) -> CachingMtebEncoder:
     """Resolve the model once (a native checkpoint is verified, ``verify`` its checksum check, and
-    exported); the recipe is the model's sentence-transformers config unless flags say otherwise, its
-    token count within the model's own limit (``recipe.fit_max_len``)."""
+    exported); the recipe is the model's sentence-transformers config and its architecture's whitening
+    default (``recipe.resolve_recipe``) unless flags say otherwise, its token count within the model's own
+    limit (``recipe.fit_max_len``)."""
     resolved = resolve_model(model_ref, cache_dir=cache_dir, tokenizer_dir=tokenizer_dir, verify=verify)
-    recipe = resolve_recipe(resolved.model_dir, pooling=pooling, normalize=normalize, max_len=max_len,
+    recipe = resolve_recipe(resolved.model_dir, pooling=pooling, normalize=normalize, max_len=max_len, whiten=whiten,
                             limit=model_token_limit(resolved.hf_path))
+    logger.info(describe(recipe))
     encoder = HFEncoder(resolved, device=device, max_len=recipe.tokens, batch_size=batch_size)
     return CachingMtebEncoder(encoder, recipe, FeatureCache(cache_dir))
 

@@ -23,6 +23,7 @@ from mteb.models.abs_encoder import AbsEncoder
 from megatron_crossbert.evaluation.mteb.adapter import embed_unique, evaluate_mteb, mteb_model_meta
 from megatron_crossbert.evaluation.mteb.task_folders import MTEB_SPEC, discover_task_folders, is_mteb_spec
 from megatron_crossbert.evaluation.mteb.tasks import BuiltTask, build_task
+from megatron_crossbert.evaluation.whitening import PerTaskWhitening
 
 EmbedFn = Callable[[list[str]], np.ndarray]
 PROBE_MAX_TEST = 1000
@@ -30,10 +31,12 @@ PROBE_MAX_TEST = 1000
 
 
 class EmbedFnEncoder(AbsEncoder):
-    """mteb's encoder protocol over ``embed_fn(texts) -> [n, h]`` (or ``[layers, n, h]``: the last layer)."""
+    """mteb's encoder protocol over ``embed_fn(texts) -> [n, h]`` (or ``[layers, n, h]``: the last layer);
+    ``whiten``: the features go through ``PerTaskWhitening`` as in ``crossbert-mteb`` (``adapter.py``)."""
 
-    def __init__(self, embed_fn: EmbedFn, name: str = "megatron-crossbert/live") -> None:
+    def __init__(self, embed_fn: EmbedFn, name: str = "megatron-crossbert/live", whiten: bool = False) -> None:
         self.embed_fn = embed_fn
+        self.whitening = PerTaskWhitening() if whiten else None
         self.mteb_model_meta = mteb_model_meta(name, "live")
 
     def _embed(self, texts: list[str]) -> np.ndarray:
@@ -41,7 +44,8 @@ class EmbedFnEncoder(AbsEncoder):
         return out[-1] if out.ndim == 3 else out
 
     def encode(self, inputs, *, task_metadata, hf_split: str, hf_subset: str, prompt_type=None, **kwargs):
-        return embed_unique(self._embed, [text for batch in inputs for text in batch["text"]])
+        emb = embed_unique(self._embed, [text for batch in inputs for text in batch["text"]])
+        return emb if self.whitening is None else self.whitening(task_metadata.name, emb)
 
 
 def parse_mteb_spec(spec: str) -> tuple[Path, list[str]]:
@@ -70,11 +74,12 @@ def load_mteb_suite(specs: Sequence[str], *, max_test: int | None = PROBE_MAX_TE
     return built
 
 
-def run_mteb_suite(embed_fn: EmbedFn, tasks: Sequence[BuiltTask], prefix: str = "") -> dict[str, float]:
+def run_mteb_suite(embed_fn: EmbedFn, tasks: Sequence[BuiltTask], prefix: str = "",
+                   whiten: bool = False) -> dict[str, float]:
     """Score ``embed_fn`` on ``tasks`` with mteb: ``{prefix}mteb/<folder>/<main score>`` and ``{prefix}mteb/avg``."""
     if not tasks:
         return {}
-    summary, _ = evaluate_mteb(EmbedFnEncoder(embed_fn), tasks, raise_error=True)
+    summary, _ = evaluate_mteb(EmbedFnEncoder(embed_fn, whiten=whiten), tasks, raise_error=True)
     out = {f"{prefix}mteb/{row['folder']}/{row['main_score_name']}": row["main_score"] for row in summary["tasks"]}
     if summary["average"] is not None:  # every task undefined (constant embeddings): nothing to log
         out[f"{prefix}mteb/avg"] = summary["average"]

@@ -18,6 +18,7 @@ from typing import Sequence
 
 import numpy as np
 
+from megatron_crossbert.evaluation.recipe import EmbeddingRecipe, describe
 from megatron_crossbert.fsutil import atomic_write_text
 from megatron_crossbert.outputs import require_output_dir, writing
 
@@ -104,9 +105,7 @@ def summary_markdown(summary: dict) -> str:
     lines += [""] + [f"- {r['task']}: {r['note']}" for r in summary["tasks"] if r["note"]]
     recipe, timing = model.get("recipe"), summary.get("timing")
     if recipe:
-        lines.append(f"- embedding recipe: {recipe['pooling']} pooling, "
-                     f"{'L2-normalised' if recipe['normalize'] else 'not normalised'}, max {recipe['max_len']} "
-                     f"tokens (from {recipe['source']}); mteb {summary.get('mteb_version')}")
+        lines.append(f"- {describe(EmbeddingRecipe(**recipe))}; mteb {summary.get('mteb_version')}")
     if timing and "texts_encoded" in timing:
         lines.append(f"- {timing['texts_encoded']} texts encoded in {timing['encode_wall_s']} s "
                      f"({timing['encode_cpu_s']} CPU-s); whole run {timing['wall_s']} s wall, {timing['cpu_s']} CPU-s")

@@ -2,7 +2,9 @@
 
 Features are computed once per (model identity, task, split, side of the pair, pooling, layers,
 max_len, exact texts), so ``--max-train`` subsets and edited data files never hit a stale entry;
-sentence pairs are combined into the probe's input here (``linear_probes.task_features``).
+sentence pairs are combined into the probe's input here (``linear_probes.task_features``). With ``whiten``
+the sentence features are PCA-whitened first (``evaluation/whitening.py``), one map per layer fitted on the
+train split's sentences (both sides of a pair), so the test split and its labels never shape it.
 """
 
 from __future__ import annotations
@@ -14,7 +16,11 @@ import numpy as np
 from megatron_crossbert.evaluation.encoders import HFEncoder, Layers, Pooling
 from megatron_crossbert.evaluation.feature_cache import FeatureCache, texts_digest
 from megatron_crossbert.evaluation.probing.linear_probes import task_features
-from megatron_crossbert.evaluation.probing.tasks import ProbeTask, Split
+from megatron_crossbert.evaluation.probing.tasks import ProbeTask, Split, TaskSpec
+from megatron_crossbert.evaluation.whitening import fit_whitening
+
+Sides = tuple[np.ndarray, np.ndarray | None]
+"""One split's pooled features: its texts and (pair tasks) second sentences, ``[n_layers, n, h]`` each."""
 
 
 @dataclass
@@ -33,20 +39,30 @@ def _side_features(encoder: HFEncoder, cache: FeatureCache, texts: list[str], *,
         texts, pooling=pooling, layers=layers, desc=f"{task}/{split}/{side}"))
 
 
-def split_features(encoder: HFEncoder, cache: FeatureCache, task: ProbeTask, split_name: str, split: Split,
-                   pooling: Pooling, layers: Layers) -> np.ndarray:
-    """Embed one split (both sides for pair tasks) and build the probe input."""
+def split_sides(encoder: HFEncoder, cache: FeatureCache, task: ProbeTask, split_name: str, split: Split,
+                pooling: Pooling, layers: Layers) -> Sides:
+    """Pooled features of one split's texts and (pair tasks) second sentences, through the cache."""
     common = dict(task=task.spec.name, split=split_name, pooling=pooling, layers=layers)
     text = _side_features(encoder, cache, split.texts, side="text", **common)
     pair = None
     if split.pairs is not None:
         pair = _side_features(encoder, cache, split.pairs, side="pair", **common)
-    return task_features(task.spec, text, pair)
+    return text, pair
 
 
 def extract_task_features(encoder: HFEncoder, task: ProbeTask, *, pooling: Pooling = "mean",
-                          layers: Layers = "last", cache: FeatureCache | None = None) -> TaskFeatures:
-    """Features for the task's train and test splits (from the cache when present)."""
+                          layers: Layers = "last", cache: FeatureCache | None = None,
+                          whiten: bool = False) -> TaskFeatures:
+    """Probe inputs for the task's train and test splits (sentence features from the cache when present)."""
     cache = cache or FeatureCache(None)
-    return TaskFeatures(train=split_features(encoder, cache, task, "train", task.train, pooling, layers),
-                        test=split_features(encoder, cache, task, "test", task.test, pooling, layers))
+    return probe_inputs(task.spec, split_sides(encoder, cache, task, "train", task.train, pooling, layers),
+                        split_sides(encoder, cache, task, "test", task.test, pooling, layers), whiten)
+
+
+def probe_inputs(spec: TaskSpec, train: Sides, test: Sides, whiten: bool = False) -> TaskFeatures:
+    """Pair-combined probe inputs from each split's (text, pair) features; with ``whiten`` one PCA map per
+    layer, fitted on the train sentences (both sides), goes first (the one rule for every probe path)."""
+    if whiten:
+        whitening = fit_whitening(np.concatenate([side for side in train if side is not None], axis=-2))
+        train, test = (tuple(None if side is None else whitening(side) for side in sides) for sides in (train, test))
+    return TaskFeatures(train=task_features(spec, *train), test=task_features(spec, *test))

@@ -30,7 +30,8 @@ import numpy as np
 import torch
 
 from megatron_crossbert.evaluation.encoders import Pooling, pool_hidden
-from megatron_crossbert.evaluation.probing.linear_probes import ProbeConfig, probe_features, task_features
+from megatron_crossbert.evaluation.probing.features import Sides, probe_inputs
+from megatron_crossbert.evaluation.probing.linear_probes import ProbeConfig, probe_features
 from megatron_crossbert.evaluation.probing.metrics import average_scores, finite_or_none
 from megatron_crossbert.evaluation.probing.runner import collect_tasks
 from megatron_crossbert.evaluation.probing.tasks import ProbeTask, Split
@@ -52,21 +53,22 @@ def _as_layers(array: np.ndarray) -> np.ndarray:
     return array[None] if array.ndim == 2 else array
 
 
-def _split_features(embed_fn: EmbedFn, task: ProbeTask, split: Split) -> np.ndarray:
+def _split_sides(embed_fn: EmbedFn, split: Split) -> Sides:
     text = _as_layers(embed_fn(list(split.texts)))
     pair = _as_layers(embed_fn(list(split.pairs))) if split.pairs is not None else None
-    return task_features(task.spec, text, pair)
+    return text, pair
 
 
 def run_probe_suite(embed_fn: EmbedFn, tasks: Sequence[ProbeTask], *, probe_config: ProbeConfig | None = None,
-                    prefix: str = "probe/") -> dict[str, float]:
-    """Probe ``embed_fn``'s embeddings on each task; returns a flat ``{name: value}`` dict (0-100)."""
+                    prefix: str = "probe/", whiten: bool = False) -> dict[str, float]:
+    """Probe ``embed_fn``'s embeddings on each task; returns a flat ``{name: value}`` dict (0-100).
+    ``whiten``: PCA-whiten the features first, by ``crossbert-probe``'s rule (``features.probe_inputs``)."""
     probe_config = probe_config or ProbeConfig(cs=(0.01, 0.1, 1.0), folds=3)
     out: dict[str, float] = {}
     scores: dict[str, float] = {}
     for task in tasks:
-        x_train = _split_features(embed_fn, task, task.train)
-        x_test = _split_features(embed_fn, task, task.test)
+        feats = probe_inputs(task.spec, _split_sides(embed_fn, task.train), _split_sides(embed_fn, task.test), whiten)
+        x_train, x_test = feats.train, feats.test
         n_layers = x_train.shape[0]
         for layer in range(n_layers):
             result = probe_features(task.spec, x_train[layer], task.train.labels, x_test[layer],

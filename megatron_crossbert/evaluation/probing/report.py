@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from megatron_crossbert.evaluation.recipe import EmbeddingRecipe, describe
 from megatron_crossbert.fsutil import atomic_open, atomic_write_text
 from megatron_crossbert.outputs import writing
 
@@ -84,12 +85,18 @@ def plot_layers(report: dict, path: str | Path) -> Path | None:
     return path
 
 
+def recipe_line(recipe: dict | None) -> str:
+    """The report's embedding recipe in words: whitened or not, and why (absent in older reports)."""
+    return describe(EmbeddingRecipe(**recipe)) if recipe else ""
+
+
 def render_markdown(report: dict) -> str:
     """The full markdown document: model line, main table and the per-layer table when present."""
     parts = [f"# Frozen probes: `{report['model']['hf_path']}`", "",
              f"pooling={report['config']['pooling']}, layers={report['config']['layers']}, "
              f"max_len={report['config']['max_len']}, max_train={report['config']['max_train']}, "
-             f"max_test={report['config']['max_test']}", "", markdown_table(report)]
+             f"max_test={report['config']['max_test']}", recipe_line(report.get("recipe")), "",
+             markdown_table(report)]
     layers = layer_table(report)
     if layers:
         parts += ["", "## Score per layer", "", layers]

@@ -9,7 +9,8 @@ HF first), extracts cached features per task, fits one probe per layer (only the
      "summary": {"glue_average", "glue_tasks", "average", "tasks"}}
 
 Headline metrics are always the last layer's; ``per_layer`` (layer 0 = embedding output) is present
-with ``layers="all"``.
+with ``layers="all"``. ``report["recipe"]`` says whether the features were PCA-whitened and why
+(``recipe.resolve_recipe``: this project's checkpoints by default, ``--whiten``/``--no-whiten`` for any model).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from megatron_crossbert.evaluation.probing.glue import available_glue_tasks, loa
 from megatron_crossbert.evaluation.probing.linear_probes import ProbeConfig, ProbeResult, probe_features
 from megatron_crossbert.evaluation.probing.metrics import average_scores, finite_or_none
 from megatron_crossbert.evaluation.probing.tasks import ProbeTask, find_jsonl_tasks, load_jsonl_task
-from megatron_crossbert.evaluation.recipe import PROBE_MAX_LEN, fit_max_len, model_token_limit
+from megatron_crossbert.evaluation.recipe import PROBE_MAX_LEN, describe, fit_max_len, model_token_limit, resolve_recipe
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +48,7 @@ class ProbeRunConfig:
     device: str | None = None
     tokenizer_dir: str | None = None  # native checkpoints only: overrides the run config's tokenizer
     verify: str = "full"  # native checkpoints only: the checksum check (full or off)
+    whiten: bool | None = None  # PCA-whiten the features; None: the architecture's default (recipe.py)
     probe: ProbeConfig = field(default_factory=ProbeConfig)
 
 
@@ -120,13 +122,17 @@ def run_probing(model_ref: str | Path, tasks: Sequence[ProbeTask], config: Probe
         max_len = fit_max_len(config.max_len, PROBE_MAX_LEN, model_token_limit(resolved.hf_path))
         encoder = HFEncoder(resolved, device=config.device, max_len=max_len, batch_size=config.batch_size)
     config = replace(config, max_len=encoder.max_len)  # the report says what was used
+    recipe = resolve_recipe(encoder.resolved.model_dir, pooling=config.pooling, max_len=config.max_len,
+                            whiten=config.whiten)
+    logger.info(describe(recipe))
     cache = FeatureCache(config.cache_dir)
     entries = {}
     for task in tasks:
         task = task.subsample(config.max_train, config.max_test, config.seed)
-        feats = extract_task_features(encoder, task, pooling=config.pooling, layers=config.layers, cache=cache)
+        feats = extract_task_features(encoder, task, pooling=config.pooling, layers=config.layers, cache=cache,
+                                      whiten=recipe.whiten)
         logger.info("probing %s (%d train / %d test, %d layer(s))", task.spec.name, len(task.train),
                     len(task.test), feats.train.shape[0])
         entries[task.spec.name] = task_entry(task, probe_layers(task, feats, config.probe), config.layers == "all")
-    return {"model": model_card(encoder.resolved), "config": asdict(config), "tasks": entries,
+    return {"model": model_card(encoder.resolved), "config": asdict(config), "recipe": asdict(recipe), "tasks": entries,
             "summary": summarize(entries)}

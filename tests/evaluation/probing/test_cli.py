@@ -41,3 +41,19 @@ def test_probe_cli_glue_jsonl_and_layer_plot(tiny_hf_encoder, tmp_path):
     assert len(cached) == 2 + 4 + 2 * 2  # train+test: CoLA, STS-B (both sides), two JSONL tasks
     assert main(argv) == 0  # second run reads every feature from the cache
     assert sorted((tmp_path / "cache" / "features").glob("*.npy")) == sorted(cached)
+
+
+@pytest.mark.slow
+def test_report_says_whether_the_features_were_whitened(tiny_hf_encoder, tmp_path):
+    """A plain HF model is not whitened unless --whiten says so; the JSON and the markdown say which."""
+    write_jsonl_task(tmp_path / "tasks" / "planted", n_train=130, n_test=60)
+    common = ["--model", str(tiny_hf_encoder), "--jsonl", str(tmp_path / "tasks"), "--max-len", "16",
+              "--cache-dir", str(tmp_path / "cache")]
+    for flag, whiten, source, words in (([], False, "default", "not whitened (default)"),
+                                        (["--whiten"], True, "flag", "PCA-whitened (flag)")):
+        out = tmp_path / f"out{len(flag)}"
+        assert main(common + flag + ["--out", str(out)]) == 0
+        report = json.loads((out / "probe_results.json").read_text())
+        assert (report["recipe"]["whiten"], report["recipe"]["whiten_source"]) == (whiten, source)
+        assert words in (out / "probe_results.md").read_text()
+        assert report["tasks"]["planted"]["metrics"]["accuracy"] > 90.0
