@@ -63,26 +63,39 @@ def scores(task, y, pred):
     return {"accuracy": 100 * accuracy_score(y, pred)}
 
 
-def main():
+def base_parser():
+    """The arguments both references take: model, GLUE folder, task, output file, and the shared options."""
     p = argparse.ArgumentParser()
     for name in ("model", "glue", "task", "out"):
         p.add_argument(name)
     p.add_argument("--max-train", type=int)
     p.add_argument("--epochs", type=int, default=5)
-    p.add_argument("--lr", type=float, default=4e-5)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int)
+    return p
+
+
+def load_splits(glue, task, max_train=None):
+    """Train and dev splits of ``task`` (train subsampled as the tool's ``--max-train`` does), its label names
+    and whether it is a regression; shared by both references."""
+    d, header, text, pair, label, names, regression = TASKS[task]
+    tr = read(f"{glue}/{d}/train.tsv", header, text, pair, label, names, regression)
+    dv = read(f"{glue}/{d}/dev.tsv", header, text, pair, label, names, regression)
+    if max_train and max_train < len(tr[0]):
+        keep = np.sort(np.random.default_rng(0).choice(len(tr[0]), size=max_train, replace=False))
+        tr = ([tr[0][i] for i in keep], None if tr[1] is None else [tr[1][i] for i in keep], tr[2][keep])
+    return tr, dv, names, regression
+
+
+def main():
+    p = base_parser()
+    p.add_argument("--lr", type=float, default=4e-5)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--max-len", type=int, default=128)
-    p.add_argument("--threads", type=int)
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    d, header, text, pair, label, names, regression = TASKS[args.task]
-    tr = read(f"{args.glue}/{d}/train.tsv", header, text, pair, label, names, regression)
-    dv = read(f"{args.glue}/{d}/dev.tsv", header, text, pair, label, names, regression)
-    if args.max_train and args.max_train < len(tr[0]):
-        keep = np.sort(np.random.default_rng(0).choice(len(tr[0]), size=args.max_train, replace=False))
-        tr = ([tr[0][i] for i in keep], None if tr[1] is None else [tr[1][i] for i in keep], tr[2][keep])
+    tr, dv, names, regression = load_splits(args.glue, args.task, args.max_train)
 
     tok = AutoTokenizer.from_pretrained(args.model)
     enc_tr = tok(tr[0], tr[1], truncation=True, max_length=args.max_len)

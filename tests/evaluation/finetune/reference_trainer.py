@@ -10,7 +10,6 @@ int(0.1 * steps) given as an integer (the Trainer's own warmup_ratio rounds up),
 eval batch 64 in file order. The Trainer writes nothing: its output_dir is a folder beside OUT_JSON.
 """
 
-import argparse
 import hashlib
 import json
 import math
@@ -24,26 +23,14 @@ from transformers import (AutoModelForSequenceClassification, AutoTokenizer, Dat
                           TrainingArguments)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from reference_plain_transformers import TASKS, read  # noqa: E402  (the same independent TSV reading)
+from reference_plain_transformers import base_parser, load_splits  # noqa: E402  (the same independent TSV reading)
 
 
 def main():
-    p = argparse.ArgumentParser()
-    for name in ("model", "glue", "task", "out"):
-        p.add_argument(name)
-    p.add_argument("--max-train", type=int)
-    p.add_argument("--epochs", type=int, default=5)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int)
-    args = p.parse_args()
+    args = base_parser().parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    d, header, text, pair, label, names, regression = TASKS[args.task]
-    tr = read(f"{args.glue}/{d}/train.tsv", header, text, pair, label, names, regression)
-    dv = read(f"{args.glue}/{d}/dev.tsv", header, text, pair, label, names, regression)
-    if args.max_train and args.max_train < len(tr[0]):
-        keep = np.sort(np.random.default_rng(0).choice(len(tr[0]), size=args.max_train, replace=False))
-        tr = ([tr[0][i] for i in keep], None if tr[1] is None else [tr[1][i] for i in keep], tr[2][keep])
+    tr, dv, names, regression = load_splits(args.glue, args.task, args.max_train)
     tok = AutoTokenizer.from_pretrained(args.model)
 
     def dataset(split, with_labels):
