@@ -5,8 +5,8 @@ save. Before issue 27 nothing knew about readers: an export, probe or MTEB run o
 directory (or another run's ``--load``/``--init-from`` of it) resolved 'latest', and by the time it
 read the shards they were gone; every export failed, saying the checkpoint was "incomplete".
 
-- Every save creates an empty ``iter_*/.readers.lock`` first (:func:`create_pin_file`); checksums
-  cover it like any file. Readers never create it: a reader adds nothing to a checkpoint it did not
+- Every save creates an empty ``iter_*/.readers.lock`` at its commit, after the shards and before the
+  records (:func:`create_pin_file`); checksums cover it like any file. Readers never create it: a reader adds nothing to a checkpoint it did not
   write, so one saved before pins has none and is read unpinned.
 - A reader holds ``flock(LOCK_SH)`` on it (opened read-only) from before its checks until it has
   read what it needs (:class:`ReaderPin`, held by the ``VerifiedCheckpoint``), then checks that the path

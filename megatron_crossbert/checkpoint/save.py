@@ -204,7 +204,6 @@ def _prepare_dir(ckpt_dir: Path, written: set[Path], target: SaveTarget) -> None
         if ckpt_dir.exists():
             shutil.rmtree(ckpt_dir)
         ckpt_dir.mkdir(parents=True)
-        create_pin_file(ckpt_dir)
 
     _on_rank_zero(work, target)
 
@@ -257,7 +256,10 @@ def _hashed_shards(ckpt_dir: Path) -> dict[str, dict]:
 def _seal(ckpt_dir: Path, run_cfg: RunConfig, hashed: dict[str, dict], consumed_samples: int | None) -> None:
     """Rank 0: the tokenizer and data records (the latter for full checkpoints, ``consumed_samples``
     given), ``checksums.json`` (covering the run_config.json about to be written), the commit journal,
-    then ``run_config.json``, which marks the save complete, then 'latest', then the journal is done."""
+    then ``run_config.json``, which marks the save complete, then 'latest', then the journal is done. The
+    readers' pin file is made here, after the shards: an empty directory is what megatron's save expects
+    (anything in it makes megatron warn of an "old incomplete / corrupted checkpoint")."""
+    create_pin_file(ckpt_dir)
     write_checkpoint_record(ckpt_dir, run_cfg)
     if consumed_samples is not None:
         write_data_record(ckpt_dir, run_cfg, consumed_samples)
@@ -320,7 +322,6 @@ def save_model_only(model, run_config: RunConfig, root: str | Path, iteration: i
     ckpt_dir = Path(root) / iteration_dir_name(iteration)
     target = SaveTarget.of(root, iteration)
     ckpt_dir.mkdir(parents=True, exist_ok=True)
-    create_pin_file(ckpt_dir)
     install_results_queue(asynchronous=False)
     _failing_as(target, dist_checkpointing.save, {"model": model.sharded_state_dict()}, str(ckpt_dir))
     seal_model_only(ckpt_dir, run_config, target)

@@ -118,3 +118,18 @@ def test_every_save_creates_the_pin_file_and_records_it(tiny_checkpoint):
     directory = tiny_checkpoint / "iter_0000002"
     assert (directory / PIN_FILE).is_file() and (directory / PIN_FILE).stat().st_size == 0
     assert PIN_FILE in json.loads((directory / "checksums.json").read_text())["files"]
+
+
+def test_a_save_gives_megatron_an_empty_directory_so_it_warns_of_no_corrupted_checkpoint(tmp_path, indexed_corpus,
+                                                                                         caplog):
+    """The pin file is made at the commit: before, every save made megatron log "Overwriting old incomplete /
+    corrupted checkpoint..." (it warns when the directory it writes into is not empty)."""
+    from megatron_crossbert import platform
+    from megatron_crossbert.training import train
+
+    with caplog.at_level(logging.WARNING):
+        train(tiny_config("crossbert", indexed_corpus, tmp_path / "ckpt", training__train_iters=2,
+                          checkpoint__save_interval=1))
+    platform.destroy()
+    assert "corrupted checkpoint" not in caplog.text
+    assert all((tmp_path / "ckpt" / f"iter_000000{it}" / PIN_FILE).is_file() for it in (1, 2))
