@@ -36,6 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-train", type=int, help="subsample each train split to N rows (seeded)")
     p.add_argument("--max-test", type=int, help="subsample each test split to N rows (seeded)")
     p.add_argument("--cv-folds", type=int, default=3, help="folds for choosing C")
+    p.add_argument("--knn", type=int, default=0, metavar="K",
+                   help="also a k-NN probe (cosine, K neighbours vote; the paper's second probe) on the same "
+                        "features; 0 (default): the linear probe only")
     p.add_argument("--seed", type=int, default=0, help="seed of the subsampling and the probe's folds (default: 0)")
     p.add_argument("--out", default="probe_results", help="output directory for JSON, markdown and plot")
     add_debug_flag(p)
@@ -54,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     from megatron_crossbert.evaluation.probing.runner import ProbeRunConfig, collect_tasks, run_probing
     from megatron_crossbert.outputs import require_output_dir
 
+    if args.knn < 0:
+        raise ValueError(f"--knn {args.knn}: the k-NN probe needs K >= 1 neighbours (0 turns it off)")
     require_output_dir(args.out, "--out")  # before any task is read or text encoded
     tasks = collect_tasks(glue_dir=args.glue_dir, glue_tasks=_split_list(args.glue_tasks) or None,
                           jsonl=args.jsonl, hf_glue=_split_list(args.hf_glue))
@@ -62,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     config = ProbeRunConfig(pooling=args.pooling, layers=args.layers, max_len=args.max_len,
                             batch_size=args.batch_size, max_train=args.max_train, max_test=args.max_test,
                             seed=args.seed, cache_dir=cache_dir_arg(args.cache_dir), device=args.device,
-                            tokenizer_dir=args.tokenizer_dir, verify=args.verify, whiten=args.whiten,
+                            tokenizer_dir=args.tokenizer_dir, verify=args.verify, whiten=args.whiten, knn=args.knn,
                             probe=ProbeConfig(folds=args.cv_folds, seed=args.seed))
     report = run_probing(args.model, tasks, config)
     paths = write_report(report, args.out)

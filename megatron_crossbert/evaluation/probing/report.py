@@ -27,21 +27,29 @@ def metrics_text(metrics: dict[str, float]) -> str:
 
 
 def markdown_table(report: dict) -> str:
-    """One row per task (metrics, score, sizes, chosen regularisation) and summary rows."""
-    lines = ["| task | metrics | score | train | test | probe reg. |", "|---|---|---:|---:|---:|---|"]
+    """One row per task (metrics, score, sizes, chosen regularisation; the k-NN score where it ran) and
+    summary rows."""
+    knn = any("knn" in entry for entry in report["tasks"].values())
+    extra = " k-NN |" if knn else ""
+    lines = [f"| task | metrics | score |{extra} train | test | probe reg. |",
+             "|---|---|---:|" + ("---:|" if knn else "") + "---:|---:|---|"]
     for name, entry in report["tasks"].items():
         chosen = ", ".join(f"{k}={v:g}" for k, v in entry["chosen"].items())
-        lines.append(f"| {name} | {metrics_text(entry['metrics'])} | {_fmt(entry['score'])} | "
+        cell = f" {_fmt(entry['knn']['score'])} (k={entry['knn']['k']}) |" if knn and "knn" in entry else extra and " |"
+        lines.append(f"| {name} | {metrics_text(entry['metrics'])} | {_fmt(entry['score'])} |{cell} "
                      f"{entry['n_train']} | {entry['n_test']} | {chosen} |")
     summary = report["summary"]
     if summary["glue_tasks"]:
         label = "GLUE average" if len(summary["glue_tasks"]) >= 9 else "GLUE-style average (tasks run)"
-        lines.append(f"| **{label}** | {', '.join(summary['glue_tasks'])} | **{_fmt(summary['glue_average'])}** | | | |")
+        cell = f" **{_fmt(summary.get('knn_glue_average'))}** |" if knn else ""
+        lines.append(f"| **{label}** | {', '.join(summary['glue_tasks'])} | **{_fmt(summary['glue_average'])}** |"
+                     f"{cell} | | |")
     failed = summary.get("failed") or []
     label = f"average ({len(summary['tasks']) - len(failed)} of {len(summary['tasks'])} tasks; " \
             f"{', '.join(failed)} failed)" if failed else "average (all tasks)"
-    lines.append(f"| **{label}** | | **{_fmt(summary['average'])}** | | | |")
-    lines += [f"| {name} | failed: {report['tasks'][name]['failed']} | | | | |" for name in failed]
+    cell = f" **{_fmt(summary.get('knn_average'))}** |" if knn else ""
+    lines.append(f"| **{label}** | | **{_fmt(summary['average'])}** |{cell} | | |")
+    lines += [f"| {name} | failed: {report['tasks'][name]['failed']} |{extra} | | | |" for name in failed]
     return "\n".join(lines)
 
 

@@ -24,6 +24,7 @@ from megatron_crossbert.evaluation.encoders import HFEncoder, Layers, Pooling, m
 from megatron_crossbert.evaluation.feature_cache import FeatureCache
 from megatron_crossbert.evaluation.probing.features import TaskFeatures, extract_task_features
 from megatron_crossbert.evaluation.probing.glue import available_glue_tasks, load_glue_task
+from megatron_crossbert.evaluation.probing.knn_probes import knn_probe
 from megatron_crossbert.evaluation.probing.linear_probes import ProbeConfig, ProbeResult, probe_features
 from megatron_crossbert.evaluation.probing.metrics import average_scores, finite_or_none
 from megatron_crossbert.evaluation.probing.tasks import ProbeTask, find_jsonl_tasks, load_jsonl_task
@@ -48,6 +49,8 @@ class ProbeRunConfig:
     device: str | None = None
     tokenizer_dir: str | None = None  # native checkpoints only: overrides the run config's tokenizer
     verify: str = "full"  # native checkpoints only: the checksum check (full or off)
+    knn: int = 0
+    """Neighbours of a k-NN probe run beside the linear one on the last layer's features; 0: none."""
     whiten: bool | None = None  # PCA-whiten the features; None: the architecture's default (recipe.py)
     probe: ProbeConfig = field(default_factory=ProbeConfig)
 
@@ -108,8 +111,12 @@ def summarize(task_entries: dict[str, dict]) -> dict:
     glue = {name: e["score"] for name, e in task_entries.items() if e["spec"]["glue"]}
     every = {name: e["score"] for name, e in task_entries.items()}
     failed = [name for name, score in every.items() if score is None]
-    return {"glue_average": average_scores(glue), "glue_tasks": sorted(glue),
-            "average": average_scores(every), "tasks": list(every), "failed": failed}
+    summary = {"glue_average": average_scores(glue), "glue_tasks": sorted(glue),
+               "average": average_scores(every), "tasks": list(every), "failed": failed}
+    if task_entries and all("knn" in e for e in task_entries.values()):
+        knn = {name: e["knn"]["score"] for name, e in task_entries.items()}
+        summary.update(knn_glue_average=average_scores({n: knn[n] for n in glue}), knn_average=average_scores(knn))
+    return summary
 
 
 def run_probing(model_ref: str | Path, tasks: Sequence[ProbeTask], config: ProbeRunConfig | None = None,
@@ -134,5 +141,8 @@ def run_probing(model_ref: str | Path, tasks: Sequence[ProbeTask], config: Probe
         logger.info("probing %s (%d train / %d test, %d layer(s))", task.spec.name, len(task.train),
                     len(task.test), feats.train.shape[0])
         entries[task.spec.name] = task_entry(task, probe_layers(task, feats, config.probe), config.layers == "all")
+        if config.knn:
+            knn = knn_probe(task.spec, feats.train[-1], task.train.labels, feats.test[-1], task.test.labels, config.knn)
+            entries[task.spec.name]["knn"] = {**_scores(knn), "k": int(knn.chosen["k"])}
     return {"model": model_card(encoder.resolved), "config": asdict(config), "recipe": asdict(recipe), "tasks": entries,
             "summary": summarize(entries)}
