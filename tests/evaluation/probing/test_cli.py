@@ -57,3 +57,21 @@ def test_report_says_whether_the_features_were_whitened(tiny_hf_encoder, tmp_pat
         assert (report["recipe"]["whiten"], report["recipe"]["whiten_source"]) == (whiten, source)
         assert words in (out / "probe_results.md").read_text()
         assert report["tasks"]["planted"]["metrics"]["accuracy"] > 90.0
+
+
+@pytest.mark.slow
+def test_knn_probe_beside_the_linear_one_reads_a_planted_signal(tiny_hf_encoder, tmp_path, capsys):
+    write_jsonl_task(tmp_path / "tasks" / "planted", n_train=130, n_test=60)
+    write_jsonl_task(tmp_path / "tasks" / "shuffled", n_train=130, n_test=160, shuffle_labels=True)
+    common = ["--model", str(tiny_hf_encoder), "--jsonl", str(tmp_path / "tasks"), "--max-len", "16",
+              "--cache-dir", str(tmp_path / "cache")]
+    assert main(common + ["--knn", "5", "--out", str(tmp_path / "out")]) == 0
+    report = json.loads((tmp_path / "out" / "probe_results.json").read_text())
+    planted, shuffled = report["tasks"]["planted"]["knn"], report["tasks"]["shuffled"]["knn"]
+    assert planted["k"] == 5 and planted["score"] > 80.0 and 25.0 < shuffled["score"] < 75.0
+    assert report["summary"]["knn_average"] == pytest.approx((planted["score"] + shuffled["score"]) / 2)
+    assert "k-NN" in (tmp_path / "out" / "probe_results.md").read_text()
+    capsys.readouterr()
+    assert main(common + ["--knn", "-1", "--out", str(tmp_path / "neg")]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith("error: --knn -1")
+    assert not (tmp_path / "neg").exists()
