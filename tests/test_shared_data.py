@@ -51,7 +51,7 @@ def test_a_flag_whose_default_is_missing_is_refused_in_one_line(tmp_path, monkey
                                 f"set {DATA_DIR_ENV} or pass --input")
     assert not (tmp_path / "work").exists()
 
-    from experiments.sample_efficiency.__main__ import main as study
+    from experiments.claims.__main__ import main as study
 
     _one_error_line(capsys, study(["--work-dir", str(tmp_path / "study")]),
                     f"error: --corpus: no default corpus found (no {absent / 'corpus'}); set {DATA_DIR_ENV} or pass "

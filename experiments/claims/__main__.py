@@ -1,4 +1,4 @@
-"""``python -m experiments.sample_efficiency``: probe score vs samples and vs FLOPs, resumable.
+"""``python -m experiments.claims``: probe score vs samples and vs FLOPs, resumable.
 
 Trains the plan's runs through ``crossbert-pretrain``, frozen-probes every checkpoint and (re)writes
 the results page (docs/results.md by default) from whatever was measured. Rerunning the same
@@ -12,23 +12,25 @@ import argparse
 import os
 import sys
 
+from megatron_crossbert.benchmarking.study.plan import plan_names
 from megatron_crossbert.cli.errors import add_debug_flag, cli_main
 from megatron_crossbert.shared_data import default_or_error, find_shared
 
 from .pipeline import STAGES, ExperimentPaths, run_experiment
-from .plan import PLANS
 
 SHARED = "of the shared data folder ($CROSSBERT_DATA_DIR, else ../shared/data beside the repository)"
 
 
 def build_parser() -> argparse.ArgumentParser:
     # the data folders default to the shared data folder, resolved in main(); here only the other fields' defaults
-    defaults = ExperimentPaths(work_dir="benchmarks/out/sample_efficiency", corpus="", glue_dir="", probe_dir="")
-    p = argparse.ArgumentParser(prog="python -m experiments.sample_efficiency", description=__doc__,
+    defaults = ExperimentPaths(work_dir="benchmarks/out/claims", corpus="", glue_dir="", probe_dir="")
+    p = argparse.ArgumentParser(prog="python -m experiments.claims", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--work-dir", default=defaults.work_dir,
                    help="tokenizer, data, checkpoints, probe results (every stage skips what is done)")
-    p.add_argument("--plan", default="cpu", choices=list(PLANS), help="experiment size preset (smoke: tests only)")
+    p.add_argument("--plan", default="cpu", metavar="NAME|FILE",
+                   help=f"a shipped plan ({', '.join(plan_names())}; smoke: CI only) or a YAML file of Plan fields "
+                        "(experiments/claims/plans/cluster.yaml is a template)")
     p.add_argument("--corpus", default=None, help=f"JSONL(.gz) file or directory (default: corpus/ {SHARED})")
     p.add_argument("--glue-dir", default=None, help=f"glue_data directory (default: glue/ {SHARED})")
     p.add_argument("--probe-dir", default=None, help=f"JSONL probe tasks (default: probe/ {SHARED})")
@@ -54,7 +56,7 @@ def _mteb_lite_dir(value: str | None) -> str | None:
     if value is None:
         found = find_shared("mteb_lite")
         if found is None:
-            print("[sample-efficiency] no mteb_lite/ in the shared data folder: checkpoints are not scored on "
+            print("[claims] no mteb_lite/ in the shared data folder: checkpoints are not scored on "
                   "MTEB-lite", flush=True)
         return None if found is None else str(found)
     if value.lower() == "none":

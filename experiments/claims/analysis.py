@@ -1,13 +1,15 @@
-"""Turn probe JSONs into curves and the three comparisons the results page reports.
+"""Turn probe JSONs and held-out losses into seeded curves and the comparisons the claims need.
 
-* Curves: per main run, probe scores at every checkpoint against samples seen and model FLOPs.
-* Equal samples: each model at the sample budget (``plan.sample_steps``).
-* Equal compute: each model at the checkpoint whose FLOPs are closest to BERT's budget.
-* Samples-to-match: how many samples a CrossBERT run needed to reach BERT's final average score
-  (linear interpolation between checkpoints); BERT's samples divided by that is the measured
-  sample-efficiency factor (the paper claims 2x). "not reached" when the curve never gets there;
-  an upper bound ("≤") when the first checkpoint already gets there.
-* Size sweep: CrossBERT complementary at three sizes, same samples; monotonic or not.
+* A ``Point`` is one probed checkpoint: samples, FLOPs, the linear and k-NN probe averages, MTEB-lite,
+  the held-out loss. A run's curve is its points; an arm's curves are its runs, by seed.
+* ``METRICS`` names the numbers every table shows; the headline (calibration, sample efficiency,
+  verdict sentences) is the frozen GLUE average of the linear probe.
+* Equal samples reads every arm at ``plan.sample_steps``; equal compute at the checkpoint whose FLOPs
+  are nearest BERT's budget. Differences to BERT (and to the untrained reference) are paired by seed.
+* Sample efficiency per seed: BERT's samples at the budget divided by the samples the CrossBERT arm
+  needed to reach that seed's BERT score (linear interpolation between checkpoints).
+* Calibration: BERT's checkpoints against the untrained reference, paired by seed; the first budget
+  whose interval lies above zero.
 """
 
 from __future__ import annotations
@@ -15,9 +17,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from megatron_crossbert.arch import get_arch
-from megatron_crossbert.benchmarking.study.plan import Plan, RunSpec, flops_per_sample
+from megatron_crossbert.benchmarking.study.plan import Plan, RunSpec, compute_budget_flops, run_flops_per_sample
 from megatron_crossbert.benchmarking.study.probe_stage import load_probe_results
+from megatron_crossbert.benchmarking.study.stats import Interval, mean_interval, paired_difference, ratio_interval
+from megatron_crossbert.benchmarking.study.train_stage import valid_losses
+
+from .plan import arm_of
+
+HEADLINE = "glue_average"
+
+METRICS = {"glue_average": "GLUE linear", "knn_glue_average": "GLUE k-NN", "mteb_lite_average": "MTEB-lite",
+           "in_domain_average": "probe tasks", "average": "all probes"}
+"""Point attribute -> column label: the frozen GLUE average (linear and k-NN probes), MTEB-lite, the
+JSONL probe tasks' average and the average over every probe task."""
 
 
 @dataclass
@@ -25,25 +37,45 @@ class Point:
     iteration: int
     samples: int
     flops: float
-    average: float | None
-    glue_average: float | None
-    tasks: dict[str, float] = field(default_factory=dict)
+    average: float | None = None
+    glue_average: float | None = None
+    knn_glue_average: float | None = None
+    in_domain_average: float | None = None
     mteb_lite_average: float | None = None
-    """Average main score on the MTEB-lite folders (STS Spearman, Banking77 accuracy), when scored."""
+    valid_loss: float | None = None
+    tasks: dict[str, float] = field(default_factory=dict)
 
 
-def _point(plan: Plan, per_sample: float, iteration: int, report: dict) -> Point:
+def _mean(values: list) -> float | None:
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else None
+
+
+def _point(plan: Plan, per_sample: float, iteration: int, report: dict, loss: float | None) -> Point:
     samples = iteration * plan.global_batch
     summary = report.get("summary", {})
     tasks = {name: entry["score"] for name, entry in report.get("tasks", {}).items()}
-    mteb = (report.get("mteb_lite") or {}).get("average")
-    return Point(iteration, samples, samples * per_sample, summary.get("average"), summary.get("glue_average"), tasks,
-                 mteb)
+    in_domain = _mean([score for name, score in tasks.items() if not report["tasks"][name]["spec"]["glue"]])
+    return Point(iteration, samples, samples * per_sample, summary.get("average"), summary.get("glue_average"),
+                 summary.get("knn_glue_average"), in_domain, (report.get("mteb_lite") or {}).get("average"), loss,
+                 tasks)
 
 
 def curve(plan: Plan, run: RunSpec, work_dir: Path) -> list[Point]:
-    per_sample = flops_per_sample(plan, run.arch, run.mask_ratio, run.complementary, run.shape)
-    return [_point(plan, per_sample, it, rep) for it, rep in sorted(load_probe_results(work_dir, run).items())]
+    per_sample = run_flops_per_sample(plan, run)
+    losses = valid_losses(work_dir, run)
+    return [_point(plan, per_sample, it, rep, losses.get(it))
+            for it, rep in sorted(load_probe_results(work_dir, run).items())]
+
+
+def arm_curves(plan: Plan, runs: list[RunSpec], work_dir: Path, group: str) -> dict[str, dict[int, list[Point]]]:
+    """{arm: {seed: curve}} for the runs of ``group`` (main, sweep or reference)."""
+    out: dict[str, dict[int, list[Point]]] = {}
+    for run in runs:
+        if run.group == group:
+            seed = plan.seed if run.seed is None else run.seed
+            out.setdefault(arm_of(run), {})[seed] = curve(plan, run, work_dir)
+    return out
 
 
 def at_iteration(points: list[Point], iteration: int) -> Point | None:
@@ -52,65 +84,95 @@ def at_iteration(points: list[Point], iteration: int) -> Point | None:
 
 def closest_flops(points: list[Point], flops: float) -> Point | None:
     """The checkpoint nearest the FLOPs budget (ties go to the cheaper one)."""
-    if not points:
-        return None
-    return min(points, key=lambda p: (abs(p.flops - flops), p.flops))
+    return min(points, key=lambda p: (abs(p.flops - flops), p.flops)) if points else None
 
 
-def samples_to_reach(points: list[Point], score: float) -> float | None:
-    """Interpolated samples at which the average score first reaches ``score`` (None if never)."""
-    previous = Point(0, 0, 0.0, None, None)
+def reference_points(plan: Plan, runs: list[RunSpec], work_dir: Path) -> dict[int, Point]:
+    """{seed: the untrained encoder's point}."""
+    refs = arm_curves(plan, runs, work_dir, "reference")
+    return {seed: points[-1] for curves in refs.values() for seed, points in curves.items() if points}
+
+
+def read_budget(plan: Plan, curves: dict[str, dict[int, list[Point]]], budget: str) -> dict[str, dict[int, Point]]:
+    """{arm: {seed: point}} at ``budget``: 'samples' (the sample budget) or 'flops' (BERT's FLOPs)."""
+    flops = compute_budget_flops(plan)
+    out = {}
+    for arm, by_seed in curves.items():
+        picked = {seed: at_iteration(points, plan.sample_steps) if budget == "samples" else closest_flops(points, flops)
+                  for seed, points in by_seed.items()}
+        out[arm] = {seed: point for seed, point in picked.items() if point is not None}
+    return out
+
+
+def values(points: dict[int, Point], metric: str) -> dict[int, float]:
+    return {seed: getattr(p, metric) for seed, p in points.items() if getattr(p, metric) is not None}
+
+
+def cell(points: dict[int, Point], metric: str) -> Interval | None:
+    return mean_interval(list(values(points, metric).values()))
+
+
+def difference(a: dict[int, Point], b: dict[int, Point], metric: str) -> Interval | None:
+    return paired_difference(values(a, metric), values(b, metric))
+
+
+def samples_to_reach(points: list[Point], score: float, metric: str = HEADLINE) -> float | None:
+    """Interpolated samples at which ``metric`` first reaches ``score`` (None if never)."""
+    previous: Point | None = None
     for point in points:
-        if point.average is not None and point.average >= score:
-            if previous.average is None or previous.average >= score:
+        value = getattr(point, metric)
+        if value is not None and value >= score:
+            before = None if previous is None else getattr(previous, metric)
+            if before is None or before >= score:
                 return float(point.samples)
-            frac = (score - previous.average) / (point.average - previous.average)
+            frac = (score - before) / (value - before)
             return previous.samples + frac * (point.samples - previous.samples)
         previous = point
     return None
 
 
-def sample_efficiency(curves: dict[str, list[Point]], plan: Plan) -> dict[str, dict]:
-    """Per CrossBERT run: samples to match BERT's score at the sample budget, and the factor."""
-    bert_final = at_iteration(curves.get("bert", []), plan.sample_steps)
-    if bert_final is None or bert_final.average is None:
-        return {}
-    out = {}
-    for name, points in curves.items():
-        if name == "bert":
+def efficiency(plan: Plan, curves: dict[str, dict[int, list[Point]]], arm: str) -> dict:
+    """Per seed, BERT's samples over the samples ``arm`` needed to reach BERT's budget score; the
+    geometric-mean factor with its interval over the seeds where the arm got there. A seed already there
+    at its first checkpoint gives only a lower bound (``bounded``): it may have got there sooner."""
+    factors, missed, bounded = {}, [], []
+    for seed, bert_points in curves.get("bert", {}).items():
+        bert = at_iteration(bert_points, plan.sample_steps)
+        if bert is None or bert.glue_average is None or not curves[arm].get(seed):
             continue
-        needed = samples_to_reach(points, bert_final.average)
-        first = bool(points) and needed is not None and needed == points[0].samples
-        out[name] = {"bert_score": bert_final.average, "bert_samples": bert_final.samples,
-                     "samples_needed": needed, "factor": bert_final.samples / needed if needed else None,
-                     "at_first_point": first,
-                     "stays_above": needed is not None and all(
-                         p.average is not None and p.average >= bert_final.average
-                         for p in points if p.samples >= needed)}
-    return out
+        needed = samples_to_reach(curves[arm][seed], bert.glue_average)
+        if needed:
+            factors[seed] = bert.samples / needed
+            if needed == curves[arm][seed][0].samples:
+                bounded.append(seed)
+        else:
+            missed.append(seed)
+    return {"factors": factors, "missed": missed, "bounded": bounded, "interval": ratio_interval(list(factors.values()))}
 
 
-def sweep_table(plan: Plan, runs: list[RunSpec], work_dir: Path) -> list[dict]:
-    """One row per sweep size at ``plan.sweep_steps`` (the main shape comes from the main compl run)."""
+def calibration(plan: Plan, runs: list[RunSpec], work_dir: Path) -> list[dict]:
+    """BERT minus the untrained encoder per checkpoint (paired by seed), on the headline metric."""
+    bert = arm_curves(plan, runs, work_dir, "main").get("bert", {})
+    refs = {seed: getattr(p, HEADLINE) for seed, p in reference_points(plan, runs, work_dir).items()
+            if getattr(p, HEADLINE) is not None}
+    iterations = sorted({p.iteration for points in bert.values() for p in points})
     rows = []
-    for shape in plan.sweep_shapes:
-        run = next((r for r in runs if r.shape == shape and r.complementary and get_arch(r.arch).uses_views
-                    and (r.group == "sweep" or (r.group == "main" and shape == plan.main_shape))), None)
-        point = at_iteration(curve(plan, run, work_dir), plan.sweep_steps) if run else None
-        rows.append({"shape": shape, "run": run.name if run else None, "point": point,
-                     "flops_per_sample": flops_per_sample(plan, "crossbert", 0.5, True, shape)})
+    for it in iterations:
+        scores = {seed: getattr(p, HEADLINE) for seed, pts in bert.items() if (p := at_iteration(pts, it))
+                  and getattr(p, HEADLINE) is not None}
+        rows.append({"iteration": it, "samples": it * plan.global_batch, "bert": mean_interval(list(scores.values())),
+                     "gap": paired_difference(scores, refs)})
     return rows
 
 
-def reference_point(plan: Plan, runs: list[RunSpec], work_dir: Path) -> Point | None:
-    """The probe score of the untrained encoder (the 'reference' run), if measured."""
-    run = next((r for r in runs if r.group == "reference"), None)
-    points = curve(plan, run, work_dir) if run else []
-    return points[-1] if points else None
-
-
-def is_monotonic(rows: list[dict]) -> bool | None:
-    scores = [r["point"].average for r in rows if r["point"] is not None and r["point"].average is not None]
-    if len(scores) < len(rows):
-        return None
-    return all(b > a for a, b in zip(scores, scores[1:]))
+def sweep_points(plan: Plan, runs: list[RunSpec], work_dir: Path) -> list[tuple]:
+    """(shape, {seed: point at sweep_steps}) per sweep size, smallest first; the main shape comes from the
+    main complementary arm's checkpoint at the same step."""
+    sweeps = arm_curves(plan, runs, work_dir, "sweep")
+    main = arm_curves(plan, runs, work_dir, "main").get("crossbert-compl", {})
+    rows = []
+    for shape in plan.sweep_shapes:
+        curves = main if shape == plan.main_shape else sweeps.get(f"sweep-{shape.label}", {})
+        picked = {seed: at_iteration(points, plan.sweep_steps) for seed, points in curves.items()}
+        rows.append((shape, {seed: p for seed, p in picked.items() if p is not None}))
+    return rows

@@ -1,4 +1,4 @@
-"""The sample-efficiency experiment end to end: data -> train -> probe -> report, resumable.
+"""The claims study end to end: data -> train -> probe -> report, resumable.
 
 Every stage skips what is already on disk, so re-running the same command continues a partial
 run. A failing stage does not lose the others' results: the error is recorded in ``status.json``
@@ -15,28 +15,24 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from megatron_crossbert.benchmarking.study.plan import Plan, RunSpec, compute_budget_flops
+from megatron_crossbert.benchmarking.study.plan import Plan, RunSpec, compute_budget_flops, resolve_plan
 
 from . import analysis as an
-from .plan import PLANS, all_runs
+from .plan import all_runs
 
 STAGES = ("data", "train", "probe", "report")
 
 CAVEATS = [
-    "Tiny models, minutes of training: absolute probe scores are near the floor of what these tasks allow, "
-    "and differences of ~1 point are within run-to-run noise (one seed per model; not repeated).",
-    "Probe sets are subsampled (see the plan), so GLUE numbers are not comparable to published dev scores.",
-    "MTEB-lite avg is mteb's main score averaged over STS12-16 and Banking77 (crossbert-mteb's protocol), on "
-    "test sets subsampled to `mteb_lite_max_test` rows (see the plan): compare rows with each other, not with "
-    "MTEB's published scores.",
-    "Throughput on 2 CPU cores shared with other jobs is noisy; only the interleaved ratios are meaningful, "
-    "and CPU ratios need not match GPU ratios (attention/GEMM efficiency differs).",
-    "The LR is constant after warm-up (no decay), so intermediate checkpoints are comparable across budgets, "
-    "but no run reaches the quality a decayed schedule would. Runs were extended by resuming their "
-    "checkpoints with a larger step count (the constant schedule makes that identical to a longer run, "
-    "except that the data order past the old end is drawn for the new length).",
-    "The corpus subset holds ~12k sequences of 64 tokens: runs beyond that (the longest single-view run) "
-    "see part of the data a second time.",
+    "Tiny encoders (h=64-128, 2-4 layers, L=64) trained for minutes on 2 CPU cores: the paper's models are "
+    "BERT-base and larger, trained for days. Verdicts here are about this scale only.",
+    "Intervals are Student-t over the seeds (n=3 in the cpu plan: t = 4.30), so only large, consistent gaps "
+    "resolve; differences are paired by seed (the same data order for every arm of a seed).",
+    "The LR is constant after warm-up (no decay), so a checkpoint is the end of a shorter run and the curves can "
+    "be read at any budget; no run gets the end-of-training gain a decayed schedule would give.",
+    "MTEB-lite is mteb's main score over STS12-16 and Banking77 on test sets subsampled to the plan's "
+    "`mteb_lite_max_test` rows: compare rows with each other, not with MTEB's published scores.",
+    "Every probe reads frozen, mean-pooled last-layer features with the project's recipe (PCA-whitened for its "
+    "own architectures, see the whitening section); the k-NN probe reads the same features.",
 ]
 
 
@@ -73,38 +69,57 @@ def _save_status(work_dir: Path, status: dict) -> None:
     tmp.replace(_status_path(work_dir))
 
 
+def _cpu_seconds() -> float:
+    """User + system CPU seconds of this process and its finished children (the training processes)."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
 def _run_stage(name: str, fn, work_dir: Path) -> bool:
-    """Run one stage, recording running/done/failed (with the error) in status.json; never raises."""
-    start = time.time()
+    """Run one stage, recording running/done/failed (with the error) and its CPU seconds in status.json;
+    never raises."""
+    start, cpu = time.time(), _cpu_seconds()
     _save_status(work_dir, {name: "running"})
     try:
         fn()
-        _save_status(work_dir, {name: f"done ({time.time() - start:.0f}s this invocation)"})
-        return True
+        ok, state = True, f"done ({time.time() - start:.0f}s this invocation)"
     except Exception as err:  # recorded and reported, so a partial run still yields a results page
-        _save_status(work_dir, {name: f"FAILED: {type(err).__name__}: {err}"})
+        ok, state = False, f"FAILED: {type(err).__name__}: {err}"
         (work_dir / "logs").mkdir(exist_ok=True)
         (work_dir / "logs" / f"stage-{name}.traceback").write_text(traceback.format_exc())
-        print(f"[sample-efficiency] stage {name} failed: {err}", flush=True)
-        return False
+        print(f"[claims] stage {name} failed: {err}", flush=True)
+    _save_status(work_dir, {name: state, **_add_cpu(work_dir, name, _cpu_seconds() - cpu)})
+    return ok
+
+
+CPU_KEY = "cpu_seconds:"
+"""``status.json`` keys ``cpu_seconds:<stage>``: one key per stage, so a trainer and a follower that both
+update the file (``_save_status`` merges by key) never overwrite each other's count."""
+
+
+def _add_cpu(work_dir: Path, name: str, seconds: float) -> dict:
+    """The status entry of ``name``'s CPU seconds with ``seconds`` added (to pass to ``_save_status``)."""
+    key = CPU_KEY + name
+    return {key: round(_load_status(work_dir).get(key, 0.0) + seconds, 1)}
 
 
 def make_figures(plan: Plan, runs: list[RunSpec], work_dir: Path, figures_dir: Path) -> dict[str, Path | None]:
+    from megatron_crossbert.benchmarking.study.plan import flops_per_sample
+
     from . import plots
 
-    curves = {r.name: an.curve(plan, r, work_dir) for r in runs if r.group == "main"}
+    curves = an.arm_curves(plan, runs, work_dir, "main")
+    floor = [p.glue_average for p in an.reference_points(plan, runs, work_dir).values() if p.glue_average is not None]
     suffix = "" if plan.name == "cpu" else f"_{plan.name}"
-    ref = an.reference_point(plan, runs, work_dir)
-    floor = ref.average if ref else None
+    sweep = [(shape.label, flops_per_sample(plan, "crossbert", 0.5, True, shape) / 1e9,
+              list(an.values(points, an.HEADLINE).values())) for shape, points in an.sweep_points(plan, runs, work_dir)]
     return {
         "vs samples": plots.plot_curves(curves, "samples", plan.sample_steps * plan.global_batch,
-                                        figures_dir / f"probe_vs_samples{suffix}.png",
-                                        "Frozen-probe score vs samples seen", floor),
+                                        figures_dir / f"claims_vs_samples{suffix}.png", floor),
         "vs FLOPs": plots.plot_curves(curves, "flops", compute_budget_flops(plan),
-                                      figures_dir / f"probe_vs_flops{suffix}.png",
-                                      "Frozen-probe score vs model FLOPs", floor),
-        "sweep": plots.plot_sweep(an.sweep_table(plan, runs, work_dir), figures_dir / f"size_sweep{suffix}.png",
-                                  "CrossBERT (r=0.5, complementary): score vs size"),
+                                      figures_dir / f"claims_vs_flops{suffix}.png", floor),
+        "vs held-out loss": plots.plot_loss_vs_probe(curves, figures_dir / f"claims_vs_loss{suffix}.png"),
+        "sweep": plots.plot_sweep(sweep, figures_dir / f"claims_size_sweep{suffix}.png"),
     }
 
 
@@ -128,9 +143,10 @@ def follow_probes(plan: Plan, runs: list[RunSpec], work: Path, paths: Experiment
     from megatron_crossbert.benchmarking.study.train_stage import is_complete
 
     while True:
-        finished = all(is_complete(work, run) for run in runs)
+        finished, cpu = all(is_complete(work, run) for run in runs), _cpu_seconds()
         probed = run_probe_stage(plan, runs, work, paths.glue_dir, paths.probe_dir, limit=1,
                                  mteb_lite_dir=paths.mteb_lite_dir)
+        _save_status(work, _add_cpu(work, "probe", _cpu_seconds() - cpu))
         if probed:
             _run_stage("report", lambda: _report(plan, runs, work, paths), work)
         elif finished:
@@ -151,7 +167,7 @@ def run_experiment(paths: ExperimentPaths, plan_name: str = "cpu", stages: list[
     from megatron_crossbert.benchmarking.study.probe_stage import run_probe_stage
     from megatron_crossbert.benchmarking.study.train_stage import run_train_stage
 
-    plan, work = PLANS[plan_name], Path(paths.work_dir)
+    plan, work = resolve_plan(plan_name), Path(paths.work_dir)
     work.mkdir(parents=True, exist_ok=True)
     runs, wanted = all_runs(plan), stages or list(STAGES)
     if follow:

@@ -1,71 +1,77 @@
-"""What the sample-efficiency experiment trains and probes (a small-scale replication): its plans and runs.
+"""What the claims study trains and probes: its named plans and the runs of a plan.
 
-The paper's claim is "2x sample efficiency from complementary masking". At the scale two shared
-CPU cores allow (~35 minutes for everything) we can only test its *direction* on tiny models:
-same encoder for all three models, the same data order, the same optimizer and LR schedule.
+The paper's claims are: better frozen representations than BERT, 2x sample efficiency from complementary
+masking, and quality that rises with model size. A plan repeats every arm (``ARMS``: the MLM baseline,
+CrossBERT r=0.5 single view and complementary, the fastest complementary setting) with each of its seeds,
+on the same data and optimizer, plus the untrained reference and a model-size sweep.
 
-Budgets (the types and the FLOPs arithmetic are the library's ``benchmarking.study.plan``): every
-main run trains to ``max(sample budget, compute budget)`` steps and saves checkpoints along the way.
-A CrossBERT setting that is cheaper per sample trains longer to spend BERT's FLOPs; one that is
-dearer reaches the FLOPs budget before the sample budget.
+Budgets (the types and the FLOPs arithmetic are the library's ``benchmarking.study.plan``): every main
+run trains to ``max(sample budget, compute budget)`` steps and saves checkpoints along the way (the LR is
+constant after warm-up, so a checkpoint is the end of a shorter run). A setting cheaper per sample trains
+longer to spend BERT's FLOPs; a dearer one reaches the FLOPs budget before the sample budget.
 
-The model-size sweep trains CrossBERT (complementary, r=0.5) at three sizes on the same samples
-and checks that frozen-probe quality rises with size.
+The plans differ in sizes and budgets, not in code: the library's ``benchmarking/study/plans/*.yaml``
+holds the named ones (``resolve_plan``), and ``--plan FILE`` takes a user's own (a node, a cluster).
 """
 
 from __future__ import annotations
 
-from megatron_crossbert.benchmarking.study.plan import (MAIN_SETTINGS, ModelShape, Plan, RunSpec, compute_budget_flops,
-                                                        flops_per_sample, reference_runs, steps_for_flops)
-
-PLANS: dict[str, Plan] = {
-    "smoke": Plan(name="smoke", vocab_size=512, tokenizer_docs=500, corpus_bytes=100_000, seq_length=32,
-                  global_batch=4, micro_batch=4, sample_steps=2, save_interval=2, lr=1e-3, warmup=1,
-                  main_shape=ModelShape(32, 1, 2), sweep_shapes=[], sweep_steps=2, probe_max_train=40,
-                  probe_max_test=20, probe_max_len=32, glue_tasks=["SST-2"], jsonl_tasks=[],
-                  main_settings=["crossbert-compl"], reference=False),
-    "tiny": Plan(name="tiny", vocab_size=1024, tokenizer_docs=2000, corpus_bytes=400_000, seq_length=64,
-                 global_batch=8, micro_batch=8, sample_steps=6, save_interval=3, lr=1e-3, warmup=2,
-                 main_shape=ModelShape(64, 2, 2), sweep_shapes=[ModelShape(32, 1, 2), ModelShape(64, 2, 2)],
-                 sweep_steps=3, probe_max_train=60, probe_max_test=40, probe_max_len=64,
-                 glue_tasks=["SST-2", "STS-B"], jsonl_tasks=["rotten_tomatoes"]),
-    "cpu": Plan(name="cpu", vocab_size=4096, tokenizer_docs=20_000, corpus_bytes=3_000_000, seq_length=64,
-                global_batch=16, micro_batch=16, sample_steps=500, save_interval=50, lr=1e-3, warmup=20,
-                main_shape=ModelShape(128, 4, 4), sweep_shapes=[ModelShape(64, 2, 2), ModelShape(128, 4, 4),
-                                                                ModelShape(160, 4, 4)],
-                sweep_steps=100, probe_max_train=200, probe_max_test=100, probe_max_len=64,
-                mteb_lite_max_test=500),
-}
-
+from megatron_crossbert.benchmarking.study.plan import (ARMS, Arm, Plan, RunSpec, compute_budget_flops, flops_per_sample,
+                                                        steps_for_flops)
 
 def _round_up(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
 
 
+def seeds(plan: Plan) -> list[int | None]:
+    """The plan's seeds; one unnamed seed (the plan's ``seed``) when it lists none."""
+    return list(plan.seeds) or [None]
+
+
+def seeded(name: str, seed: int | None) -> str:
+    return name if seed is None else f"{name}-s{seed}"
+
+
+def arm_steps(plan: Plan, arm: Arm) -> int:
+    """max(sample budget, the steps that spend BERT's FLOPs budget), on the checkpoint grid."""
+    per_sample = flops_per_sample(plan, arm.arch, arm.mask_ratio, arm.complementary, plan.main_shape,
+                                  arm.decoder_width, arm.decoder_layers)
+    flops_steps = steps_for_flops(plan, compute_budget_flops(plan), per_sample)
+    return max(plan.sample_steps, _round_up(flops_steps, plan.save_interval))
+
+
 def main_runs(plan: Plan) -> list[RunSpec]:
-    """BERT, CrossBERT single view and complementary, each to max(sample, compute) budget steps."""
-    budget = compute_budget_flops(plan)
-    runs = []
-    for name, arch, ratio, compl in MAIN_SETTINGS:
-        if name not in plan.main_settings:
-            continue
-        per_sample = flops_per_sample(plan, arch, ratio, compl, plan.main_shape)
-        steps = max(plan.sample_steps, _round_up(steps_for_flops(plan, budget, per_sample), plan.save_interval))
-        runs.append(RunSpec(name, arch, ratio, compl, plan.main_shape, steps, plan.save_interval, "main"))
-    return runs
+    """Every chosen arm with every seed, seed by seed (a stopped study has whole seeds to compare)."""
+    arms = [arm for arm in ARMS if arm.name in plan.main_settings]
+    return [RunSpec(seeded(arm.name, seed), arm.arch, arm.mask_ratio, arm.complementary, plan.main_shape,
+                    arm_steps(plan, arm), plan.save_interval, "main", seed, arm.decoder_width, arm.decoder_layers)
+            for seed in seeds(plan) for arm in arms]
 
 
 def sweep_runs(plan: Plan) -> list[RunSpec]:
-    """CrossBERT complementary at each sweep size; the main shape reuses the main run's checkpoint."""
-    runs = []
-    for shape in plan.sweep_shapes:
-        if shape == plan.main_shape:
-            continue
-        runs.append(RunSpec(f"sweep-{shape.label}", "crossbert", 0.5, True, shape, plan.sweep_steps,
-                            plan.sweep_steps, "sweep"))
-    return runs
+    """CrossBERT complementary at each sweep size and seed; the main shape reuses the main run's checkpoint."""
+    return [RunSpec(seeded(f"sweep-{shape.label}", seed), "crossbert", 0.5, True, shape, plan.sweep_steps,
+                    plan.sweep_steps, "sweep", seed)
+            for seed in seeds(plan) for shape in plan.sweep_shapes if shape != plan.main_shape]
+
+
+def reference_runs(plan: Plan) -> list[RunSpec]:
+    """The encoder (practically) at initialisation, once per seed: one optimizer step, then saved (the
+    training CLI cannot save before the first step). The floor a pretrained encoder must beat."""
+    if not plan.reference:
+        return []
+    return [RunSpec(seeded("init-reference", seed), "crossbert", 0.5, True, plan.main_shape, 1, 1, "reference", seed)
+            for seed in seeds(plan)]
 
 
 def all_runs(plan: Plan) -> list[RunSpec]:
-    """Main runs first (they decide the comparisons), then the size sweep, then the reference."""
-    return main_runs(plan) + sweep_runs(plan) + reference_runs(plan)
+    """Main runs first (they decide the comparisons), then the references, then the size sweep."""
+    return main_runs(plan) + reference_runs(plan) + sweep_runs(plan)
+
+
+def arm_of(run: RunSpec) -> str:
+    """The arm (or sweep/reference name) a run repeats: its name without the seed suffix."""
+    return run.name if run.seed is None else run.name[: -len(f"-s{run.seed}")]
+
+
+

@@ -1,12 +1,12 @@
-"""Stage 3: the claims run. Equal-FLOPs bf16 pretraining on the shared corpus, then frozen probes.
+"""Stage 3: the claims study on one H200, in the stage's time. Equal-FLOPs bf16 pretraining, then frozen probes.
 
-Arms (one small encoder shape for all, ``cases.SIZES['claims']``: h=512, 8 layers, L=128): the MLM
-baseline (megatron-core BertModel), CrossBERT r=0.5 single view, CrossBERT r=0.5 complementary,
-and the untrained reference (one optimizer step). Everything runs through the library's study
-stages (``benchmarking.study``, which the sample-efficiency experiment uses too): the data stage
-(corpus subset, tokenizer, indexed dataset), the training stage (one ``crossbert-pretrain`` process
-per arm) and the probe stage (HF export, frozen features, linear probes on GLUE, here the full dev
-sets on the GPU; then MTEB-lite, STS12-16 and Banking77 scored by mteb, in full on the GPU).
+This is the claims study (``python -m experiments.claims``) with its ``h200`` plan (the CPU dry run: its
+``toy`` plan), both in the library's plan format (``benchmarking/study/plans``): the same arms (the MLM
+baseline, CrossBERT r=0.5 single view and complementary, the fastest complementary setting, the untrained
+reference), shapes, probes and study stages (``benchmarking.study``: the data stage, one
+``crossbert-pretrain`` process per arm, then the probe stage: HF export, frozen features, linear and
+k-NN probes on the full GLUE dev sets, MTEB-lite scored by mteb). What differs is the budget: a 330 s
+stage cannot run the plan's step counts, so the steps come from the time it has.
 
 Equal compute: the arms' speeds are measured first by the interleaved throughput benchmark at the
 claims shape; every arm then gets the same model-FLOPs budget F, chosen so that all arms together
@@ -28,15 +28,15 @@ import sys
 import time
 from pathlib import Path
 
-from megatron_crossbert.arch import get_arch
-from megatron_crossbert.benchmarking.study.plan import (MAIN_SETTINGS, ModelShape, Plan, RunSpec, flops_per_sample,
-                                                        reference_runs)
+from megatron_crossbert.benchmarking.study.plan import (ARMS, Arm, ModelShape, Plan, RunSpec, flops_per_sample,
+                                                        resolve_plan, run_flops_per_sample)
 
 from .plan import GLUE_TASKS, DeviceCheckConfig, config_from_dict, module_env, stage
 from .stage_io import log_tails, save_partial
 
-ARM_NAMES = tuple(name for name, *_ in MAIN_SETTINGS) + ("init-reference",)
-"""MLM baseline, CrossBERT single, CrossBERT complementary, untrained reference."""
+BENCH_ROWS = {"bert": "bert", "crossbert-single": "crossbert r=0.5 single", "crossbert-compl": "crossbert r=0.5 compl",
+              "crossbert-fast": "crossbert r=0.75 compl dec h/2x1L"}
+"""The ``crossbert-bench throughput`` row that measures each arm's speed (the benchmark's setting names)."""
 
 
 def glue_tasks(config: DeviceCheckConfig) -> list[str]:
@@ -50,66 +50,49 @@ def glue_tasks(config: DeviceCheckConfig) -> list[str]:
     return present
 
 
-PRESETS = {
-    "claims": dict(size="claims", tokenizer_docs=20_000, corpus_bytes=40_000_000, warmup=50, precision="bf16",
-                   probe_device="cuda", preprocess_workers=16, mteb_lite_max_test=None),
-    "claims-toy": dict(size="tiny", tokenizer_docs=2000, corpus_bytes=150_000, warmup=1, precision="fp32",
-                       probe_device="cpu", preprocess_workers=1, mteb_lite_max_test=20),
-}
-"""What differs between the H200 claims run and its CPU dry run (``--toy``)."""
+def named_plan(config: DeviceCheckConfig) -> Plan:
+    """The claims study's plan this stage runs: ``h200`` on the device, ``toy`` for the CPU dry run."""
+    return resolve_plan("toy" if config.toy else "h200")
 
 
 def claims_plan(config: DeviceCheckConfig, seed: int) -> Plan:
-    """The study Plan of the claims run; shape, L and batch from ``cases.SIZES``.
-
-    One checkpoint per run, at its end (``arm_runs`` sets the steps); the device probes the full
-    GLUE dev sets, the toy run subsamples them like the train sets.
-    """
-    from megatron_crossbert.benchmarking.cases import SIZES
-
-    name = "claims-toy" if config.toy else "claims"
-    preset = dict(PRESETS[name])
-    shape = SIZES[preset.pop("size")]
-    return Plan(name=name, vocab_size=shape["vocab_size"], seq_length=shape["seq_length"],
-                global_batch=shape["micro_batch_size"], micro_batch=shape["micro_batch_size"], sample_steps=1,
-                save_interval=1, lr=config.claims.lr,
-                main_shape=ModelShape(shape["hidden_size"], shape["num_layers"], shape["num_attention_heads"]),
-                sweep_shapes=[], sweep_steps=1, probe_max_train=config.claims.probe_max_train,
-                probe_max_test=config.claims.probe_max_train if config.toy else None,
-                probe_max_len=shape["seq_length"], glue_tasks=glue_tasks(config), jsonl_tasks=[], seed=seed,
-                **preset)
+    """The named plan for one seed of this stage: one checkpoint per run at its end (``arm_runs`` sets the
+    steps from the time budget), GLUE only; the CLI's ``--probe-max-train`` overrides the plan's rows.
+    The device probes the full GLUE dev sets; the toy run subsamples them like the train sets."""
+    plan = named_plan(config)
+    rows = config.claims.probe_max_train or plan.probe_max_train
+    return dataclasses.replace(plan, seed=seed, seeds=[], sample_steps=1, save_interval=1, sweep_shapes=[],
+                               sweep_steps=1, probe_max_train=rows, probe_max_test=rows if config.toy else None,
+                               glue_tasks=glue_tasks(config), jsonl_tasks=[], eval_iters=0)
 
 
-def calibrate(config: DeviceCheckConfig, work: Path) -> dict[str, float]:
-    """Samples/s of each trained arm at the claims shape, by the interleaved throughput benchmark.
+def plan_arms(plan: Plan) -> list[Arm]:
+    return [arm for arm in ARMS if arm.name in plan.main_settings]
 
-    Rows are matched to arms by what the model is (architecture; mask ratio and views where it draws
-    views: MLM rows carry none and one view). ``--only`` keeps the classic CrossBERT rows, so the one
-    other row is the modern family's MLM baseline, which no arm is.
-    """
+
+def _arm_flops(plan: Plan, arm: Arm) -> float:
+    return flops_per_sample(plan, arm.arch, arm.mask_ratio, arm.complementary, plan.main_shape, arm.decoder_width,
+                            arm.decoder_layers)
+
+
+def calibrate(config: DeviceCheckConfig, plan: Plan, work: Path) -> dict[str, float]:
+    """Samples/s of each trained arm at the claims shape, by the interleaved throughput benchmark (its row of
+    ``BENCH_ROWS``; the MLM reference row is always measured)."""
     from megatron_crossbert.benchmarking.study.commands import module_argv, run_logged
 
     out = work / "calibration.json"
+    rows = [BENCH_ROWS[arm.name] for arm in plan_arms(plan) if arm.name != "bert"]
     argv = module_argv("megatron_crossbert.cli.bench", "throughput", "--size", "tiny" if config.toy else "claims",
                        "--precision", "fp32" if config.toy else "bf16", "--steps", "1" if config.toy else "6",
-                       "--warmup", "0" if config.toy else "3", "--clock", "wall", "--only",
-                       "crossbert r=0.5 single", "crossbert r=0.5 compl", "--out", str(out))
+                       "--warmup", "0" if config.toy else "3", "--clock", "wall", "--only", *rows, "--out", str(out))
     run_logged(argv, work, "calibration")
-    results = json.loads(out.read_text())["results"]
-    measured = {(r["arch"], r["mask_ratio"], r["views"]): r["samples_per_s"] for r in results}
-    rates = {}
-    for name, arch, ratio, compl in MAIN_SETTINGS:
-        key = (arch, ratio, 2 if compl else 1) if get_arch(arch).uses_views else (arch, None, 1)
-        if key in measured:
-            rates[name] = measured[key]
-    return rates
+    measured = {r["name"]: r["samples_per_s"] for r in json.loads(out.read_text())["results"]}
+    return {arm.name: measured[BENCH_ROWS[arm.name]] for arm in plan_arms(plan) if BENCH_ROWS[arm.name] in measured}
 
 
 def flops_budget(plan: Plan, rates: dict[str, float], train_seconds: float) -> float:
     """Model FLOPs per arm such that all arms together train for ``train_seconds`` at ``rates``."""
-    seconds_per_flop = 0.0
-    for name, arch, ratio, compl in MAIN_SETTINGS:
-        seconds_per_flop += 1.0 / (flops_per_sample(plan, arch, ratio, compl, plan.main_shape) * rates[name])
+    seconds_per_flop = sum(1.0 / (_arm_flops(plan, arm) * rates[arm.name]) for arm in plan_arms(plan))
     return train_seconds / seconds_per_flop
 
 
@@ -121,11 +104,14 @@ def toy_flops_budget(plan: Plan, bert_steps: int = 2) -> float:
 def arm_runs(plan: Plan, budget_flops: float) -> list[RunSpec]:
     """One run per arm for ``plan.seed``: the trained arms to ``budget_flops``, then the reference."""
     runs = []
-    for name, arch, ratio, compl in MAIN_SETTINGS:
-        per_step = flops_per_sample(plan, arch, ratio, compl, plan.main_shape) * plan.global_batch
-        steps = max(1, round(budget_flops / per_step))
-        runs.append(RunSpec(f"{name}-s{plan.seed}", arch, ratio, compl, plan.main_shape, steps, steps, "main"))
-    return runs + [dataclasses.replace(run, name=f"{run.name}-s{plan.seed}") for run in reference_runs(plan)]
+    for arm in plan_arms(plan):
+        steps = max(1, round(budget_flops / (_arm_flops(plan, arm) * plan.global_batch)))
+        runs.append(RunSpec(f"{arm.name}-s{plan.seed}", arm.arch, arm.mask_ratio, arm.complementary, plan.main_shape,
+                            steps, steps, "main", plan.seed, arm.decoder_width, arm.decoder_layers))
+    if plan.reference:
+        runs.append(RunSpec(f"init-reference-s{plan.seed}", "crossbert", 0.5, True, plan.main_shape, 1, 1, "reference",
+                            plan.seed))
+    return runs
 
 
 def arm_of(run: RunSpec) -> str:
@@ -198,7 +184,7 @@ def _arm_records(plan: Plan, runs: list[RunSpec], work: Path, rates: dict[str, f
     records = []
     for run in runs:
         samples = run.train_steps * plan.global_batch
-        per_sample = flops_per_sample(plan, run.arch, run.mask_ratio, run.complementary, run.shape)
+        per_sample = run_flops_per_sample(plan, run)
         records.append({"run": run.name, "arm": arm_of(run), "seed": plan.seed, "steps": run.train_steps,
                         "samples": samples, "model_flops": per_sample * samples,
                         "predicted_train_s": samples / rates[arm_of(run)] if arm_of(run) in rates else None,
@@ -242,13 +228,14 @@ def run_claims(config: DeviceCheckConfig) -> dict:
     work = root / "claims"
     work.mkdir(parents=True, exist_ok=True)
     config = dataclasses.replace(config, work_dir=str(work))
-    plan = claims_plan(config, config.claims.seeds[0])
+    seeds = config.claims.seeds or named_plan(config).seeds
+    plan = claims_plan(config, seeds[0])
     data = run_data_stage(plan, work, config.corpus)
-    rates = calibrate(config, work)
+    rates = calibrate(config, plan, work)
     budget = toy_flops_budget(plan) if config.toy else flops_budget(plan, rates, config.claims.train_seconds)
     result = {"plan": _plan_facts(plan, budget, rates), "data": data["subset"], "seeds": [], "skipped_seeds": []}
     save_partial(root, "claims", result)
-    for seed in config.claims.seeds:
+    for seed in seeds:
         elapsed = time.time() - start
         needed = max((s["train_s"] + s["probe_s"] for s in result["seeds"]), default=0.0)
         if result["seeds"] and elapsed + needed > stage("claims").budget(config.toy):

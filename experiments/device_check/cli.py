@@ -44,10 +44,10 @@ def _add_run(sub) -> None:
                    help="MTEB-lite folders (STS12-16, Banking77) the claims checkpoints are scored on")
     p.add_argument("--train-seconds", type=float, default=ClaimsSettings.train_seconds,
                    help="claims run: wall time of all arms' training together (sets the FLOPs budget)")
-    p.add_argument("--seeds", type=int, nargs="+", default=ClaimsSettings().seeds,
-                   help="claims run seeds; later ones run only if time is left")
-    p.add_argument("--probe-max-train", type=int, default=ClaimsSettings.probe_max_train,
-                   help="claims run: train rows per probe task")
+    p.add_argument("--seeds", type=int, nargs="+", default=None,
+                   help="claims run seeds (default: the h200 plan's); later ones run only if time is left")
+    p.add_argument("--probe-max-train", type=int, default=None,
+                   help="claims run: train rows per probe task (default: the h200 plan's)")
     p.add_argument("--command", default="", help="the exact command line to record (set by the shell script)")
 
 

@@ -84,19 +84,18 @@ class ClaimsSettings:
 
     train_seconds: float = 150.0
     """Wall time all arms' training together should take; sets the shared FLOPs budget."""
-    seeds: list[int] = field(default_factory=lambda: [1234, 1235])
-    """Seeds in order; each after the first runs only if the previous one's time still fits the budget."""
-    probe_max_train: int = 2000
-    """Train rows per probe task (the dev sets are always used in full on the device)."""
+    seeds: list[int] | None = None
+    """Seeds in order (None: the plan's); each after the first runs only if the previous one's time still fits."""
+    probe_max_train: int | None = None
+    """Train rows per probe task (None: the plan's; the dev sets are always used in full on the device)."""
     probe_workers: int = 4
     """Processes probing checkpoints in parallel (sklearn is CPU-bound; the device has 16 cores)."""
-    lr: float = 5e-4
-    """Peak learning rate of every arm (constant after warm-up, as in the sample-efficiency plan)."""
 
     def __post_init__(self) -> None:
-        if self.train_seconds <= 0 or self.probe_max_train < 2 or self.probe_workers < 1 or self.lr <= 0:
-            raise ValueError("ClaimsSettings: train_seconds, lr > 0, probe_max_train >= 2, probe_workers >= 1")
-        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+        if self.train_seconds <= 0 or (self.probe_max_train is not None and self.probe_max_train < 2) \
+                or self.probe_workers < 1:
+            raise ValueError("ClaimsSettings: train_seconds > 0, probe_max_train >= 2, probe_workers >= 1")
+        if self.seeds is not None and (not self.seeds or len(set(self.seeds)) != len(self.seeds)):
             raise ValueError(f"ClaimsSettings.seeds must be distinct and non-empty, got {self.seeds}")
 
 

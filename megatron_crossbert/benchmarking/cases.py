@@ -159,13 +159,20 @@ def make_run_config(shape: dict, setting: BenchSetting, precision: str = "fp32",
 
 def _decoder_fields(shape: dict, setting: BenchSetting) -> dict:
     """Decoder depth and (for a narrower decoder) width and heads; none for the MLM baselines."""
-    if not get_arch(setting.arch).has_reconstruction_decoder:
-        return {"decoder_num_layers": 0}
     layers = shape["decoder_num_layers"] if setting.decoder_layers is None else setting.decoder_layers
-    if setting.decoder_width == 1.0:
+    return decoder_fields(setting.arch, shape["hidden_size"], shape["num_attention_heads"], layers,
+                          setting.decoder_width)
+
+
+def decoder_fields(arch: str, hidden_size: int, num_heads: int, layers: int, width: float = 1.0) -> dict:
+    """The model section's decoder keys: depth and, below full width, width and heads scaled by ``width``
+    (the benchmark's rows and the study's arms both build their decoders here)."""
+    if not get_arch(arch).has_reconstruction_decoder:
+        return {"decoder_num_layers": 0}
+    if width == 1.0:
         return {"decoder_num_layers": layers}
-    return {"decoder_num_layers": layers, "decoder_hidden_size": round(shape["hidden_size"] * setting.decoder_width),
-            "decoder_num_attention_heads": max(1, round(shape["num_attention_heads"] * setting.decoder_width))}
+    return {"decoder_num_layers": layers, "decoder_hidden_size": round(hidden_size * width),
+            "decoder_num_attention_heads": max(1, round(num_heads * width))}
 
 
 def default_cases(size: str = "cpu", precision: str = "fp32", transformer_impl: str = "auto",

@@ -2,7 +2,7 @@
 
 Each subcommand parses options into the importable function that does the work
 (``megatron_crossbert.benchmarking``), prints a markdown table on stdout and writes JSON. The
-sample-efficiency study is an experiment of the repository (``python -m experiments.sample_efficiency``).
+claims study is an experiment of the repository (``python -m experiments.claims``).
 """
 
 from __future__ import annotations

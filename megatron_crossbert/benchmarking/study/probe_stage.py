@@ -19,7 +19,7 @@ import os
 import time
 from pathlib import Path
 
-from megatron_crossbert.benchmarking.study.plan import (Plan, RunSpec, compute_budget_flops, flops_per_sample,
+from megatron_crossbert.benchmarking.study.plan import (Plan, RunSpec, compute_budget_flops, run_flops_per_sample,
                                                         steps_for_flops)
 from megatron_crossbert.benchmarking.study.train_stage import checkpoints, run_dir
 from megatron_crossbert.checkpoint.directories import latest_iteration
@@ -40,27 +40,28 @@ def probe_config(plan: Plan, work_dir: Path):
     from megatron_crossbert.evaluation.probing.runner import ProbeRunConfig
 
     return ProbeRunConfig(max_train=plan.probe_max_train, max_test=plan.probe_max_test,
-                          max_len=plan.probe_max_len, cache_dir=str(work_dir / "eval_cache"), device=plan.probe_device)
+                          max_len=plan.probe_max_len, cache_dir=str(work_dir / "eval_cache"), device=plan.probe_device,
+                          knn=plan.probe_knn)
 
 
 def key_iterations(plan: Plan, run: RunSpec) -> list[int]:
     """The checkpoints the comparisons read: sample budget, nearest-to-compute budget, sweep step."""
     if run.group != "main":
         return [plan.sweep_steps if run.group == "sweep" else run.train_steps]
-    per_sample = flops_per_sample(plan, run.arch, run.mask_ratio, run.complementary, run.shape)
+    per_sample = run_flops_per_sample(plan, run)
     flops_step = steps_for_flops(plan, compute_budget_flops(plan), per_sample)
     nearest = max(plan.save_interval, round(flops_step / plan.save_interval) * plan.save_interval)
     return list(dict.fromkeys([plan.sample_steps, nearest, plan.sweep_steps]))
 
 
 def targets(work_dir: Path, run: RunSpec, plan: Plan) -> list[tuple[int, Path]]:
-    """Checkpoints to probe, key budget points first (they decide the tables), then the rest of
-    the curve; sweep runs only at the sweep step; never beyond ``latest``."""
+    """Checkpoints to probe, key budget points first (they decide the tables), then the curve's points
+    (every ``plan.probe_every`` steps); sweep runs only at the sweep step; never beyond ``latest``."""
     latest = latest_iteration(run_dir(work_dir, run)) or 0
-    found = [(it, path) for it, path in checkpoints(work_dir, run) if it <= latest]
-    if run.group != "main":
-        found = [(it, path) for it, path in found if it in key_iterations(plan, run)]
     keys = key_iterations(plan, run)
+    every = plan.probe_every if run.group == "main" and plan.probe_every else None
+    found = [(it, path) for it, path in checkpoints(work_dir, run) if it <= latest and
+             (it in keys or (run.group == "main" and (every is None or it % every == 0)))]
     return sorted(found, key=lambda item: (item[0] not in keys, item[0]))
 
 

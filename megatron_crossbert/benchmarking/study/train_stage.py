@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 from megatron_crossbert.benchmarking.study.commands import module_argv, run_logged
-from megatron_crossbert.benchmarking.study.plan import Plan, RunSpec, run_config
+from megatron_crossbert.benchmarking.study.plan import Plan, RunSpec, run_spec_config
 from megatron_crossbert.checkpoint.directories import ITER_PREFIX, RUN_CONFIG_FILE, latest_iteration
 
 
@@ -24,7 +24,7 @@ def run_dir(work_dir: Path, run: RunSpec) -> Path:
 def resolved_config(plan: Plan, run: RunSpec, work_dir: Path, data_prefix: str, tokenizer: str,
                     vocab_size: int) -> dict:
     """The run's RunConfig as a dict: plan shape plus data, tokenizer and checkpoint settings."""
-    raw = run_config(plan, run.arch, run.mask_ratio, run.complementary, run.shape, run.train_steps).to_dict()
+    raw = run_spec_config(plan, run).to_dict()
     raw["model"]["vocab_size"] = vocab_size
     raw["data"].update(data_path=[data_prefix], tokenizer=tokenizer)
     raw["checkpoint"].update(save_dir=str(run_dir(work_dir, run)), save_interval=run.save_interval, keep_last=0)
@@ -64,3 +64,22 @@ def checkpoints(work_dir: Path, run: RunSpec) -> list[tuple[int, Path]]:
         if (path / RUN_CONFIG_FILE).is_file() and path.name[len(ITER_PREFIX):].isdigit():
             found.append((int(path.name[len(ITER_PREFIX):]), path))
     return found
+
+
+VALID_LOSS_TAG = "valid/loss"
+"""The TensorBoard scalar ``crossbert-pretrain`` writes at every ``training.eval_interval`` (held-out MLM or
+reconstruction loss on the split's validation documents)."""
+
+
+def valid_losses(work_dir: Path, run: RunSpec) -> dict[int, float]:
+    """{iteration: held-out loss} from the run's TensorBoard events (a resumed run's last value per step)."""
+    folder = run_dir(work_dir, run) / "tensorboard"
+    if not folder.is_dir():
+        return {}
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+    events.Reload()
+    if VALID_LOSS_TAG not in events.Tags().get("scalars", []):
+        return {}
+    return {int(event.step): float(event.value) for event in events.Scalars(VALID_LOSS_TAG)}

@@ -1,0 +1,256 @@
+"""The claims study's part of ``docs/results.md``: tables with intervals, figures and one verdict per claim.
+
+Every number is read from the study's files (probe JSONs, TensorBoard events, ``commands.jsonl``,
+``status.json``); the verdict sentences are generated from the intervals (``stats.verdict``), so a claim
+reads "supported" or "contradicted" only where the 95% interval of the paired difference excludes zero.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from megatron_crossbert.arch import get_arch
+from megatron_crossbert.benchmarking.report import fmt, markdown_table
+from megatron_crossbert.benchmarking.study.commands import read_command_log
+from megatron_crossbert.benchmarking.study.plan import Plan, RunSpec, compute_budget_flops, run_flops_per_sample
+from megatron_crossbert.benchmarking.study.stats import NOT_RESOLVED, Interval, paired_difference, verdict
+
+from . import analysis as an
+from .pipeline import CPU_KEY
+from .plan import arm_of, seeds
+
+REFERENCE = "untrained"
+CHALLENGERS = ("crossbert-single", "crossbert-compl", "crossbert-fast")
+
+
+def _text(interval: Interval | None) -> str:
+    return "—" if interval is None else interval.text()
+
+
+def _signed(interval: Interval | None) -> str:
+    if interval is None:
+        return "—"
+    if interval.half_width is None:
+        return f"{interval.mean:+.1f} (n={interval.n})"
+    return f"{interval.mean:+.1f} ± {interval.half_width:.1f}"
+
+
+def _plan_text(plan: Plan, runs: list[RunSpec], work_dir: Path) -> str:
+    subset = work_dir / "corpus_subset.json"
+    corpus = json.loads(subset.read_text()) if subset.is_file() else None
+    seed_list = ", ".join(str(s) for s in seeds(plan) if s is not None) or str(plan.seed)
+    lines = [f"- Plan `{plan.name}` (`experiments/claims/plans/{plan.name}.yaml`): L={plan.seq_length}, global batch "
+             f"{plan.global_batch}, AdamW lr {plan.lr} constant after {plan.warmup} warm-up steps, {plan.precision}, "
+             f"one process; seeds {seed_list} (a seed sets the initialisation, the data order and the masks).",
+             f"- Corpus: {fmt(corpus['bytes'] / 1e6, 1) if corpus else '?'} MB of the corpus (`--corpus`), round-robin "
+             f"over its sources, split {plan.split} (train/held-out/test); tokenizer: unigram, vocab {plan.vocab_size}.",
+             f"- Probes: frozen encoder, mean-pooled last layer; linear (logistic regression, ridge for STS-B, C by CV "
+             f"on train) and k-NN (cosine, k={plan.probe_knn}) on GLUE {', '.join(plan.glue_tasks)} (train "
+             f"subsampled to {fmt(plan.probe_max_train, 0)} rows, {_test_rows(plan)})"
+             f"{' and the probe tasks ' + ', '.join(plan.jsonl_tasks) if plan.jsonl_tasks else ''}; MTEB-lite "
+             f"(STS12-16, Banking77; {fmt(plan.mteb_lite_max_test, 0) if plan.mteb_lite_max_test else 'all'} test "
+             f"rows each); held-out loss on {plan.eval_iters} batches at every checkpoint.",
+             f"- Budgets: {plan.sample_steps * plan.global_batch} samples; equal compute = BERT's model FLOPs on "
+             f"them, {fmt(compute_budget_flops(plan) / 1e12, 2)} TFLOP."]
+    rows, seen = [], set()
+    for run in runs:
+        if arm_of(run) in seen:
+            continue
+        seen.add(arm_of(run))
+        views = "—" if not get_arch(run.arch).uses_views else \
+            f"r={run.mask_ratio}, {'2 views' if run.complementary else '1 view'}, decoder {run.decoder_layers}L"
+        width = "" if run.decoder_width == 1.0 else f" x{run.decoder_width:g} width"
+        rows.append([arm_of(run), run.arch, views + width, run.shape.label, run.train_steps,
+                     fmt(run_flops_per_sample(plan, run) / 1e9, 3), run.group])
+    header = ["arm", "arch", "masking", "encoder", "steps", "GFLOP/sample", "group"]
+    return "\n".join(lines) + "\n\n" + markdown_table(header, rows)
+
+
+def _test_rows(plan: Plan) -> str:
+    return "**full dev sets**" if plan.probe_max_test is None else f"dev subsampled to {plan.probe_max_test} rows"
+
+
+def _cost_text(work_dir: Path, status: dict) -> str:
+    """Wall seconds of every command and CPU-hours of every stage (``status.json``'s ``cpu_seconds:*`` keys)."""
+    log = read_command_log(work_dir)
+    train = sum(e["seconds"] for e in log if "cli.pretrain" in " ".join(e["argv"]))
+    cpu = {key[len(CPU_KEY):]: value for key, value in status.items() if key.startswith(CPU_KEY)}
+    parts = [f"{len(log)} commands ran ({fmt(train / 60, 1)} min of training wall time)."]
+    if cpu:
+        by_kind: dict[str, float] = {}
+        for stage, seconds in cpu.items():
+            by_kind[stage.split(":")[0]] = by_kind.get(stage.split(":")[0], 0.0) + seconds
+        parts.append("CPU time by stage (this process and its children): " + ", ".join(
+            f"{kind} {seconds / 3600:.2f} h" for kind, seconds in by_kind.items()) +
+            f"; {sum(by_kind.values()) / 3600:.2f} CPU-hours in all.")
+    notes = work_dir / "NOTES.md"
+    if notes.is_file():
+        parts.append("How the study was driven (`NOTES.md`):\n\n" + notes.read_text().strip())
+    return " ".join(parts[:2]) + ("\n\n" + parts[2] if len(parts) > 2 else "")
+
+
+def _budget_table(points: dict[str, dict[int, an.Point]], reference: dict[int, an.Point]) -> str:
+    """Arm x metric, mean ± 95% interval over the seeds; the untrained encoder last."""
+    rows = []
+    for arm, by_seed in [*points.items(), (REFERENCE, reference)]:
+        step = sorted({p.iteration for p in by_seed.values()})
+        rows.append([arm, "/".join(str(s) for s in step) or "—", len(by_seed),
+                     *[_text(an.cell(by_seed, metric)) for metric in an.METRICS]])
+    return markdown_table(["arm", "step", "seeds", *an.METRICS.values()], rows)
+
+
+def _difference_table(points: dict[str, dict[int, an.Point]], reference: dict[int, an.Point]) -> tuple[str, dict]:
+    """CrossBERT arm minus BERT (and BERT minus untrained), paired by seed, per metric, with verdicts."""
+    bert = points.get("bert", {})
+    pairs = [(arm, f"{arm} − bert", points[arm], bert) for arm in CHALLENGERS if arm in points]
+    pairs.append(("bert", "bert − untrained", bert, reference))
+    rows, verdicts = [], {}
+    for arm, label, a, b in pairs:
+        diffs = {metric: an.difference(a, b, metric) for metric in an.METRICS}
+        verdicts[arm] = diffs
+        rows.append([label, *[f"{_signed(d)} ({_short(verdict(d, 'better', 'worse'))})" for d in diffs.values()]])
+    return markdown_table(["difference", *an.METRICS.values()], rows), verdicts
+
+
+def _short(text: str) -> str:
+    return "n.r." if text == NOT_RESOLVED else text
+
+
+def _claim_one(plan: Plan, runs: list[RunSpec], work_dir: Path) -> tuple[str, dict]:
+    curves = an.arm_curves(plan, runs, work_dir, "main")
+    reference = an.reference_points(plan, runs, work_dir)
+    parts, found = [], {}
+    for budget, title in (("samples", f"Equal samples ({plan.sample_steps * plan.global_batch} sequences)"),
+                          ("flops", f"Equal compute (BERT's {fmt(compute_budget_flops(plan) / 1e12, 2)} TFLOP, "
+                                    "nearest checkpoint)")):
+        points = an.read_budget(plan, curves, budget)
+        table, verdicts = _difference_table(points, reference)
+        found[budget] = verdicts
+        parts += [f"#### {title}", "Mean ± 95% interval over the seeds (score 0-100):",
+                  _budget_table(points, reference),
+                  "Paired differences (per seed, then mean ± 95% interval); n.r. = not resolved at this scale:", table]
+    return "\n\n".join(parts), found
+
+
+def _calibration_text(plan: Plan, runs: list[RunSpec], work_dir: Path) -> str:
+    rows = an.calibration(plan, runs, work_dir)
+    if not rows:
+        return "Not measured yet (BERT's checkpoints and the untrained reference are probed first)."
+    table = markdown_table(["BERT step", "samples", "BERT GLUE linear", "BERT − untrained (paired)", "verdict"],
+                           [[r["iteration"], r["samples"], _text(r["bert"]), _signed(r["gap"]),
+                             verdict(r["gap"], "beats untrained", "below untrained")] for r in rows])
+    first = next((r for r in rows if r["gap"] is not None and r["gap"].low is not None and r["gap"].low > 0), None)
+    if first:
+        found = (f"The smallest budget at which BERT beats the untrained encoder on the frozen GLUE average by more "
+                 f"than its seed noise: **{first['samples']} samples** (step {first['iteration']}, "
+                 f"{_signed(first['gap'])} points).")
+    else:
+        found = ("**No budget in this plan gets BERT above the untrained encoder by more than its seed noise** on the "
+                 "frozen GLUE average; the largest budget that fits this machine was run and everything is reported.")
+    return table + "\n\n" + found
+
+
+def _efficiency_text(plan: Plan, runs: list[RunSpec], work_dir: Path) -> tuple[str, dict]:
+    curves = an.arm_curves(plan, runs, work_dir, "main")
+    rows, found = [], {}
+    for arm in CHALLENGERS:
+        if arm not in curves or "bert" not in curves:
+            continue
+        result = an.efficiency(plan, curves, arm)
+        found[arm] = result
+        per_seed = ", ".join(f"s{s}: {'≥ ' if s in result['bounded'] else ''}{f:.2f}x"
+                             for s, f in sorted(result["factors"].items())) or "—"
+        missed = ", ".join(f"s{s}" for s in result["missed"]) or "none"
+        rows.append([arm, per_seed, missed, _factor_text(result["interval"])])
+    text = ("Samples an arm needed to reach its seed's BERT score at the sample budget (frozen GLUE linear average, "
+            "interpolated between checkpoints); factor = BERT's samples / those. The paper claims 2x. A seed whose "
+            "curve never reaches BERT's score has no factor (listed); ≥ marks a seed already there at its first "
+            "checkpoint (a lower bound).\n\n")
+    return text + markdown_table(["arm", "factor per seed", "never reached", "geometric mean [95% interval]"], rows), found
+
+
+def _sweep_text(plan: Plan, runs: list[RunSpec], work_dir: Path) -> tuple[str, str]:
+    rows = an.sweep_points(plan, runs, work_dir)
+    table = markdown_table(["encoder", "seeds", *an.METRICS.values()],
+                           [[shape.label, len(points), *[_text(an.cell(points, m)) for m in an.METRICS]]
+                            for shape, points in rows])
+    steps = []
+    for (small, a), (large, b) in zip(rows, rows[1:]):
+        diff = paired_difference(an.values(b, an.HEADLINE), an.values(a, an.HEADLINE))
+        steps.append((f"{large.label} − {small.label}", diff))
+    outcomes = [verdict(d, "rises", "falls") for _, d in steps]
+    if steps and all(o == "rises" for o in outcomes):
+        overall = "supported: every step up in size raises the score beyond the seed noise"
+    elif "falls" in outcomes:
+        overall = "contradicted: a larger encoder scores lower beyond the seed noise"
+    else:
+        overall = NOT_RESOLVED
+    lines = "\n".join(f"- {label}: {_signed(d)} ({_short(verdict(d, 'rises', 'falls'))})" for label, d in steps)
+    return (f"CrossBERT r=0.5 complementary at three sizes, each after {plan.sweep_steps} steps "
+            f"({plan.sweep_steps * plan.global_batch} samples):\n\n{table}\n\nPaired steps up in size (GLUE linear):\n\n"
+            f"{lines}"), overall
+
+
+def _factor_text(interval: Interval | None) -> str:
+    """``'1.31x [0.92, 1.86]'``: the geometric mean and its 95% interval."""
+    if interval is None:
+        return "—"
+    return f"{interval.mean:.2f}x" + ("" if interval.low is None else f" [{interval.low:.2f}, {interval.high:.2f}]")
+
+
+def _efficiency_verdict(result: dict) -> str:
+    """2x claim: supported when the interval lies at or above 2, contradicted below it (never from lower
+    bounds); and whether the factor is above 1x."""
+    factor = result.get("interval")
+    if factor is None or factor.low is None:
+        return NOT_RESOLVED + " (fewer than two seeds reached BERT's score)"
+    if result["bounded"] and factor.high < 2:
+        return NOT_RESOLVED + " (lower bounds only: the arm was there at its first checkpoint)"
+    claim = "supported" if factor.low >= 2 else "contradicted" if factor.high < 2 else NOT_RESOLVED
+    gain = "above 1x" if factor.low > 1 else "below 1x" if factor.high < 1 else "1x inside the interval"
+    return f"{claim} for 2x; {gain}"
+
+
+def _paragraph(name: str, verdicts: dict, metric: str = an.HEADLINE) -> str:
+    parts = []
+    for budget, label in (("samples", "equal samples"), ("flops", "equal compute")):
+        diff = verdicts.get(budget, {}).get(name, {}).get(metric)
+        parts.append(f"{label} {_signed(diff)} ({verdict(diff)})")
+    return "; ".join(parts)
+
+
+def _figures(figures: dict[str, Path | None], docs_dir: Path) -> str:
+    shown = [f"![{key}]({os.path.relpath(path, docs_dir)})" for key, path in figures.items() if path]
+    return "\n\n".join(shown) or "No figures yet."
+
+
+def claims_section(plan: Plan, runs: list[RunSpec], work_dir: Path, figures: dict[str, Path | None],
+                   docs_dir: Path, status: dict) -> str:
+    """The whole study section: verdicts first, then how they were measured."""
+    claim_one, verdicts = _claim_one(plan, runs, work_dir)
+    efficiency, factors = _efficiency_text(plan, runs, work_dir)
+    sweep, scaling = _sweep_text(plan, runs, work_dir)
+    compl = factors.get("crossbert-compl", {})
+    factor = _factor_text(compl.get("interval"))
+    claims = "\n".join([
+        f"- **Better frozen representations than BERT** (frozen GLUE linear average, CrossBERT complementary − "
+        f"BERT): {_paragraph('crossbert-compl', verdicts)}. Single view: {_paragraph('crossbert-single', verdicts)}. "
+        f"Fastest setting: {_paragraph('crossbert-fast', verdicts)}.",
+        f"- **2x sample efficiency** (complementary): factor {factor} ({_efficiency_verdict(compl)}).",
+        f"- **Quality rises monotonically with size**: {scaling}.",
+        f"- **Training helps at all** (BERT − untrained): {_paragraph('bert', verdicts)}."])
+    states = [f"`{k}`: {v}" for k, v in status.items()
+              if isinstance(v, str) and not k.startswith(CPU_KEY) and not v.startswith("done")]
+    return "\n\n".join([
+        "## The paper's claims, with seeds and intervals (issue 26)",
+        "Verdicts (a verdict only where the 95% interval of the paired difference excludes zero):\n\n" + claims,
+        "Stages not done when this page was written: " + ("; ".join(states) if states else "none") + ".",
+        "### What was run", _plan_text(plan, runs, work_dir), _cost_text(work_dir, status),
+        "### Calibration: when does the MLM baseline beat an untrained encoder?",
+        _calibration_text(plan, runs, work_dir),
+        "### Claim 1: frozen representations", claim_one,
+        "### Claim 2: sample efficiency", efficiency,
+        "### Claim 3: model size", sweep,
+        "### Figures", _figures(figures, docs_dir)])
