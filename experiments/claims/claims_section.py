@@ -18,8 +18,7 @@ from megatron_crossbert.benchmarking.study.plan import Plan, RunSpec, compute_bu
 from megatron_crossbert.benchmarking.study.stats import NOT_RESOLVED, Interval, paired_difference, verdict
 
 from . import analysis as an
-from .pipeline import CPU_KEY
-from .plan import arm_of, seeds
+from .plan import CPU_KEY, arm_of, seeds
 
 REFERENCE = "untrained"
 CHALLENGERS = ("crossbert-single", "crossbert-compl", "crossbert-fast")

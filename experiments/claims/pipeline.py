@@ -18,7 +18,7 @@ from pathlib import Path
 from megatron_crossbert.benchmarking.study.plan import Plan, RunSpec, compute_budget_flops, resolve_plan
 
 from . import analysis as an
-from .plan import all_runs
+from .plan import CPU_KEY, all_runs
 
 STAGES = ("data", "train", "probe", "report")
 
@@ -90,11 +90,6 @@ def _run_stage(name: str, fn, work_dir: Path) -> bool:
         print(f"[claims] stage {name} failed: {err}", flush=True)
     _save_status(work_dir, {name: state, **_add_cpu(work_dir, name, _cpu_seconds() - cpu)})
     return ok
-
-
-CPU_KEY = "cpu_seconds:"
-"""``status.json`` keys ``cpu_seconds:<stage>``: one key per stage, so a trainer and a follower that both
-update the file (``_save_status`` merges by key) never overwrite each other's count."""
 
 
 def _add_cpu(work_dir: Path, name: str, seconds: float) -> dict:
