@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from megatron_crossbert.benchmarking.study.plan import (ARMS, Arm, Plan, RunSpec, compute_budget_flops, flops_per_sample,
                                                         steps_for_flops)
+
 CPU_KEY = "cpu_seconds:"
 """``status.json`` keys ``cpu_seconds:<stage>``: one key per stage, so a trainer and a follower that both
 update the file (the pipeline merges it by key) never overwrite each other's count."""
