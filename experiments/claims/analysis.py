@@ -17,12 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from megatron_crossbert.benchmarking.study.plan import Plan, RunSpec, compute_budget_flops, run_flops_per_sample
+from megatron_crossbert.benchmarking.study.plan import Plan, RunSpec, arm_of, compute_budget_flops, run_flops_per_sample
 from megatron_crossbert.benchmarking.study.probe_stage import load_probe_results
 from megatron_crossbert.benchmarking.study.stats import Interval, mean_interval, paired_difference, ratio_interval
 from megatron_crossbert.benchmarking.study.train_stage import valid_losses
-
-from .plan import arm_of
+from megatron_crossbert.evaluation.probing.metrics import average_scores
 
 HEADLINE = "glue_average"
 
@@ -46,16 +45,11 @@ class Point:
     tasks: dict[str, float] = field(default_factory=dict)
 
 
-def _mean(values: list) -> float | None:
-    values = [v for v in values if v is not None]
-    return sum(values) / len(values) if values else None
-
-
 def _point(plan: Plan, per_sample: float, iteration: int, report: dict, loss: float | None) -> Point:
     samples = iteration * plan.global_batch
     summary = report.get("summary", {})
     tasks = {name: entry["score"] for name, entry in report.get("tasks", {}).items()}
-    in_domain = _mean([score for name, score in tasks.items() if not report["tasks"][name]["spec"]["glue"]])
+    in_domain = average_scores({name: score for name, score in tasks.items() if not report["tasks"][name]["spec"]["glue"]})
     return Point(iteration, samples, samples * per_sample, summary.get("average"), summary.get("glue_average"),
                  summary.get("knn_glue_average"), in_domain, (report.get("mteb_lite") or {}).get("average"), loss,
                  tasks)
@@ -87,10 +81,22 @@ def closest_flops(points: list[Point], flops: float) -> Point | None:
     return min(points, key=lambda p: (abs(p.flops - flops), p.flops)) if points else None
 
 
-def reference_points(plan: Plan, runs: list[RunSpec], work_dir: Path) -> dict[int, Point]:
+@dataclass
+class StudyCurves:
+    """Every probed point of a study, read once per report (probe JSONs and TensorBoard events)."""
+
+    main: dict[str, dict[int, list[Point]]]
+    """{arm: {seed: curve}} of the main runs."""
+    sweep: dict[str, dict[int, list[Point]]]
+    """{sweep name: {seed: curve}} of the size sweep's runs (the main shape is the main compl arm's)."""
+    reference: dict[int, Point]
     """{seed: the untrained encoder's point}."""
+
+
+def load_curves(plan: Plan, runs: list[RunSpec], work_dir: Path) -> StudyCurves:
     refs = arm_curves(plan, runs, work_dir, "reference")
-    return {seed: points[-1] for curves in refs.values() for seed, points in curves.items() if points}
+    return StudyCurves(arm_curves(plan, runs, work_dir, "main"), arm_curves(plan, runs, work_dir, "sweep"),
+                       {seed: points[-1] for curves in refs.values() for seed, points in curves.items() if points})
 
 
 def read_budget(plan: Plan, curves: dict[str, dict[int, list[Point]]], budget: str) -> dict[str, dict[int, Point]]:
@@ -150,11 +156,10 @@ def efficiency(plan: Plan, curves: dict[str, dict[int, list[Point]]], arm: str) 
     return {"factors": factors, "missed": missed, "bounded": bounded, "interval": ratio_interval(list(factors.values()))}
 
 
-def calibration(plan: Plan, runs: list[RunSpec], work_dir: Path) -> list[dict]:
+def calibration(plan: Plan, curves: StudyCurves) -> list[dict]:
     """BERT minus the untrained encoder per checkpoint (paired by seed), on the headline metric."""
-    bert = arm_curves(plan, runs, work_dir, "main").get("bert", {})
-    refs = {seed: getattr(p, HEADLINE) for seed, p in reference_points(plan, runs, work_dir).items()
-            if getattr(p, HEADLINE) is not None}
+    bert = curves.main.get("bert", {})
+    refs = values(curves.reference, HEADLINE)
     iterations = sorted({p.iteration for points in bert.values() for p in points})
     rows = []
     for it in iterations:
@@ -165,14 +170,13 @@ def calibration(plan: Plan, runs: list[RunSpec], work_dir: Path) -> list[dict]:
     return rows
 
 
-def sweep_points(plan: Plan, runs: list[RunSpec], work_dir: Path) -> list[tuple]:
+def sweep_points(plan: Plan, curves: StudyCurves) -> list[tuple]:
     """(shape, {seed: point at sweep_steps}) per sweep size, smallest first; the main shape comes from the
     main complementary arm's checkpoint at the same step."""
-    sweeps = arm_curves(plan, runs, work_dir, "sweep")
-    main = arm_curves(plan, runs, work_dir, "main").get("crossbert-compl", {})
+    main = curves.main.get("crossbert-compl", {})
     rows = []
     for shape in plan.sweep_shapes:
-        curves = main if shape == plan.main_shape else sweeps.get(f"sweep-{shape.label}", {})
-        picked = {seed: at_iteration(points, plan.sweep_steps) for seed, points in curves.items()}
+        by_seed = main if shape == plan.main_shape else curves.sweep.get(f"sweep-{shape.label}", {})
+        picked = {seed: at_iteration(points, plan.sweep_steps) for seed, points in by_seed.items()}
         rows.append((shape, {seed: p for seed, p in picked.items() if p is not None}))
     return rows

@@ -14,11 +14,11 @@ from pathlib import Path
 from megatron_crossbert.arch import get_arch
 from megatron_crossbert.benchmarking.report import fmt, markdown_table
 from megatron_crossbert.benchmarking.study.commands import read_command_log
-from megatron_crossbert.benchmarking.study.plan import Plan, RunSpec, compute_budget_flops, run_flops_per_sample
+from megatron_crossbert.benchmarking.study.plan import Plan, RunSpec, arm_of, compute_budget_flops, run_flops_per_sample
 from megatron_crossbert.benchmarking.study.stats import NOT_RESOLVED, Interval, paired_difference, verdict
 
 from . import analysis as an
-from .plan import CPU_KEY, arm_of, seeds
+from .plan import CPU_KEY, seeds
 
 REFERENCE = "untrained"
 CHALLENGERS = ("crossbert-single", "crossbert-compl", "crossbert-fast")
@@ -117,24 +117,22 @@ def _short(text: str) -> str:
     return "n.r." if text == NOT_RESOLVED else text
 
 
-def _claim_one(plan: Plan, runs: list[RunSpec], work_dir: Path) -> tuple[str, dict]:
-    curves = an.arm_curves(plan, runs, work_dir, "main")
-    reference = an.reference_points(plan, runs, work_dir)
+def _claim_one(plan: Plan, curves: an.StudyCurves) -> tuple[str, dict]:
     parts, found = [], {}
     for budget, title in (("samples", f"Equal samples ({plan.sample_steps * plan.global_batch} sequences)"),
                           ("flops", f"Equal compute (BERT's {fmt(compute_budget_flops(plan) / 1e12, 2)} TFLOP, "
                                     "nearest checkpoint)")):
-        points = an.read_budget(plan, curves, budget)
-        table, verdicts = _difference_table(points, reference)
+        points = an.read_budget(plan, curves.main, budget)
+        table, verdicts = _difference_table(points, curves.reference)
         found[budget] = verdicts
         parts += [f"#### {title}", "Mean ± 95% interval over the seeds (score 0-100):",
-                  _budget_table(points, reference),
+                  _budget_table(points, curves.reference),
                   "Paired differences (per seed, then mean ± 95% interval); n.r. = not resolved at this scale:", table]
     return "\n\n".join(parts), found
 
 
-def _calibration_text(plan: Plan, runs: list[RunSpec], work_dir: Path) -> str:
-    rows = an.calibration(plan, runs, work_dir)
+def _calibration_text(plan: Plan, curves: an.StudyCurves) -> str:
+    rows = an.calibration(plan, curves)
     if not rows:
         return "Not measured yet (BERT's checkpoints and the untrained reference are probed first)."
     table = markdown_table(["BERT step", "samples", "BERT GLUE linear", "BERT − untrained (paired)", "verdict"],
@@ -151,13 +149,12 @@ def _calibration_text(plan: Plan, runs: list[RunSpec], work_dir: Path) -> str:
     return table + "\n\n" + found
 
 
-def _efficiency_text(plan: Plan, runs: list[RunSpec], work_dir: Path) -> tuple[str, dict]:
-    curves = an.arm_curves(plan, runs, work_dir, "main")
+def _efficiency_text(plan: Plan, curves: an.StudyCurves) -> tuple[str, dict]:
     rows, found = [], {}
     for arm in CHALLENGERS:
-        if arm not in curves or "bert" not in curves:
+        if arm not in curves.main or "bert" not in curves.main:
             continue
-        result = an.efficiency(plan, curves, arm)
+        result = an.efficiency(plan, curves.main, arm)
         found[arm] = result
         per_seed = ", ".join(f"s{s}: {'≥ ' if s in result['bounded'] else ''}{f:.2f}x"
                              for s, f in sorted(result["factors"].items())) or "—"
@@ -170,8 +167,8 @@ def _efficiency_text(plan: Plan, runs: list[RunSpec], work_dir: Path) -> tuple[s
     return text + markdown_table(["arm", "factor per seed", "never reached", "geometric mean [95% interval]"], rows), found
 
 
-def _sweep_text(plan: Plan, runs: list[RunSpec], work_dir: Path) -> tuple[str, str]:
-    rows = an.sweep_points(plan, runs, work_dir)
+def _sweep_text(plan: Plan, curves: an.StudyCurves) -> tuple[str, str]:
+    rows = an.sweep_points(plan, curves)
     table = markdown_table(["encoder", "seeds", *an.METRICS.values()],
                            [[shape.label, len(points), *[_text(an.cell(points, m)) for m in an.METRICS]]
                             for shape, points in rows])
@@ -229,12 +226,12 @@ def _figures(figures: dict[str, Path | None], docs_dir: Path) -> str:
     return "\n\n".join(shown) or "No figures yet."
 
 
-def claims_section(plan: Plan, runs: list[RunSpec], work_dir: Path, figures: dict[str, Path | None],
-                   docs_dir: Path, status: dict) -> str:
+def claims_section(plan: Plan, runs: list[RunSpec], work_dir: Path, curves: an.StudyCurves,
+                   figures: dict[str, Path | None], docs_dir: Path, status: dict) -> str:
     """The whole study section: verdicts first, then how they were measured."""
-    claim_one, verdicts = _claim_one(plan, runs, work_dir)
-    efficiency, factors = _efficiency_text(plan, runs, work_dir)
-    sweep, scaling = _sweep_text(plan, runs, work_dir)
+    claim_one, verdicts = _claim_one(plan, curves)
+    efficiency, factors = _efficiency_text(plan, curves)
+    sweep, scaling = _sweep_text(plan, curves)
     compl = factors.get("crossbert-compl", {})
     factor = _factor_text(compl.get("interval"))
     claims = "\n".join([
@@ -253,7 +250,7 @@ def claims_section(plan: Plan, runs: list[RunSpec], work_dir: Path, figures: dic
         "Stages not done when this page was written: " + ("; ".join(states) if states else "none") + ".",
         "### What was run", _plan_text(plan, runs, work_dir), _cost_text(work_dir, status),
         "### Calibration: when does the MLM baseline beat an untrained encoder?",
-        _calibration_text(plan, runs, work_dir),
+        _calibration_text(plan, curves),
         "### Claim 1: frozen representations", claim_one,
         "### Claim 2: sample efficiency", efficiency,
         "### Claim 3: model size", sweep,

@@ -98,22 +98,21 @@ def _add_cpu(work_dir: Path, name: str, seconds: float) -> dict:
     return {key: round(_load_status(work_dir).get(key, 0.0) + seconds, 1)}
 
 
-def make_figures(plan: Plan, runs: list[RunSpec], work_dir: Path, figures_dir: Path) -> dict[str, Path | None]:
+def make_figures(plan: Plan, curves: an.StudyCurves, figures_dir: Path) -> dict[str, Path | None]:
     from megatron_crossbert.benchmarking.study.plan import flops_per_sample
 
     from . import plots
 
-    curves = an.arm_curves(plan, runs, work_dir, "main")
-    floor = [p.glue_average for p in an.reference_points(plan, runs, work_dir).values() if p.glue_average is not None]
+    floor = list(an.values(curves.reference, an.HEADLINE).values())
     suffix = "" if plan.name == "cpu" else f"_{plan.name}"
     sweep = [(shape.label, flops_per_sample(plan, "crossbert", 0.5, True, shape) / 1e9,
-              list(an.values(points, an.HEADLINE).values())) for shape, points in an.sweep_points(plan, runs, work_dir)]
+              list(an.values(points, an.HEADLINE).values())) for shape, points in an.sweep_points(plan, curves)]
     return {
-        "vs samples": plots.plot_curves(curves, "samples", plan.sample_steps * plan.global_batch,
+        "vs samples": plots.plot_curves(curves.main, "samples", plan.sample_steps * plan.global_batch,
                                         figures_dir / f"claims_vs_samples{suffix}.png", floor),
-        "vs FLOPs": plots.plot_curves(curves, "flops", compute_budget_flops(plan),
+        "vs FLOPs": plots.plot_curves(curves.main, "flops", compute_budget_flops(plan),
                                       figures_dir / f"claims_vs_flops{suffix}.png", floor),
-        "vs held-out loss": plots.plot_loss_vs_probe(curves, figures_dir / f"claims_vs_loss{suffix}.png"),
+        "vs held-out loss": plots.plot_loss_vs_probe(curves.main, figures_dir / f"claims_vs_loss{suffix}.png"),
         "sweep": plots.plot_sweep(sweep, figures_dir / f"claims_size_sweep{suffix}.png"),
     }
 
@@ -121,10 +120,11 @@ def make_figures(plan: Plan, runs: list[RunSpec], work_dir: Path, figures_dir: P
 def _report(plan: Plan, runs: list[RunSpec], work: Path, paths: ExperimentPaths) -> None:
     from .results_page import write_results_page
 
-    figures = make_figures(plan, runs, work, Path(paths.figures_dir))
+    curves = an.load_curves(plan, runs, work)  # every probe JSON and event file read once per page
+    figures = make_figures(plan, curves, Path(paths.figures_dir))
     throughput = [Path(path) for path in paths.throughput_json if Path(path).is_file()]
     status = {k: v for k, v in _load_status(work).items() if k != "report"}
-    write_results_page(Path(paths.results_md), plan=plan, runs=runs, work_dir=work, figures=figures,
+    write_results_page(Path(paths.results_md), plan=plan, runs=runs, work_dir=work, curves=curves, figures=figures,
                        status=status, throughput_jsons=throughput, caveats=CAVEATS)
 
 

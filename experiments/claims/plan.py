@@ -16,7 +16,8 @@ holds the named ones (``resolve_plan``), and ``--plan FILE`` takes a user's own 
 
 from __future__ import annotations
 
-from megatron_crossbert.benchmarking.study.plan import (ARMS, Arm, Plan, RunSpec, compute_budget_flops, flops_per_sample,
+from megatron_crossbert.benchmarking.study.plan import (Arm, Plan, RunSpec, arm_flops_per_sample, arm_run,
+                                                        chosen_arms, compute_budget_flops, reference_run, seeded,
                                                         steps_for_flops)
 
 CPU_KEY = "cpu_seconds:"
@@ -33,24 +34,16 @@ def seeds(plan: Plan) -> list[int | None]:
     return list(plan.seeds) or [None]
 
 
-def seeded(name: str, seed: int | None) -> str:
-    return name if seed is None else f"{name}-s{seed}"
-
-
 def arm_steps(plan: Plan, arm: Arm) -> int:
     """max(sample budget, the steps that spend BERT's FLOPs budget), on the checkpoint grid."""
-    per_sample = flops_per_sample(plan, arm.arch, arm.mask_ratio, arm.complementary, plan.main_shape,
-                                  arm.decoder_width, arm.decoder_layers)
-    flops_steps = steps_for_flops(plan, compute_budget_flops(plan), per_sample)
+    flops_steps = steps_for_flops(plan, compute_budget_flops(plan), arm_flops_per_sample(plan, arm))
     return max(plan.sample_steps, _round_up(flops_steps, plan.save_interval))
 
 
 def main_runs(plan: Plan) -> list[RunSpec]:
     """Every chosen arm with every seed, seed by seed (a stopped study has whole seeds to compare)."""
-    arms = [arm for arm in ARMS if arm.name in plan.main_settings]
-    return [RunSpec(seeded(arm.name, seed), arm.arch, arm.mask_ratio, arm.complementary, plan.main_shape,
-                    arm_steps(plan, arm), plan.save_interval, "main", seed, arm.decoder_width, arm.decoder_layers)
-            for seed in seeds(plan) for arm in arms]
+    return [arm_run(plan, arm, seed, arm_steps(plan, arm), plan.save_interval)
+            for seed in seeds(plan) for arm in chosen_arms(plan)]
 
 
 def sweep_runs(plan: Plan) -> list[RunSpec]:
@@ -61,22 +54,12 @@ def sweep_runs(plan: Plan) -> list[RunSpec]:
 
 
 def reference_runs(plan: Plan) -> list[RunSpec]:
-    """The encoder (practically) at initialisation, once per seed: one optimizer step, then saved (the
-    training CLI cannot save before the first step). The floor a pretrained encoder must beat."""
+    """The untrained encoder (``study.plan.reference_run``) once per seed."""
     if not plan.reference:
         return []
-    return [RunSpec(seeded("init-reference", seed), "crossbert", 0.5, True, plan.main_shape, 1, 1, "reference", seed)
-            for seed in seeds(plan)]
+    return [reference_run(plan, seed) for seed in seeds(plan)]
 
 
 def all_runs(plan: Plan) -> list[RunSpec]:
     """Main runs first (they decide the comparisons), then the references, then the size sweep."""
     return main_runs(plan) + reference_runs(plan) + sweep_runs(plan)
-
-
-def arm_of(run: RunSpec) -> str:
-    """The arm (or sweep/reference name) a run repeats: its name without the seed suffix."""
-    return run.name if run.seed is None else run.name[: -len(f"-s{run.seed}")]
-
-
-

@@ -17,6 +17,8 @@ from megatron_crossbert.arch import get_arch
 from megatron_crossbert.benchmarking.report import throughput_markdown
 from megatron_crossbert.benchmarking.study.plan import Plan, RunSpec
 
+from .analysis import StudyCurves
+
 
 def _targets_text(results: list[dict]) -> str:
     """The issue's two throughput targets, checked against the ratios to the sparse BERT baseline (the
@@ -120,7 +122,7 @@ def _marked(name: str, note: str, text: str) -> str:
     return f"<!-- {name}:start ({note}) -->\n\n{text}\n\n<!-- {name}:end -->"
 
 
-def write_results_page(path: Path, *, plan: Plan, runs: list[RunSpec], work_dir: Path,
+def write_results_page(path: Path, *, plan: Plan, runs: list[RunSpec], work_dir: Path, curves: StudyCurves,
                        figures: dict[str, Path | None], status: dict, throughput_jsons: list[Path],
                        caveats: list[str]) -> Path:
     """Render the whole page and write it atomically: the claims study from ``work_dir``, the throughput section from
@@ -140,7 +142,7 @@ def write_results_page(path: Path, *, plan: Plan, runs: list[RunSpec], work_dir:
         fresh = _marked(THROUGHPUT_MARK, "written by the claims study's report from crossbert-bench throughput JSON",
                         _throughput_section(throughput_jsons))
         kept = [fresh] + [k for k in kept if not k.startswith(f"<!-- {THROUGHPUT_MARK}:start")]
-    body = [header, reproduce, claims_section(plan, runs, work_dir, figures, path.parent, status),
+    body = [header, reproduce, claims_section(plan, runs, work_dir, curves, figures, path.parent, status),
             "### Caveats\n\n" + "\n".join(f"- {c}" for c in caveats), *kept]
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")

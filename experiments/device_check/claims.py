@@ -28,7 +28,8 @@ import sys
 import time
 from pathlib import Path
 
-from megatron_crossbert.benchmarking.study.plan import (ARMS, Arm, ModelShape, Plan, RunSpec, flops_per_sample,
+from megatron_crossbert.benchmarking.study.plan import (ModelShape, Plan, RunSpec, arm_flops_per_sample, arm_of,
+                                                        arm_run, chosen_arms, flops_per_sample, reference_run,
                                                         resolve_plan, run_flops_per_sample)
 
 from .plan import GLUE_TASKS, DeviceCheckConfig, config_from_dict, module_env, stage
@@ -66,33 +67,24 @@ def claims_plan(config: DeviceCheckConfig, seed: int) -> Plan:
                                glue_tasks=glue_tasks(config), jsonl_tasks=[], eval_iters=0)
 
 
-def plan_arms(plan: Plan) -> list[Arm]:
-    return [arm for arm in ARMS if arm.name in plan.main_settings]
-
-
-def _arm_flops(plan: Plan, arm: Arm) -> float:
-    return flops_per_sample(plan, arm.arch, arm.mask_ratio, arm.complementary, plan.main_shape, arm.decoder_width,
-                            arm.decoder_layers)
-
-
 def calibrate(config: DeviceCheckConfig, plan: Plan, work: Path) -> dict[str, float]:
     """Samples/s of each trained arm at the claims shape, by the interleaved throughput benchmark (its row of
     ``BENCH_ROWS``; the MLM reference row is always measured)."""
     from megatron_crossbert.benchmarking.study.commands import module_argv, run_logged
 
     out = work / "calibration.json"
-    rows = [BENCH_ROWS[arm.name] for arm in plan_arms(plan) if arm.name != "bert"]
+    rows = [BENCH_ROWS[arm.name] for arm in chosen_arms(plan) if arm.name != "bert"]
     argv = module_argv("megatron_crossbert.cli.bench", "throughput", "--size", "tiny" if config.toy else "claims",
                        "--precision", "fp32" if config.toy else "bf16", "--steps", "1" if config.toy else "6",
                        "--warmup", "0" if config.toy else "3", "--clock", "wall", "--only", *rows, "--out", str(out))
     run_logged(argv, work, "calibration")
     measured = {r["name"]: r["samples_per_s"] for r in json.loads(out.read_text())["results"]}
-    return {arm.name: measured[BENCH_ROWS[arm.name]] for arm in plan_arms(plan) if BENCH_ROWS[arm.name] in measured}
+    return {arm.name: measured[BENCH_ROWS[arm.name]] for arm in chosen_arms(plan) if BENCH_ROWS[arm.name] in measured}
 
 
 def flops_budget(plan: Plan, rates: dict[str, float], train_seconds: float) -> float:
     """Model FLOPs per arm such that all arms together train for ``train_seconds`` at ``rates``."""
-    seconds_per_flop = sum(1.0 / (_arm_flops(plan, arm) * rates[arm.name]) for arm in plan_arms(plan))
+    seconds_per_flop = sum(1.0 / (arm_flops_per_sample(plan, arm) * rates[arm.name]) for arm in chosen_arms(plan))
     return train_seconds / seconds_per_flop
 
 
@@ -104,18 +96,10 @@ def toy_flops_budget(plan: Plan, bert_steps: int = 2) -> float:
 def arm_runs(plan: Plan, budget_flops: float) -> list[RunSpec]:
     """One run per arm for ``plan.seed``: the trained arms to ``budget_flops``, then the reference."""
     runs = []
-    for arm in plan_arms(plan):
-        steps = max(1, round(budget_flops / (_arm_flops(plan, arm) * plan.global_batch)))
-        runs.append(RunSpec(f"{arm.name}-s{plan.seed}", arm.arch, arm.mask_ratio, arm.complementary, plan.main_shape,
-                            steps, steps, "main", plan.seed, arm.decoder_width, arm.decoder_layers))
-    if plan.reference:
-        runs.append(RunSpec(f"init-reference-s{plan.seed}", "crossbert", 0.5, True, plan.main_shape, 1, 1, "reference",
-                            plan.seed))
-    return runs
-
-
-def arm_of(run: RunSpec) -> str:
-    return run.name.rsplit("-s", 1)[0]
+    for arm in chosen_arms(plan):
+        steps = max(1, round(budget_flops / (arm_flops_per_sample(plan, arm) * plan.global_batch)))
+        runs.append(arm_run(plan, arm, plan.seed, steps, steps))
+    return runs + ([reference_run(plan, plan.seed)] if plan.reference else [])
 
 
 def train_arms(plan: Plan, runs: list[RunSpec], work: Path) -> dict[str, str]:

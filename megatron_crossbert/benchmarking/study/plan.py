@@ -206,16 +206,41 @@ def steps_for_flops(plan: Plan, flops: float, per_sample: float) -> int:
     return math.ceil(flops / (per_sample * plan.global_batch))
 
 
-def reference_runs(plan: Plan) -> list[RunSpec]:
-    """The encoder (practically) at initialisation: one optimizer step (Adam moves each weight by
-    at most ~lr), then saved; the training CLI cannot save before the first step.
+def chosen_arms(plan: Plan) -> list[Arm]:
+    """The plan's ``main_settings``, in ``ARMS`` order."""
+    return [arm for arm in ARMS if arm.name in plan.main_settings]
 
-    Its probe score is the floor a pretrained encoder must beat; without it, small differences
-    between the main runs cannot be read.
+
+def arm_flops_per_sample(plan: Plan, arm: Arm) -> float:
+    """Model FLOPs of one training sample of ``arm`` at the plan's main shape (its decoder included)."""
+    return flops_per_sample(plan, arm.arch, arm.mask_ratio, arm.complementary, plan.main_shape, arm.decoder_width,
+                            arm.decoder_layers)
+
+
+def seeded(name: str, seed: int | None) -> str:
+    """A run's name: the arm's, with ``-s<seed>`` where the run has a seed of its own."""
+    return name if seed is None else f"{name}-s{seed}"
+
+
+def arm_of(run: RunSpec) -> str:
+    """The arm (or sweep/reference name) a run repeats: its name without the seed suffix."""
+    return run.name if run.seed is None else run.name[: -len(f"-s{run.seed}")]
+
+
+def arm_run(plan: Plan, arm: Arm, seed: int | None, steps: int, save_interval: int) -> RunSpec:
+    """The main run of ``arm`` with ``seed`` at the plan's main shape."""
+    return RunSpec(seeded(arm.name, seed), arm.arch, arm.mask_ratio, arm.complementary, plan.main_shape, steps,
+                   save_interval, "main", seed, arm.decoder_width, arm.decoder_layers)
+
+
+def reference_run(plan: Plan, seed: int | None) -> RunSpec:
+    """The encoder (practically) at initialisation: one optimizer step (Adam moves each weight by at most
+    ~lr), then saved; the training CLI cannot save before the first step.
+
+    Its probe score is the floor a pretrained encoder must beat; without it, small differences between
+    the main runs cannot be read.
     """
-    if not plan.reference:
-        return []
-    return [RunSpec("init-reference", "crossbert", 0.5, True, plan.main_shape, 1, 1, "reference")]
+    return RunSpec(seeded("init-reference", seed), "crossbert", 0.5, True, plan.main_shape, 1, 1, "reference", seed)
 
 
 PLAN_DIR = Path(__file__).parent / "plans"
