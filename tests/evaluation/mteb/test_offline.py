@@ -96,17 +96,25 @@ def test_each_distinct_text_is_encoded_once():
     assert sorted(seen) == ["a", "bb", "c"] and out[:, 0].tolist() == [2, 1, 2, 1, 1]
 
 
-def test_registered_task_or_local(mteb_lite_dir):
-    """The shared folders become mteb's own task objects where the data is MTEB's (STS13, Banking77), and
-    a local task where it is not (STS12 lacks MSRvid); a subsample is always local."""
+def test_registered_task_or_local(mteb_lite_dir, tmp_path):
+    """The shared folders become mteb's own task objects where the data is MTEB's (STS12 with all five parts,
+    STS13, Banking77), and a local task where it is not (STS12 without its MSRvid part); a subsample is
+    always local."""
     from megatron_crossbert.evaluation.mteb.tasks import build_task
 
     folders = {t.name: t for t in discover_task_folders(mteb_lite_dir)}
     sts13, b77, sts12 = (build_task(folders[n]) for n in ("STS13", "Banking77", "STS12"))
     assert sts13.mteb_name == "STS13" and type(sts13.task).__module__.startswith("mteb.tasks")
+    assert sts12.mteb_name == "STS12" and len(sts12.task.dataset["test"]) == 3108
     assert b77.mteb_name == "Banking77Classification" and (b77.task.samples_per_label, b77.task.n_experiments) == (8, 10)
     assert "superseded" in b77.note
-    assert sts12.mteb_name is None and sts12.name == "STS12-local" and "3108" in sts12.note
+    rows = (mteb_lite_dir / "STS12" / "test.jsonl").read_text(encoding="utf-8").splitlines()
+    partial = tmp_path / "STS12"
+    partial.mkdir()
+    (partial / "test.jsonl").write_text(
+        "\n".join(r for r in rows if json.loads(r)["subset"] != "MSRvid") + "\n", encoding="utf-8")
+    local = build_task(next(f for f in discover_task_folders(tmp_path) if f.name == "STS12"))
+    assert local.mteb_name is None and local.name == "STS12-local" and "3108" in local.note
     subset = build_task(folders["STS13"], max_test=50)
     assert subset.mteb_name is None and subset.name == "STS13-subset" and len(subset.task.dataset["test"]) == 50
 
