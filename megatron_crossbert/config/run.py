@@ -52,6 +52,18 @@ class RunConfig:
         _require(not self.parallel.sequence_parallel or (encoder_length % tp == 0 and seq % tp == 0),
                  f"sequence_parallel needs seq_length ({seq}) and the encoder length ({encoder_length}) "
                  f"divisible by TP={tp}")
+        self._check_fp8_shapes()
+
+    def _check_fp8_shapes(self) -> None:
+        """FP8 GEMM shapes, checked with the config (before any Transformer Engine import), so that a CPU dry run
+        already refuses them in one line naming the fields (``arch_rules.fp8_shape_problems``)."""
+        if self.training.precision != "fp8":
+            return
+        from megatron_crossbert.arch_rules import fp8_shape_problems
+
+        problems = fp8_shape_problems(self)
+        _require(not problems, "training.precision=fp8: " + "; ".join(problems)
+                 + " (change training.micro_batch_size, data.seq_length or masking.mask_ratio)")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

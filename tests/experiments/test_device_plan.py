@@ -103,3 +103,14 @@ def test_a_wheel_clash_fails_in_one_line_naming_package_and_versions(tmp_path, m
     shadowed = tmp_path / "nltk-0.0.1-py3-none-any.whl"
     assert wheel_check.clashes([shadowed]) == [f"carried nltk 0.0.1, but nltk {version('nltk')} is what imports"]
 
+
+
+def test_the_gpu_check_stage_budgets_a_compile_for_every_shape_it_makes():
+    from experiments.device_check.stages import DEVICE_GPU_CHECK
+    from megatron_crossbert.benchmarking.gpu_check import GPU_CHECK_ROWS
+    from megatron_crossbert.benchmarking.throughput import ThroughputOptions, select_cases
+    from megatron_crossbert.models.flex_compile import plan_flex_shapes
+
+    cases = [case for size in DEVICE_GPU_CHECK["sizes"]
+             for case in select_cases(ThroughputOptions(size=size, precision="bf16", only=list(GPU_CHECK_ROWS)))]
+    assert plan.stage("gpu_check").compiles >= len(plan_flex_shapes(case.run_cfg for case in cases)) == 7
