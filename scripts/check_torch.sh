@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Usage: scripts/check_torch.sh VERSION [VENV]
 # Builds (once) a separate venv with torch==VERSION and this checkout installed with its [dev] extras, torch held at
-# VERSION, then runs the device check's CPU dry run (`run --toy`) in it. Why: a lent GPU image ships its own torch
+# VERSION, then runs the device check's CPU dry run (`run --toy`, through its end-to-end test on generated data)
+# and the device path's tests in it. Why: a lent GPU image ships its own torch
 # (the H200 image: 2.11), older than the project's pin; this shows on the CPU whether the device path runs on it.
 # VENV defaults to /work/venv-torchVERSION (outside the repository, so the shared .venv is never touched).
 set -euo pipefail
@@ -27,8 +28,11 @@ if [[ ! -f "$stamp" ]]; then
   touch "$stamp"
 fi
 "$venv/bin/python" -c "import torch; assert torch.__version__.split('+')[0] == '$version', torch.__version__; print('torch', torch.__version__)"
-out="$(mktemp -d)"
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false OUT="$out"
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONPATH="$REPO"
 cd "$REPO"
-PYTHON="$venv/bin/python" scripts/device_check.sh run --toy
-echo "[check_torch] torch $version: --toy dry run passed; results in $out" >&2
+# the device check's --toy dry run through scripts/device_check.sh on generated toy data (the e2e test), its
+# plan and stage tests, and the compiled-flex and core-attention tests: the device path's torch-facing code
+"$venv/bin/python" -m pytest -q -x -p no:cacheprovider tests/experiments/test_device_check.py \
+  tests/experiments/test_device_plan.py tests/models/test_flex_compile.py tests/models/test_core_attention.py \
+  tests/config/test_fp8_shapes.py tests/checkpoint/test_layer_impls.py
+echo "[check_torch] torch $version: the --toy dry run and the device path's tests passed" >&2
