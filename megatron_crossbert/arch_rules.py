@@ -124,28 +124,3 @@ def full_gemm_rows(run_cfg: RunConfig) -> dict[str, int]:
     seq, rows = full_pipeline_shape(run_cfg)
     return {"encoder rows (data.seq_length x training.micro_batch_size)": seq * rows}
 
-
-FP8_ROW_MULTIPLE = 8
-"""Transformer Engine's FP8 GEMMs need the rows (tokens x batch) of every input divisible by this..."""
-FP8_WIDTH_MULTIPLE = 16
-"""...and every width (hidden, FFN, per tensor-parallel rank) divisible by this."""
-
-
-def fp8_shape_problems(run_cfg: RunConfig) -> list[str]:
-    """Every GEMM shape of a run that FP8 cannot take, each naming the config fields that make it."""
-    spec_rows = get_gemm_rows(run_cfg)
-    problems = [f"{name} = {rows} is not divisible by {FP8_ROW_MULTIPLE}"
-                for name, rows in spec_rows.items() if rows % FP8_ROW_MULTIPLE]
-    model, tp = run_cfg.model, run_cfg.parallel.tensor_model_parallel_size
-    widths = {"model.hidden_size": model.hidden_size, "model.ffn_hidden_size": model.ffn}
-    if run_cfg.model.decoder_num_layers and "decoder rows" in " ".join(spec_rows):
-        widths.update({"model.decoder_hidden_size": model.dec_hidden, "model.decoder_ffn_hidden_size": model.dec_ffn})
-    problems += [f"{name} = {width}{f' / TP {tp}' if tp > 1 else ''} is not divisible by {FP8_WIDTH_MULTIPLE}"
-                 for name, width in widths.items() if (width // tp) % FP8_WIDTH_MULTIPLE]
-    return problems
-
-
-def get_gemm_rows(run_cfg: RunConfig) -> dict[str, int]:
-    from megatron_crossbert.arch import get_arch
-
-    return get_arch(run_cfg.model.arch).gemm_rows(run_cfg)

@@ -6,7 +6,7 @@ megatron-core BertModel with sparse prediction, the reference, and with the dens
 r=0.5 single view, r=0.5 complementary, r=0.75, r=0.5 complementary with a decoder at h/2 x 1 layer;
 the modern family's sparse MLM baseline and complementary CrossBERT; real training steps), then the
 same at FP8 for BERT-base if TE is importable. MFU is model FLOPs per second over the one peak the
-trainer uses too (``benchmarking.peak``): the flag, else the 8192^3 bf16 GEMM measured on the spot, so
+trainer uses too (``platform.peak``): the flag, else the 8192^3 bf16 GEMM measured on the spot, so
 a slow or throttled device shows; an attention-adjusted MFU (only the query-key pairs the masks allow)
 stands beside it. Each measured speed-up over the family's sparse MLM baseline is set beside the one the FLOPs
 model predicts (reference FLOPs / own FLOPs per sample), which is the claim under test (1.46x for
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import torch
 
 from megatron_crossbert.benchmarking.choices import GPU_CHECK_PRECISIONS
-from megatron_crossbert.benchmarking.peak import Peak, measure_gemm_peak, mfu_peak
+from megatron_crossbert.platform.peak import Peak, measure_gemm_peak, mfu_peak
 from megatron_crossbert.benchmarking.report import fmt, markdown_table, throughput_markdown, write_json
 from megatron_crossbert.benchmarking.throughput import ThroughputOptions, run_throughput
 
@@ -40,7 +40,7 @@ class GpuCheckOptions:
     """What the GPU check runs; defaults are the H200 validation."""
 
     peak_tflops: float | None = None
-    """Dense peak TFLOP/s that MFU is quoted against; None: the GEMM measured now (``benchmarking.peak``)."""
+    """Dense peak TFLOP/s that MFU is quoted against; None: the GEMM measured now (``platform.peak``)."""
     sizes: list[str] = field(default_factory=lambda: ["base", "large"])
     """Throughput-benchmark shapes (``cases.SIZES``) to run, in order."""
     steps: int = 8

@@ -30,7 +30,7 @@ import torch
 from megatron_crossbert.arch import get_arch
 from megatron_crossbert.benchmarking.batches import make_batches
 from megatron_crossbert.benchmarking.cases import BenchCase, default_cases, size_overrides
-from megatron_crossbert.benchmarking.peak import mfu_peak
+from megatron_crossbert.platform.peak import mfu_peak
 from megatron_crossbert.benchmarking.choices import CLOCKS
 from megatron_crossbert.benchmarking.memory import measure_step_memory, persistent_bytes
 from megatron_crossbert.benchmarking.step import StepRunner, build_runner
@@ -46,7 +46,7 @@ class ThroughputOptions:
     precision: str = "fp32"
     transformer_impl: str = "auto"
     peak_tflops: float | None = None
-    """MFU peak per device; None: the GEMM measured now on a GPU, no MFU on the CPU (``benchmarking.peak``)."""
+    """MFU peak per device; None: the GEMM measured now on a GPU, no MFU on the CPU (``platform.peak``)."""
     seq_length: int | None = None
     micro_batch_size: int | None = None
     num_layers: int | None = None

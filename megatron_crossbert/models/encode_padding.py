@@ -13,7 +13,7 @@ import math
 import torch
 from torch import Tensor
 
-from megatron_crossbert.arch_rules import FP8_WIDTH_MULTIPLE
+from megatron_crossbert.config.fp8 import FP8_WIDTH_MULTIPLE
 
 
 def encode_length_multiple(config) -> int:

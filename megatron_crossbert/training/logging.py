@@ -3,7 +3,7 @@
 Figures are computed over each log interval from values every rank already agrees on (the step
 losses are all-reduced in ``steps.py``), so only global rank 0 writes. Throughput is reported as
 samples/s, input tokens/s (samples x seq_length), supervised tokens/s (positions that carry a loss:
-all targets of every view for CrossBERT, the 15% for BERT) and MFU against ``benchmarking.peak`` (the
+all targets of every view for CrossBERT, the 15% for BERT) and MFU against ``platform.peak`` (the
 flag, else the GEMM rate measured on this GPU at start).
 """
 
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import psutil
 import torch
 
-from megatron_crossbert.benchmarking.peak import mfu, mfu_peak
+from megatron_crossbert.platform.peak import mfu, mfu_peak
 
 def memory_report() -> tuple[str, float]:
     """('cuda max alloc' | 'rss', GiB): CUDA peak allocation on GPU, process RSS on CPU."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from megatron_crossbert.arch_rules import fp8_shape_problems
 from megatron_crossbert.config import DataConfig, MaskingConfig, ModelConfig, RunConfig, TrainingConfig
 
 
@@ -27,16 +26,17 @@ def test_an_odd_micro_batch_at_r085_is_refused_in_one_line_naming_the_fields():
 
 def test_the_same_shape_is_fine_in_bf16_and_with_a_micro_batch_of_8():
     _run("bf16", mbs=1)
-    assert fp8_shape_problems(_run("fp8", mbs=8)) == []
+    assert _run("fp8", mbs=8).training.precision == "fp8"
 
 
 def test_widths_and_the_mlm_encoder_rows_are_checked_too():
-    assert fp8_shape_problems(_run("bf16", mbs=8, ffn_hidden_size=3000)) == [
-        "model.ffn_hidden_size = 3000 is not divisible by 16"]
-    mlm = RunConfig(model=ModelConfig(arch="bert", encoder="classic"), data=DataConfig(seq_length=100),
-                    training=TrainingConfig(micro_batch_size=1, global_batch_size=2))
-    assert fp8_shape_problems(mlm) == ["encoder rows (data.seq_length x training.micro_batch_size) = 100 is not "
-                                       "divisible by 8"]
+    with pytest.raises(ValueError, match=r"^training.precision=fp8: model.ffn_hidden_size = 3000 is not divisible "
+                                         r"by 16 \("):
+        _run("fp8", mbs=8, ffn_hidden_size=3000)
+    with pytest.raises(ValueError, match=r"^training.precision=fp8: encoder rows \(data.seq_length x "
+                                         r"training.micro_batch_size\) = 100 is not divisible by 8 \("):
+        RunConfig(model=ModelConfig(arch="bert", encoder="classic"), data=DataConfig(seq_length=100),
+                  training=TrainingConfig(micro_batch_size=1, global_batch_size=2, precision="fp8"))
 
 
 def test_encode_pads_to_a_multiple_of_16_under_fp8_and_trims_back():

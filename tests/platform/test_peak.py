@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from megatron_crossbert.benchmarking import peak as peak_module
-from megatron_crossbert.benchmarking.peak import Peak, mfu, mfu_peak
+from megatron_crossbert.platform import peak as peak_module
+from megatron_crossbert.platform.peak import Peak, mfu, mfu_peak
 
 
 def test_the_flag_wins_and_without_a_gpu_or_flag_there_is_no_mfu():
