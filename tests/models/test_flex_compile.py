@@ -86,3 +86,16 @@ def test_compiled_flex_without_gradients_runs_sdpa_over_the_same_masks(monkeypat
 
 def test_one_compiled_block_mask_builder_per_process():
     assert core_attention._compiled_block_mask_builder() is core_attention._compiled_block_mask_builder()
+
+
+def test_a_run_that_resolves_to_flex_registers_its_shapes_when_its_attention_is_planned(fresh_dynamo, monkeypatch):
+    import importlib
+
+    from tests.support.models import tiny_config
+
+    plan_module = importlib.import_module("megatron_crossbert.models.attention_plan")  # the package shadows it
+    monkeypatch.setattr(plan_module.torch.cuda, "is_available", lambda: True)  # flex is chosen on a GPU only
+    run = tiny_config("data.document_mask=true")
+    plan = plan_module.attention_plan(run, training=True)
+    assert plan.encoder.backend == "flex" and flex_compile._REGISTERED == flex_compile.flex_shapes(run)
+    assert torch._dynamo.config.fail_on_recompile_limit_hit
