@@ -114,3 +114,10 @@ def test_the_gpu_check_stage_budgets_a_compile_for_every_shape_it_makes():
     cases = [case for size in DEVICE_GPU_CHECK["sizes"]
              for case in select_cases(ThroughputOptions(size=size, precision="bf16", only=list(GPU_CHECK_ROWS)))]
     assert plan.stage("gpu_check").compiles >= len(plan_flex_shapes(case.run_cfg for case in cases)) == 7
+
+
+def test_the_smoke_stage_budgets_a_compile_for_every_tiny_shape():
+    from experiments.device_check.stages import smoke_cases
+    from megatron_crossbert.models.flex_compile import plan_flex_shapes
+
+    assert plan.stage("smoke").compiles >= len(plan_flex_shapes(case.run_cfg for case in smoke_cases("bf16"))) == 9
