@@ -4,12 +4,12 @@
 # VERSION, then runs the device check's CPU dry run (`run --toy`, through its end-to-end test on generated data)
 # and the device path's tests in it. Why: a lent GPU image ships its own torch
 # (the H200 image: 2.11), older than the project's pin; this shows on the CPU whether the device path runs on it.
-# VENV defaults to /work/venv-torchVERSION (outside the repository, so the shared .venv is never touched).
+# VENV defaults to venv-torchVERSION beside the checkout (outside it, so the project's .venv is never touched).
 set -euo pipefail
 if [[ $# -lt 1 ]]; then sed -n '2,6p' "$0"; exit 2; fi
 version="$1"
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-venv="${2:-/work/venv-torch${version//./}}"
+venv="${2:-$(dirname "$REPO")/venv-torch${version//./}}"
 py="${CROSSBERT_PYTHON:-}"
 if [[ -z "$py" ]]; then  # python3.12 on PATH, else a pyenv 3.12 (as scripts/with-venv.sh finds it)
   pyenv_root="${PYENV_ROOT:-$(pyenv root 2>/dev/null || echo "$HOME/.pyenv")}"
