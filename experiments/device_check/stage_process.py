@@ -1,4 +1,4 @@
-"""The entry point of one stage process: ``python -m experiments.device_check.stage_process NAME CONFIG RESULT [BUDGET_S]``.
+"""One stage process: ``python -m experiments.device_check.stage_process NAME CONFIG RESULT [BUDGET_S]``.
 
 The driver (``runner``) starts each stage this way, in its own process group, so a stage that
 crashes (a CUDA fault takes the whole process) or overruns its budget cannot take the next one with

@@ -50,7 +50,8 @@ class ProcessGroupPlan:
     and across nodes they hang where a hostname resolves to 127.0.1.1, so none are made."""
 
 
-def process_group_plan(cuda: bool, env: dict[str, str], timeout_minutes: int, port: int | None = None) -> ProcessGroupPlan:
+def process_group_plan(cuda: bool, env: dict[str, str], timeout_minutes: int,
+                       port: int | None = None) -> ProcessGroupPlan:
     """The one rule for joining: NCCL groups are bound to the rank's GPU (``device_id``: eager NCCL init, no
     guessed device), the timeout is the run's; under a launcher (``RANK`` set) the env:// rendezvous, else a
     world of one on ``port`` of the loopback, without leaking rendezvous variables to children."""
