@@ -99,6 +99,12 @@ class ArchSpec:
     """``(run_cfg) -> (seq_length, micro_batch)`` of the tensor sent between pipeline stages."""
     supervised_tokens: LazyRef
     """``(run_cfg) ->`` tokens with a reconstruction loss per packed sequence (benchmarks)."""
+    attention_calls: LazyRef = LazyRef("megatron_crossbert.arch_rules:full_attention_calls")
+    """``(run_cfg) -> tuple[AttentionCall, ...]``: each kind of core-attention call of a training step (its
+    shapes: what compiled FlexAttention makes one kernel for)."""
+    gemm_rows: LazyRef = LazyRef("megatron_crossbert.arch_rules:full_gemm_rows")
+    """``(run_cfg) -> {description naming the fields: rows}`` of the Transformer Engine GEMMs of a micro-batch
+    (FP8 needs rows divisible by 8)."""
     check_run: LazyRef = LazyRef("megatron_crossbert.arch_rules:no_check")
     """``(run_cfg) -> None``: cross-section checks of a RunConfig for this architecture (raises ValueError)."""
     uses_views: bool = False
@@ -126,6 +132,8 @@ REGISTRY: dict[str, ArchSpec] = {spec.name: spec for spec in (
              pipeline_shape=LazyRef("megatron_crossbert.arch_rules:views_pipeline_shape"),
              supervised_tokens=LazyRef("megatron_crossbert.arch_rules:views_supervised"),
              check_run=LazyRef("megatron_crossbert.arch_rules:check_views"),
+             attention_calls=LazyRef("megatron_crossbert.arch_rules:views_attention_calls"),
+             gemm_rows=LazyRef("megatron_crossbert.arch_rules:views_gemm_rows"),
              forward_step=LazyRef("megatron_crossbert.training.steps:crossbert_forward_step"),
              flops=LazyRef("megatron_crossbert.models.flops:crossbert_flops_per_sample")),
     ArchSpec(name="bert", description="BERT baseline (megatron-core BertModel)", encoders=("classic",),

@@ -1,5 +1,5 @@
 """What each architecture derives from a run's config: its sample builder, pipeline shape, supervised
-token count and config check (the callables behind ``arch.ArchSpec``'s rule fields).
+token count, attention calls, FP8 GEMM rows and config check (the callables behind ``arch.ArchSpec``'s rule fields).
 
 They live apart from ``arch.py`` because they read ``RunConfig``/``MaskingConfig``, and ``config``
 validates against the registry: the registry names these functions by ``LazyRef``, so the import graph
@@ -8,6 +8,8 @@ type-only one. The masking rules themselves (views, 80/10/10, the visible length
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -66,3 +68,59 @@ def check_views(run_cfg: RunConfig) -> None:
 def no_check(run_cfg: RunConfig) -> None:
     """Architectures without cross-section rules."""
     return None
+
+
+@dataclass(frozen=True)
+class AttentionCall:
+    """One kind of core-attention call a training step makes (every layer of a stack makes it)."""
+
+    stack: str
+    """'encoder', 'decoder self' or 'decoder cross'."""
+    batch: int
+    """Rows of the batch it sees (micro-batch, times the views for CrossBERT)."""
+    queries: int
+    """Query length."""
+    keys: int
+    """Key length."""
+    heads: int
+    """Attention heads (before tensor parallelism splits them)."""
+    head_dim: int
+    """Channels per head."""
+    layers: int
+    """Layers of the stack making this call (windows: ``attention_windows.layer_half_windows``)."""
+
+
+def views_attention_calls(run_cfg: RunConfig) -> tuple[AttentionCall, ...]:
+    """CrossBERT: encoder self-attention over Lv visible tokens, decoder self-attention among the T = L - Lv
+    targets and cross-attention from them to the Lv visible states, on ``b*V`` rows."""
+    model, seq = run_cfg.model, run_cfg.data.seq_length
+    visible, rows = views_pipeline_shape(run_cfg)
+    targets, head_dim = seq - visible, model.hidden_size // model.num_attention_heads
+    dec_dim, dec_layers = model.dec_hidden // model.dec_heads, model.decoder_num_layers
+    return (AttentionCall("encoder", rows, visible, visible, model.num_attention_heads, head_dim, model.num_layers),
+            AttentionCall("decoder self", rows, targets, targets, model.dec_heads, dec_dim, dec_layers),
+            AttentionCall("decoder cross", rows, targets, visible, model.dec_heads, dec_dim, dec_layers))
+
+
+def full_attention_calls(run_cfg: RunConfig) -> tuple[AttentionCall, ...]:
+    """MLM: encoder self-attention over the whole packed sequence on ``b`` rows."""
+    model = run_cfg.model
+    seq, rows = full_pipeline_shape(run_cfg)
+    return (AttentionCall("encoder", rows, seq, seq, model.num_attention_heads,
+                          model.hidden_size // model.num_attention_heads, model.num_layers),)
+
+
+def views_gemm_rows(run_cfg: RunConfig) -> dict[str, int]:
+    """Rows of the TE GEMMs of one CrossBERT micro-batch (FP8 needs each divisible by 8), named by fields."""
+    visible, rows = views_pipeline_shape(run_cfg)
+    targets = run_cfg.data.seq_length - visible
+    return {"encoder rows (visible tokens x training.micro_batch_size x views)": visible * rows,
+            "decoder rows (masked targets x training.micro_batch_size x views)": targets * rows,
+            "cross-attention key rows (visible tokens x training.micro_batch_size x views)": visible * rows}
+
+
+def full_gemm_rows(run_cfg: RunConfig) -> dict[str, int]:
+    """Rows of the TE GEMMs of one MLM micro-batch: the encoder over every position (the sparse head is local)."""
+    seq, rows = full_pipeline_shape(run_cfg)
+    return {"encoder rows (data.seq_length x training.micro_batch_size)": seq * rows}
+

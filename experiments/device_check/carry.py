@@ -172,11 +172,15 @@ def prepare(options: PrepareOptions) -> dict:
 
 def prepare_summary(result: dict) -> str:
     """What ``prepare`` prints: sizes, then each device call's exact ``run`` arguments as JSON."""
+    from .budget import plan_lines
+
     lines = [f"carry folder {result['carry_dir']}: {result['carry_bytes'] / 2**20:.1f} MiB "
              f"({result['data_files']} data files, wheels {result['wheels'] or 'not downloaded'}); checkout "
              f"{result['checkout_bytes'] / 2**20:.1f} MiB; travels {result['travel_bytes'] / 2**20:.1f} MiB of "
-             f"{result['limit_bytes'] / 2**20:.0f} MiB", "", "Device calls (device `run` arguments), in order:"]
+             f"{result['limit_bytes'] / 2**20:.0f} MiB", "", *plan_lines(), "",
+             "Device calls (device `run` arguments), in order:"]
     for index, call in enumerate(result["calls"], 1):
         lines.append(f"{index}. {json.dumps(call)}")
-    lines.append("Rerun only failed stages with `--stages NAME ...` in the same command.")
+    lines.append("Call 2 only if call 1 needs no rerun; rerun only failed stages with `--stages NAME ...` in "
+                 "call 1's command, timeout_s their budgets plus the install margin.")
     return "\n".join(lines)

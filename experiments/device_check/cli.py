@@ -1,7 +1,8 @@
 """device_check: prepare the carry folder here, run the stages on the device, render the results.
 
     prepare   (CPU machine) wheels + data into the git-ignored carry folder, size guard, prints the
-              exact device `run` arguments (command, carry, timeout_s) of the two calls
+              device plan's arithmetic and the exact device `run` arguments (command, carry, timeout_s)
+    plan      the device plan alone: start-ups, compiles, stage budgets, call totals, the rerun reserve
     run       (device, or --toy on the CPU) the stages, each under its budget; JSON + markdown in $OUT
     render    the docs/results.md GPU section from one or more device_check.json files
 """
@@ -29,6 +30,10 @@ def _add_prepare(sub) -> None:
     p.add_argument("--no-wheels", action="store_true", help="skip pip download (no package index reachable)")
     p.add_argument("--limit-mib", type=float, default=CARRY_LIMIT_BYTES / 2**20,
                    help="refuse if checkout + carry folder exceed this (device limit: 64)")
+
+
+def _add_plan(sub) -> None:
+    sub.add_parser("plan", help="print the device plan's arithmetic and whether it fits (exit 1 if not)")
 
 
 def _add_run(sub) -> None:
@@ -63,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = parser.add_subparsers(dest="command_name", required=True)
     _add_prepare(sub)
+    _add_plan(sub)
     _add_run(sub)
     _add_render(sub)
     return parser
@@ -75,6 +81,14 @@ def prepare_command(args) -> int:
                                     wheels=not args.no_wheels, limit_bytes=int(args.limit_mib * 2**20)))
     print(prepare_summary(result))
     return 0
+
+
+def plan_command(args) -> int:
+    from .budget import device_plan, plan_lines
+
+    plan = device_plan()
+    print("\n".join(plan_lines(plan)))
+    return 0 if plan.fits else 1
 
 
 def run_command(args) -> int:
@@ -102,7 +116,7 @@ def render_command(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    handlers = {"prepare": prepare_command, "run": run_command, "render": render_command}
+    handlers = {"prepare": prepare_command, "plan": plan_command, "run": run_command, "render": render_command}
     try:
         return handlers[args.command_name](args)
     except (OSError, ValueError, subprocess.CalledProcessError) as err:

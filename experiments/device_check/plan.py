@@ -1,11 +1,14 @@
-"""Device limits, stage budgets and the two device calls: the one home of every number the plan uses.
+"""Stage budgets and the device calls: the one home of every stage's numbers and of which call runs it.
 
 The lent H200 gives 15 minutes of device time in all, start-up (1-2 minutes per fresh machine)
 included, and at most 10 minutes per call; what travels with the checkout is capped at 64 MiB.
-So the stages are split over two calls: smoke + gpu_check + attention first (under 6 minutes), the
-claims run second (under 6); with a start-up each they fit the 15 minutes. Each stage runs in its own
-process and is killed at its budget, so one stage that hangs or crashes cannot take the next one's
-time or results.
+Call 1 answers the most per second (CUDA facts, the NCCL all-reduce, bf16 steps of every arm,
+gpu_check at base size, the attention kernels) in at most 7 minutes, compiles included; the claims
+run is call 2, fired only when call 1 needs no rerun. ``budget`` does the arithmetic (start-ups,
+compiles, the rerun reserve) and says whether it fits. Each stage runs in its own process, stops itself
+inside its budget and is killed at it, so one stage that hangs or crashes cannot take the next one's
+time or results. A stage is added by ONE ``StageSpec`` in ``STAGES``: its entry point, budget, compiles
+and call are all there.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ CARRY_LIMIT_BYTES = 64 * 2**20
 OUT_FILE_LIMIT = 8
 """Files that come back from $OUT."""
 INSTALL_MARGIN_S = 30
-"""Wheel install, interpreter start and result writing, per call."""
+"""Wheel install and import check, interpreter start and result writing, per call."""
 DEFAULT_CARRY_DIR = ".device_carry"
 """Git-ignored folder named in ``carry`` (wheels/ and data/ inside)."""
 DEFAULT_WORK_DIR = str(Path(tempfile.gettempdir()) / "crossbert_device_check")
@@ -32,38 +35,62 @@ GLUE_TASKS = ("CoLA", "SST-2", "MRPC", "STS-B", "RTE")
 """The claims run's frozen-probe tasks (full dev sets on the GPU)."""
 
 
+COMPILE_S_PER_SHAPE = 8
+"""Seconds one compiled shape costs on the H200 (flex forward + backward, inductor): an estimate, the
+number every stage's compile allowance is counted in; the first device call measures the real one."""
+
+
 @dataclass(frozen=True)
 class StageSpec:
-    """One stage of the device check."""
+    """One stage of the device check: its entry point, its budget and the call that runs it."""
 
     name: str
     """Stage id used by ``--stages`` and in the result files."""
-    budget_s: float
-    """Wall-clock limit on the device; the stage's process is killed past it."""
+    entry: str
+    """``module:function`` inside this package; the function takes the ``DeviceCheckConfig`` and returns a dict."""
+    run_s: float
+    """Seconds of work on the H200 once every shape is compiled."""
+    compiles: int
+    """Compiled shapes (flex/inductor) the stage makes on the H200; each costs ``COMPILE_S_PER_SHAPE``. smoke: the
+    tiny cases' 9 shapes, compiled again in test_gpu.py's own process from inductor's on-disk cache (counted as 3);
+    gpu_check: BERT-base's 7; attention: one L=8192 shape (its MFU runs have no masks, so no flex)."""
+    call: int
+    """Device call that runs it (1: the first, fired at once; 2: only when call 1 needs no rerun)."""
     toy_budget_s: float
     """Limit for the CPU dry run: only a guard against hangs (2 shared cores can be 10x slow under load)."""
     summary: str
     """What it checks, for the printed plan and the report."""
+
+    @property
+    def compile_s(self) -> float:
+        return self.compiles * COMPILE_S_PER_SHAPE
+
+    @property
+    def budget_s(self) -> float:
+        """Wall-clock limit on the device (work plus compiles); the stage stops itself inside it."""
+        return self.run_s + self.compile_s
 
     def budget(self, toy: bool) -> float:
         return self.toy_budget_s if toy else self.budget_s
 
 
 STAGES: tuple[StageSpec, ...] = (
-    StageSpec("smoke", 90, 300,
-              "tests/benchmarking/test_gpu.py, CUDA/NCCL smoke, bf16 train steps of every architecture"),
-    StageSpec("gpu_check", 130, 300, "crossbert-bench gpu-check: bf16 MFU at BERT-base/large L=512, "
-                                     "CrossBERT vs sparse megatron BertModel, GEMM peak, FLOP-predicted ratios"),
-    StageSpec("attention", 90, 300, "compiled FlexAttention vs SDPA at L=8192 with document masks and "
-                                    "windows (tokens/s, memory, gradients); bf16 MFU with SDPA vs megatron's "
-                                    "unfused attention"),
-    StageSpec("claims", 330, 600, "equal-FLOPs bf16 pretraining of MLM baseline and CrossBERT arms, "
-                                  "frozen probes on GLUE dev"),
+    StageSpec("smoke", "stages:run_smoke", 70, 12, 1, 300,
+              "CUDA facts, one-rank NCCL all-reduce, bf16 train steps of every architecture, "
+              "tests/benchmarking/test_gpu.py"),
+    StageSpec("gpu_check", "stages:run_gpu_check_stage", 90, 7, 1, 300,
+              "crossbert-bench gpu-check at BERT-base L=512: bf16 MFU, CrossBERT vs sparse megatron BertModel, "
+              "GEMM peak, FLOP-predicted ratios"),
+    StageSpec("attention", "attention_stage:run_attention", 70, 1, 1, 300,
+              "compiled FlexAttention vs SDPA at L=8192 with document masks and windows (tokens/s, memory, "
+              "gradients); bf16 MFU with SDPA vs megatron's unfused attention"),
+    StageSpec("claims", "claims:run_claims", 235, 4, 2, 600,
+              "equal-FLOPs bf16 pretraining of MLM baseline and CrossBERT arms, frozen probes on GLUE dev"),
 )
 STAGE_NAMES = tuple(stage.name for stage in STAGES)
-
-CALLS: tuple[tuple[str, ...], ...] = (("smoke", "gpu_check", "attention"), ("claims",))
-"""Stages of each device call, in order (each call under 6 minutes)."""
+CALLS: tuple[tuple[str, ...], ...] = tuple(
+    tuple(spec.name for spec in STAGES if spec.call == number) for number in sorted({s.call for s in STAGES}))
+"""Stages of each device call, in order, from each stage's ``call``."""
 
 
 def stage(name: str) -> StageSpec:
@@ -80,10 +107,11 @@ def call_timeout_s(stages: tuple[str, ...]) -> int:
 
 @dataclass
 class ClaimsSettings:
-    """Knobs of the claims stage (stage 3)."""
+    """Knobs of the claims stage."""
 
-    train_seconds: float = 150.0
-    """Wall time all arms' training together should take; sets the shared FLOPs budget."""
+    train_seconds: float = 110.0
+    """Wall time all arms' training together should take; sets the shared FLOPs budget (of the claims stage's
+    235 s of work, the rest is calibration, probes and MTEB-lite)."""
     seeds: list[int] | None = None
     """Seeds in order (None: the plan's); each after the first runs only if the previous one's time still fits."""
     probe_max_train: int | None = None
@@ -120,7 +148,7 @@ class DeviceCheckConfig:
     command: str = ""
     """The exact command line, recorded in the results."""
     claims: ClaimsSettings = field(default_factory=ClaimsSettings)
-    """Stage 3 settings."""
+    """Claims stage settings."""
 
     def __post_init__(self) -> None:
         for name in self.stages:
@@ -133,7 +161,7 @@ class DeviceCheckConfig:
 def module_env(**extra: str) -> dict[str, str]:
     """This process's environment with ``REPO_ROOT`` first on ``PYTHONPATH``, for ``python -m experiments...``."""
     path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    return {**os.environ, "PYTHONPATH": path, **extra}
+    return {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1", **extra}
 
 
 def config_from_dict(raw: dict) -> DeviceCheckConfig:

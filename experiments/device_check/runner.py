@@ -1,7 +1,7 @@
 """The device-side driver: run the requested stages, each in its own process under its budget.
 
 A stage process that fails, crashes (a CUDA fault takes the whole process) or overruns its budget
-(its process group is killed) is recorded with its error and the log's tail, and the next stage
+(it stops itself just inside it; past it, its process group is killed) is recorded with its error and the log's tail, and the next stage
 still runs. After every stage the JSON and markdown under ``out_dir`` are rewritten, so a call
 killed at its limit still returns what finished. ``out_dir`` gets at most five files (the device
 returns eight): ``device_check.json``, ``device_check.md`` and one ``<stage>.log`` per stage.
@@ -61,12 +61,14 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def run_stage(name: str, config: DeviceCheckConfig, config_path: Path) -> dict:
-    """One stage in a fresh process group, killed at its budget; returns its record."""
+    """One stage in a fresh process group, told its budget (it stops itself inside it) and killed at it as the
+    backstop; its output goes straight into ``<stage>.log`` under ``out_dir`` as it is printed, so a stage killed
+    at its budget still leaves its log. Returns its record."""
     budget = stage(name).budget(config.toy)
     log, result = Path(config.out_dir) / f"{name}.log", Path(config.work_dir) / f"stage-{name}.json"
     result.unlink(missing_ok=True)
     partial_path(Path(config.work_dir), name).unlink(missing_ok=True)
-    argv = [sys.executable, "-m", f"{__package__}.stage_process", name, str(config_path), str(result)]
+    argv = [sys.executable, "-m", f"{__package__}.stage_process", name, str(config_path), str(result), str(budget)]
     start = time.time()
     with log.open("w") as handle:
         proc = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True, env=module_env())

@@ -1,9 +1,9 @@
 """Stages 1 and 2 of the device check: the smoke test and the GPU throughput check.
 
-Stage 1 (``smoke``) runs ``tests/benchmarking/test_gpu.py`` of this checkout, then in this process: the CUDA
-facts, a one-rank NCCL all-reduce through the project's own process-group setup, and a few real
-bf16 training steps of every architecture (the throughput benchmark's tiny cases, so the step is
-the one pretraining runs). Stage 2 (``gpu_check``) is the library's ``crossbert-bench gpu-check``
+Stage ``smoke`` runs, in this process: the CUDA facts, a one-rank NCCL all-reduce through the project's own
+process-group setup, and a few real bf16 training steps of every architecture (the throughput benchmark's tiny
+cases, so the step is the one pretraining runs), then ``tests/benchmarking/test_gpu.py`` of this checkout,
+streamed line by line under its own timeout. Stage ``gpu_check`` is the library's ``crossbert-bench gpu-check``
 (``benchmarking.gpu_check``). ``--toy`` runs both on the CPU (fp32, gloo, tiny shapes).
 ``stage_process`` is how the driver starts each of them.
 """
@@ -14,19 +14,44 @@ import json
 import math
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from .plan import REPO_ROOT, DeviceCheckConfig
-from .stage_io import tail_lines
+from .stage_io import save_partial, tail_lines
 
 
-def run_gpu_tests(repo: Path) -> dict:
-    """``pytest tests/benchmarking/test_gpu.py``: its exit code and summary (all skip without CUDA)."""
+GPU_TESTS_TIMEOUT_S = 60
+"""Seconds ``tests/benchmarking/test_gpu.py`` may take inside the smoke stage (tiny cases: seconds on the H200)."""
+TOY_GPU_TESTS_TIMEOUT_S = 240
+"""The same in the CPU dry run, where every test skips but pytest's start-up on 2 loaded cores is slow."""
+
+
+def stream_command(argv: list[str], cwd: Path, timeout_s: float) -> tuple[int | None, str]:
+    """Run ``argv`` printing each line as it comes (into the stage's log, which streams to ``$OUT``), killed past
+    ``timeout_s``; returns (exit code, None if killed; the whole output)."""
+    proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    timer = threading.Timer(timeout_s, proc.kill)
+    timer.start()
+    lines = []
+    try:
+        for line in proc.stdout:
+            print(line, end="", flush=True)
+            lines.append(line)
+        proc.wait()
+    finally:
+        timer.cancel()
+    killed = proc.returncode is not None and proc.returncode < 0
+    return (None if killed else proc.returncode), "".join(lines)
+
+
+def run_gpu_tests(repo: Path, timeout_s: float = GPU_TESTS_TIMEOUT_S) -> dict:
+    """``pytest tests/benchmarking/test_gpu.py``, streamed: its exit code and summary (all skip without CUDA)."""
     argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/benchmarking/test_gpu.py"]
-    done = subprocess.run(argv, cwd=repo, capture_output=True, text=True)
-    print(done.stdout + done.stderr, flush=True)
-    return {"command": " ".join(argv[1:]), "exit_code": done.returncode, "passed": done.returncode == 0,
-            "summary": tail_lines(done.stdout, 1), "tail": tail_lines(done.stdout + done.stderr)}
+    code, output = stream_command(argv, repo, timeout_s)
+    return {"command": " ".join(argv[1:]), "exit_code": code, "passed": code == 0,
+            "summary": tail_lines(output, 1) if code is not None else f"killed after {timeout_s:.0f} s",
+            "tail": tail_lines(output)}
 
 
 def cuda_facts() -> dict:
@@ -80,13 +105,17 @@ def train_steps(case, steps: int) -> dict:
 
 
 def run_smoke(config: DeviceCheckConfig) -> dict:
-    """Stage 1; ``ok`` only if the GPU tests pass, the all-reduce is right and every arch trains."""
+    """Stage smoke, cheapest answers first (CUDA facts, the all-reduce, each arch's steps, saved as they come,
+    then the GPU tests); ``ok`` only if the GPU tests pass, the all-reduce is right and every arch trains."""
     from megatron_crossbert.config import ParallelConfig
     from megatron_crossbert.platform import initialize
 
-    result = {"gpu_tests": run_gpu_tests(REPO_ROOT), "cuda": cuda_facts(), "train_steps": []}
+    result = {"cuda": cuda_facts(), "train_steps": []}
+    print(f"cuda {result['cuda']}", flush=True)
     initialize(ParallelConfig(), 1234)
     result["collective"] = collective_check()
+    print(f"collective {result['collective']}", flush=True)
+    save_partial(Path(config.work_dir), "smoke", result)
     precision = "fp32" if config.toy else "bf16"
     for case in smoke_cases(precision):
         try:
@@ -95,6 +124,8 @@ def run_smoke(config: DeviceCheckConfig) -> dict:
             result["train_steps"].append({"name": case.name, "arch": case.arch, "encoder": case.encoder, "ok": False,
                                           "error": f"{type(err).__name__}: {err}"})
         print(f"train steps {result['train_steps'][-1]}", flush=True)
+        save_partial(Path(config.work_dir), "smoke", result)
+    result["gpu_tests"] = run_gpu_tests(REPO_ROOT, TOY_GPU_TESTS_TIMEOUT_S if config.toy else GPU_TESTS_TIMEOUT_S)
     result["ok"] = (result["gpu_tests"]["passed"] and result["collective"]["ok"]
                     and all(step["ok"] for step in result["train_steps"]))
     return result
@@ -104,9 +135,9 @@ TOY_TRAIN_STEPS = 1
 """Training steps per architecture in the CPU dry run's smoke (the H200 runs 4)."""
 TOY_GPU_CHECK = dict(sizes=["tiny"], steps=1, warmup=0, precision="fp32", gemm_size=256, allow_cpu=True)
 """The CPU dry run's gpu-check options (no warm-up round: the dry run checks the code path, not speed)."""
-DEVICE_GPU_CHECK = dict(steps=6, warmup=2)
-"""The H200 run's changes to ``GpuCheckOptions``' defaults: two rounds fewer each, so the stage fits its
-130 s beside the attention stage in the first call."""
+DEVICE_GPU_CHECK = dict(sizes=["base"], steps=6, warmup=2)
+"""The H200 run's changes to ``GpuCheckOptions``' defaults: BERT-base only and two rounds fewer each, so the
+stage fits its budget in the first call (BERT-large is for a later window)."""
 
 
 def _flag_words(options: dict) -> list[str]:
@@ -119,7 +150,7 @@ def _flag_words(options: dict) -> list[str]:
 
 
 def run_gpu_check_stage(config: DeviceCheckConfig) -> dict:
-    """Stage 2: the library's gpu check in this process; its JSON becomes the stage's result."""
+    """Stage gpu_check: the library's gpu check in this process; its JSON becomes the stage's result."""
     from megatron_crossbert.benchmarking.gpu_check import GpuCheckOptions, run_gpu_check
 
     changes = {"out": str(Path(config.work_dir) / "gpu_check.json"),

@@ -5,10 +5,10 @@ L=512 it runs the interleaved throughput benchmark on a subset of its rows (``Gp
 megatron-core BertModel with sparse prediction, the reference, and with the dense head; CrossBERT
 r=0.5 single view, r=0.5 complementary, r=0.75, r=0.5 complementary with a decoder at h/2 x 1 layer;
 the modern family's sparse MLM baseline and complementary CrossBERT; real training steps), then the
-same at FP8 for BERT-base if TE is importable. MFU is model FLOPs per second over the bf16 dense
-peak: by default the 790 TFLOP/s measured on an H200 for an 8192^3 bf16 GEMM; the check also
-re-measures that GEMM on the spot and reports MFU against it too, so a slow or throttled device
-shows. Each measured speed-up over the family's sparse MLM baseline is set beside the one the FLOPs
+same at FP8 for BERT-base if TE is importable. MFU is model FLOPs per second over the one peak the
+trainer uses too (``platform.peak``): the flag, else the 8192^3 bf16 GEMM measured on the spot, so
+a slow or throttled device shows; an attention-adjusted MFU (only the query-key pairs the masks allow)
+stands beside it. Each measured speed-up over the family's sparse MLM baseline is set beside the one the FLOPs
 model predicts (reference FLOPs / own FLOPs per sample), which is the claim under test (1.46x for
 r=0.5 single view at BERT-base against sparse BERT).
 
@@ -25,11 +25,10 @@ from dataclasses import dataclass, field
 import torch
 
 from megatron_crossbert.benchmarking.choices import GPU_CHECK_PRECISIONS
+from megatron_crossbert.platform.peak import Peak, measure_gemm_peak, mfu_peak
 from megatron_crossbert.benchmarking.report import fmt, markdown_table, throughput_markdown, write_json
 from megatron_crossbert.benchmarking.throughput import ThroughputOptions, run_throughput
 
-H200_BF16_GEMM_TFLOPS = 790.0
-"""bf16 8192^3 GEMM measured on an H200 of this workplace (KINDS.md): the default MFU peak."""
 GPU_CHECK_ROWS = ("bert dense", "crossbert r=0.5 single", "crossbert r=0.5 compl", "crossbert r=0.75 compl",
                   "crossbert r=0.5 compl dec h/2x1L", "crossbert-modern r=0.5 compl")
 """The throughput rows the check times besides the references: 8 models, so BERT-large's fit in memory
@@ -40,8 +39,8 @@ and time (the full table has 14)."""
 class GpuCheckOptions:
     """What the GPU check runs; defaults are the H200 validation."""
 
-    peak_tflops: float = H200_BF16_GEMM_TFLOPS
-    """Dense peak TFLOP/s that MFU is quoted against."""
+    peak_tflops: float | None = None
+    """Dense peak TFLOP/s that MFU is quoted against; None: the GEMM measured now (``platform.peak``)."""
     sizes: list[str] = field(default_factory=lambda: ["base", "large"])
     """Throughput-benchmark shapes (``cases.SIZES``) to run, in order."""
     steps: int = 8
@@ -60,33 +59,13 @@ class GpuCheckOptions:
     """Throughput rows to time (``cases.SETTINGS`` names; each family's sparse MLM baseline always runs)."""
 
     def __post_init__(self) -> None:
-        if self.peak_tflops <= 0 or self.steps < 1 or self.warmup < 0 or self.gemm_size < 1:
+        if (self.peak_tflops is not None and self.peak_tflops <= 0) or self.steps < 1 or self.warmup < 0 or self.gemm_size < 1:
             raise ValueError("GpuCheckOptions: peak_tflops, steps and gemm_size must be positive, warmup >= 0")
         if self.precision not in GPU_CHECK_PRECISIONS:
             raise ValueError(f"GpuCheckOptions.precision must be one of {', '.join(GPU_CHECK_PRECISIONS)}, "
                              f"got {self.precision!r}")
         if not self.sizes:
             raise ValueError("GpuCheckOptions.sizes must name at least one shape")
-
-
-def _sync() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-
-
-def measure_gemm_peak(size: int = 8192, iters: int = 20) -> float:
-    """Dense GEMM TFLOP/s now (bf16 on the GPU, fp32 on the CPU), after a short warm-up."""
-    device, dtype = ("cuda", torch.bfloat16) if torch.cuda.is_available() else ("cpu", torch.float32)
-    a = torch.randn(size, size, device=device, dtype=dtype)
-    b = torch.randn(size, size, device=device, dtype=dtype)
-    for _ in range(3):
-        a @ b
-    _sync()
-    start = time.perf_counter()
-    for _ in range(iters):
-        a @ b
-    _sync()
-    return 2.0 * size**3 * iters / (time.perf_counter() - start) / 1e12
 
 
 def transformer_engine_status() -> tuple[bool, str]:
@@ -100,17 +79,15 @@ def transformer_engine_status() -> tuple[bool, str]:
     return True, "transformer_engine imported"
 
 
-def add_predicted_ratios(report: dict, gemm_tflops: float) -> None:
+def add_predicted_ratios(report: dict) -> None:
     """Per model: measured over FLOP-predicted speed-up against its family's sparse MLM baseline (both
-    from the throughput report, ``throughput._add_ratios``), and MFU against the GEMM measured now."""
+    from the throughput report, ``throughput._add_ratios``)."""
     for result in report["results"]:
         predicted, measured = result.get("predicted_samples_per_s_vs_ref"), result.get("samples_per_s_vs_ref")
         result["measured_over_predicted"] = measured / predicted if predicted and measured else None
-        achieved = result.get("achieved_tflops")
-        result["mfu_vs_gemm_now"] = achieved / gemm_tflops if achieved and gemm_tflops else None
 
 
-RATIO_HEADERS = ["shape", "model", "samples/s", "MFU", "MFU vs GEMM now", "× sparse MLM measured",
+RATIO_HEADERS = ["shape", "model", "samples/s", "MFU", "MFU attention-adjusted", "× sparse MLM measured",
                  "× sparse MLM FLOP-predicted", "measured / predicted", "× dense MLM measured"]
 
 
@@ -124,7 +101,8 @@ def ratio_rows(payload: dict) -> list[list[str]]:
             continue
         for r in run["report"]["results"]:
             rows.append([label, r["name"], fmt(r["samples_per_s"], 1), fmt(r.get("mfu"), 1, 100, "%"),
-                         fmt(r.get("mfu_vs_gemm_now"), 1, 100, "%"), fmt(r.get("samples_per_s_vs_ref"), 2, suffix="x"),
+                         fmt(r.get("mfu_attention_adjusted"), 1, 100, "%"),
+                         fmt(r.get("samples_per_s_vs_ref"), 2, suffix="x"),
                          fmt(r.get("predicted_samples_per_s_vs_ref"), 2, suffix="x"),
                          fmt(r.get("measured_over_predicted"), 2), fmt(r.get("samples_per_s_vs_dense"), 2, suffix="x")])
     return rows
@@ -134,14 +112,14 @@ def ratio_markdown(payload: dict) -> str:
     return markdown_table(RATIO_HEADERS, ratio_rows(payload))
 
 
-def _one(options: GpuCheckOptions, size: str, precision: str, impl: str, gemm_tflops: float) -> dict:
+def _one(options: GpuCheckOptions, size: str, precision: str, impl: str, peak_tflops: float) -> dict:
     throughput = ThroughputOptions(size=size, precision=precision, transformer_impl=impl,
-                                   peak_tflops=options.peak_tflops, steps=options.steps, warmup=options.warmup,
+                                   peak_tflops=peak_tflops, steps=options.steps, warmup=options.warmup,
                                    clock="wall", only=list(options.only))
     start = time.time()
     report = run_throughput(throughput)
     report["meta"]["wall_s"] = round(time.time() - start, 1)
-    add_predicted_ratios(report, gemm_tflops)
+    add_predicted_ratios(report)
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     return report
@@ -162,11 +140,13 @@ def _device_name() -> str:
 def _header(options: GpuCheckOptions) -> dict:
     te_ok, te_note = transformer_engine_status()
     gemm = measure_gemm_peak(options.gemm_size)
-    payload = {"status": "ok", "device": _device_name(), "peak_tflops_used": options.peak_tflops,
+    peak = mfu_peak(options.peak_tflops) if options.peak_tflops else Peak(gemm, f"{options.gemm_size}^3 GEMM "
+                                                                                 "measured now")
+    payload = {"status": "ok", "device": _device_name(), "peak_tflops_used": peak.tflops, "peak_source": peak.source,
                "gemm_tflops_measured_now": gemm, "gemm_size": options.gemm_size, "transformer_engine": te_note,
                "fp8_measured": te_ok, "runs": []}
-    print(f"device {payload['device']}; GEMM now {gemm:.1f} TFLOP/s; MFU against {options.peak_tflops} "
-          f"TFLOP/s; {te_note}", flush=True)
+    print(f"device {payload['device']}; GEMM now {gemm:.1f} TFLOP/s; MFU against {peak.tflops:.1f} TFLOP/s "
+          f"({peak.source}); {te_note}", flush=True)
     return payload
 
 
@@ -181,7 +161,7 @@ def run_gpu_check(options: GpuCheckOptions | None = None) -> int:
     payload = _header(options)
     for size, precision, impl in _runs(options, payload["fp8_measured"]):
         try:
-            report = _one(options, size, precision, impl, payload["gemm_tflops_measured_now"])
+            report = _one(options, size, precision, impl, payload["peak_tflops_used"])
         except Exception as err:  # keep the other checks' results; report this one's failure
             payload["runs"].append({"size": size, "precision": precision, "error": f"{type(err).__name__}: {err}"})
             print(f"\n### {size} {precision}: FAILED: {err}", flush=True)

@@ -30,6 +30,7 @@ import torch
 from megatron_crossbert.arch import get_arch
 from megatron_crossbert.benchmarking.batches import make_batches
 from megatron_crossbert.benchmarking.cases import BenchCase, default_cases, size_overrides
+from megatron_crossbert.platform.peak import mfu_peak
 from megatron_crossbert.benchmarking.choices import CLOCKS
 from megatron_crossbert.benchmarking.memory import measure_step_memory, persistent_bytes
 from megatron_crossbert.benchmarking.step import StepRunner, build_runner
@@ -45,6 +46,7 @@ class ThroughputOptions:
     precision: str = "fp32"
     transformer_impl: str = "auto"
     peak_tflops: float | None = None
+    """MFU peak per device; None: the GEMM measured now on a GPU, no MFU on the CPU (``platform.peak``)."""
     seq_length: int | None = None
     micro_batch_size: int | None = None
     num_layers: int | None = None
@@ -130,12 +132,24 @@ def _masking_fields(case: BenchCase) -> dict:
     return {"mask_ratio": None, "views": 1, "sparse_prediction": model.sparse_prediction}
 
 
-def _case_metrics(case: BenchCase, clocks: dict[str, list[float]], clock: str, peak_tflops: float | None) -> dict:
+def adjusted_flops_per_sample(case: BenchCase, batches: list[dict]) -> float | None:
+    """The attention-adjusted count (``models.attention_flops``), averaged over the timed batches' samples."""
+    from megatron_crossbert.models.attention_flops import attention_adjusted_flops_per_sample, document_lengths
+
+    if _flops_per_sample(case) is None or not case.run_cfg.data.document_mask:
+        return _flops_per_sample(case)
+    rows = [row for batch in batches for row in batch["segments"].cpu().numpy()]
+    return sum(attention_adjusted_flops_per_sample(case.run_cfg, document_lengths(row)) for row in rows) / len(rows)
+
+
+def _case_metrics(case: BenchCase, clocks: dict[str, list[float]], clock: str, peak_tflops: float | None,
+                  adjusted_flops: float | None = None) -> dict:
     step_times = clocks[clock]
     median = statistics.median(step_times)
     samples_s = case.micro_batch_size / median
     flops = _flops_per_sample(case)
     achieved = flops * samples_s / 1e12 if flops else None
+    adjusted = adjusted_flops * samples_s / 1e12 if adjusted_flops else None
     return {
         "name": case.name, "arch": case.arch, "encoder": case.encoder, "is_reference": case.is_reference,
         **_masking_fields(case),
@@ -149,6 +163,8 @@ def _case_metrics(case: BenchCase, clocks: dict[str, list[float]], clock: str, p
         "model_flops_per_sample": flops,
         "achieved_tflops": achieved,
         "mfu": achieved / peak_tflops if achieved and peak_tflops else None,
+        "model_flops_per_sample_attention_adjusted": adjusted_flops,
+        "mfu_attention_adjusted": adjusted / peak_tflops if adjusted and peak_tflops else None,
     }
 
 
@@ -208,6 +224,7 @@ def run_throughput(options: ThroughputOptions) -> dict:
 
     initialize(ParallelConfig(), options.seed)
     device = current_device()
+    peak = mfu_peak(options.peak_tflops).tflops  # the flag, else the GEMM measured on this GPU
     cases = select_cases(options)
     runners = [build_runner(case, device) for case in cases]
     batches = {c.name: make_batches(c, 2, device, seed=options.seed) for c in cases}
@@ -215,7 +232,8 @@ def run_throughput(options: ThroughputOptions) -> dict:
     times = time_interleaved(runners, batches, options.warmup, options.steps, device)
     results, memory_method = [], ""
     for runner in runners:
-        metrics = _case_metrics(runner.case, times[runner.case.name], clock, options.peak_tflops)
+        metrics = _case_metrics(runner.case, times[runner.case.name], clock, peak,
+                                adjusted_flops_per_sample(runner.case, batches[runner.case.name]))
         memory = measure_step_memory(lambda: runner.step(batches[runner.case.name][0]), device)
         memory_method = memory.pop("method")
         metrics.update(memory, **persistent_bytes(runner.unwrapped, options.precision))

@@ -9,26 +9,39 @@ callers holding only a path (tests, benchmarks), which opens (and so verifies) i
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import torch
 from megatron.core import dist_checkpointing
 from megatron.core.dist_checkpointing.mapping import ShardedTensor
+from megatron.core.dist_checkpointing.validation import StrictHandling
 from torch.distributed.checkpoint.api import CheckpointException as TorchCheckpointException
 
 from megatron_crossbert.checkpoint.errors import CheckpointError
 from megatron_crossbert.checkpoint.optimizer_format import (
     SAVE_SHARDING_TYPE,
+    OPTIMIZER_IMPL_KEY,
     model_space_load,
+    optimizer_impl,
     prime_optimizer_state,
     restore_adam_steps,
+    saved_content,
 )
 from megatron_crossbert.checkpoint.pins import reading
 from megatron_crossbert.checkpoint.safe_pickle import checked_read
-from megatron_crossbert.checkpoint.state import Progress, set_rng_state, training_state_dict
+from megatron_crossbert.checkpoint.state import (
+    Progress,
+    rng_device,
+    saved_rng_device,
+    set_rng_state,
+    training_state_dict,
+)
 from megatron_crossbert.checkpoint.verify import VerifiedCheckpoint, open_checkpoint
 from megatron_crossbert.config import RunConfig
 from megatron_crossbert.platform import seed_everything
+
+logger = logging.getLogger(__name__)
 
 
 def _checked(source: VerifiedCheckpoint) -> Path:
@@ -54,7 +67,7 @@ def _grow_requests(request: dict, grown: dict[str, int]) -> dict[str, tuple[torc
 
 
 def read_model_weights(model, source: VerifiedCheckpoint, grown: dict[str, int] | None = None) -> Path:
-    """Load the 'model' entry of a verified checkpoint into ``model`` (any TP/PP layout).
+    """Load the 'model' entry of a verified checkpoint into ``model`` (any TP/PP layout, local or TE layers).
 
     ``grown`` (``context_extension.grown_tables``): position tables the model holds more rows of than
     the checkpoint; their saved rows are copied in and the new rows keep the model's initialisation.
@@ -64,7 +77,7 @@ def read_model_weights(model, source: VerifiedCheckpoint, grown: dict[str, int] 
     swapped = _grow_requests(request, grown or {})
     try:
         with reading(ckpt_dir), checked_read(ckpt_dir):
-            state = dist_checkpointing.load({"model": request}, str(ckpt_dir))
+            state = load_across_layer_impls({"model": request}, ckpt_dir)
     except CheckpointError:
         raise
     except (Exception, TorchCheckpointException) as err:  # DCP's CheckpointException is a BaseException
@@ -73,11 +86,39 @@ def read_model_weights(model, source: VerifiedCheckpoint, grown: dict[str, int] 
         table = table.detach().clone()
         table[:saved.shape[0]] = state["model"][key]
         state["model"][key] = table
-    result = model.load_state_dict(state["model"], strict=False)
-    missing = [key for key in result.missing_keys if not key.endswith("_extra_state")]
-    if missing:
-        raise CheckpointError(f"{ckpt_dir} lacks model weights: {missing[:5]}{'...' if len(missing) > 5 else ''}")
+    load_model_state(model, state["model"], ckpt_dir)
     return ckpt_dir
+
+
+def is_extra_state(key: str) -> bool:
+    """Transformer Engine's per-module ``_extra_state`` (FP8 scaling state): the only entries a checkpoint
+    written with local layers lacks, and nothing a weight depends on."""
+    return key.split("/shard_")[0].endswith("_extra_state")
+
+
+def load_across_layer_impls(request: dict, ckpt_dir: Path) -> dict:
+    """``dist_checkpointing.load`` that lets a checkpoint cross the local/Transformer Engine line: a TE model's
+    ``_extra_state`` entries that a local checkpoint lacks are left out (TE starts them afresh, as at
+    initialisation; logged), and a TE checkpoint's extra entries are simply not read by a local model. Any
+    other requested entry the checkpoint lacks is refused in one line."""
+    state, _, absent = dist_checkpointing.load(request, str(ckpt_dir), strict=StrictHandling.RETURN_UNEXPECTED)
+    others = sorted(key for key in absent if not is_extra_state(key))
+    if others:
+        raise CheckpointError(f"{ckpt_dir} lacks {len(others)} entries this model needs: {others[:3]}"
+                              f"{'...' if len(others) > 3 else ''}")
+    if absent:
+        logger.info("%s has no Transformer Engine _extra_state for %d modules (saved with local layers): "
+                    "their FP8 scaling state starts afresh", ckpt_dir, len(absent))
+    return state
+
+
+def load_model_state(model, state: dict, ckpt_dir: Path) -> None:
+    """``load_state_dict`` tolerating only absent ``_extra_state`` entries (see ``load_across_layer_impls``)."""
+    result = model.load_state_dict(state, strict=False)
+    missing = [key for key in result.missing_keys if not is_extra_state(key)]
+    if missing or result.unexpected_keys:
+        raise CheckpointError(f"{ckpt_dir} does not match the model: missing {missing[:5]}, unexpected "
+                              f"{result.unexpected_keys[:5]}")
 
 
 def load_model_weights(model, path: str | Path, verify: str = "full") -> Path:
@@ -97,12 +138,12 @@ def _read(ckpt_dir: Path, request: dict, model, optimizer) -> dict:
     with torch.no_grad(), model_space_load(optimizer):
         try:
             with reading(ckpt_dir), checked_read(ckpt_dir):
-                loaded = dist_checkpointing.load(request, str(ckpt_dir))
+                loaded = load_across_layer_impls(request, ckpt_dir)
         except CheckpointError:
             raise
         except (Exception, TorchCheckpointException) as err:  # the latter derives from BaseException
             raise CheckpointError(f"cannot resume from {ckpt_dir}: {err}") from err
-        model.load_state_dict(loaded["model"])
+        load_model_state(model, loaded["model"], ckpt_dir)
         optimizer.load_state_dict(loaded["optimizer"])
     return loaded
 
@@ -118,8 +159,9 @@ def _use_saved_wsd(scheduler, saved: RunConfig) -> None:
 def load_checkpoint(source: VerifiedCheckpoint, model, optimizer, scheduler, run_cfg: RunConfig) -> Progress:
     """Collective: restore model, optimizer, scheduler, RNG and progress from a verified full checkpoint.
 
-    Under a different TP/PP layout the RNG streams cannot be mapped, so they are re-seeded from
-    ``training.seed + iteration`` (a resumed run then does not replay the dropout masks of step 1).
+    Under a different TP/PP layout, or from another device type, the RNG streams cannot be mapped, so they
+    are re-seeded from ``training.seed + iteration`` (a resumed run then does not replay the dropout masks of
+    step 1). A change of Adam implementation (torch AdamW, TE or apex FusedAdam) is logged.
     """
     if source.weights_only:
         raise ValueError(f"{source.directory} was verified for a weights-only load, not a resume")
@@ -130,6 +172,7 @@ def load_checkpoint(source: VerifiedCheckpoint, model, optimizer, scheduler, run
         sharding_type = source.sharding_type or SAVE_SHARDING_TYPE
     request = training_state_dict(model, optimizer, scheduler, Progress(), sharding_type, is_loading=True,
                                   with_rng=same_layout)
+    note_optimizer_impl(_checked(source))
     loaded = _read(_checked(source), request, model, optimizer)
     # verify.check_schedule already refused or logged any difference; 'config' applies this run's.
     scheduler.override_opt_param_scheduler = run_cfg.checkpoint.lr_schedule_on_resume == "config"
@@ -139,8 +182,29 @@ def load_checkpoint(source: VerifiedCheckpoint, model, optimizer, scheduler, run
     if run_cfg.parallel.use_distributed_optimizer:
         restore_adam_steps(optimizer, scheduler.num_steps)
     progress = Progress(int(loaded["iteration"]), int(loaded["data"]["consumed_samples"]))
-    if same_layout:
-        set_rng_state(loaded["rng"])
-    else:
-        seed_everything(run_cfg.training.seed + progress.iteration)
+    restore_rng(loaded.get("rng"), run_cfg.training.seed + progress.iteration)
     return progress
+
+
+def note_optimizer_impl(ckpt_dir: Path) -> str | None:
+    """The Adam implementation that wrote the checkpoint's optimizer state (None: not recorded); a log line
+    when this run's differs (their states share names, so the resume continues)."""
+    saved, now = saved_content(ckpt_dir).get(OPTIMIZER_IMPL_KEY), optimizer_impl()
+    if saved and saved != now:
+        logger.warning("resume: the optimizer state in %s was written by %s; this run continues it with %s",
+                       ckpt_dir, saved, now)
+    return saved
+
+
+def restore_rng(saved: dict | None, reseed: int) -> bool:
+    """Restore the saved RNG streams, or re-seed with ``reseed`` when there are none to take (another TP/PP
+    layout) or they were saved on another device type (a CPU checkpoint resumed on a GPU: the CUDA tracker
+    rejects CPU generator states at the first dropout); the latter says so in a log line. True if restored."""
+    if saved is not None and saved_rng_device(saved) == rng_device():
+        set_rng_state(saved)
+        return True
+    if saved is not None:
+        logger.warning("resume: the RNG states were saved on %s and this run is on %s; re-seeded from "
+                       "training.seed + iteration = %d", saved_rng_device(saved), rng_device(), reseed)
+    seed_everything(reseed)
+    return False

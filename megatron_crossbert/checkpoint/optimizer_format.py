@@ -44,11 +44,27 @@ CONTENT_FORMAT_KEY = "crossbert_distrib_optim_format"
 """Our key in the checkpoint's content metadata; absent in checkpoints written before this format."""
 
 
-def save_content_metadata(run_cfg: RunConfig) -> dict | None:
-    """What ``dist_checkpointing.save(content_metadata=...)`` records for this run's optimizer."""
-    if not run_cfg.parallel.use_distributed_optimizer:
-        return None
-    return {CONTENT_FORMAT_KEY: SAVE_SHARDING_TYPE}
+OPTIMIZER_IMPL_KEY = "crossbert_optimizer_impl"
+"""Our key for the Adam implementation that wrote the optimizer state; absent in older checkpoints."""
+
+
+def optimizer_impl() -> str:
+    """The Adam class megatron-core builds here: Transformer Engine's FusedAdam when TE imports, else apex's
+    FusedAdam, else torch's AdamW. Their states share names (exp_avg, exp_avg_sq), but a resume across them
+    is a change of implementation the log must show."""
+    from megatron.core import optimizer as megatron_optimizer
+
+    adam = megatron_optimizer.Adam
+    return f"{adam.__module__}.{adam.__qualname__}"
+
+
+def save_content_metadata(run_cfg: RunConfig) -> dict:
+    """What ``dist_checkpointing.save(content_metadata=...)`` records for this run's optimizer: its Adam
+    implementation and, with the distributed optimizer, the layout of its state."""
+    content = {OPTIMIZER_IMPL_KEY: optimizer_impl()}
+    if run_cfg.parallel.use_distributed_optimizer:
+        content[CONTENT_FORMAT_KEY] = SAVE_SHARDING_TYPE
+    return content
 
 
 def sharding_metadata(sharding_type: str | None) -> dict | None:
@@ -64,18 +80,22 @@ def saved_sharding_type(ckpt_dir: Path, saved_cfg: RunConfig) -> str | None:
     """
     if not saved_cfg.parallel.use_distributed_optimizer:
         return None
+    return saved_content(ckpt_dir).get(CONTENT_FORMAT_KEY, LEGACY_DP_RESHARDABLE)
+
+
+def saved_content(ckpt_dir: Path) -> dict:
+    """The content metadata ``save_content_metadata`` wrote ({} for a checkpoint without any)."""
     if not (Path(ckpt_dir) / "metadata.json").is_file():
-        return LEGACY_DP_RESHARDABLE
+        return {}
     from megatron.core.dist_checkpointing import load_content_metadata
 
     try:
         with checked_read(Path(ckpt_dir)):  # restricted unpickling of .metadata and the common state
-            content = load_content_metadata(str(ckpt_dir)) or {}
+            return load_content_metadata(str(ckpt_dir)) or {}
     except CheckpointError:
         raise
     except Exception as err:
         raise CheckpointError(f"cannot read the content metadata of {ckpt_dir}: {err}") from err
-    return content.get(CONTENT_FORMAT_KEY, LEGACY_DP_RESHARDABLE)
 
 
 def _layout(cfg: RunConfig) -> tuple[int, int]:

@@ -119,6 +119,9 @@ def install_results_queue(asynchronous: bool) -> None:
     from megatron.core.dist_checkpointing.strategies import filesystem_async
 
     filesystem_async._results_queue = results_queue(asynchronous)
+    nvrx_writer = sys.modules.get("nvidia_resiliency_ext.checkpointing.async_ckpt.filesystem_async")
+    if nvrx_writer is not None:  # NVRx's writer (``async_strategy``) keeps its own global queue
+        nvrx_writer._results_queue = results_queue(asynchronous)
 
 
 def guard_request(request):

@@ -40,9 +40,9 @@ from typing import Callable
 
 import torch.distributed as dist
 from megatron.core import dist_checkpointing
-from megatron.core.dist_checkpointing.strategies.async_utils import AsyncCallsQueue
 from torch.distributed.checkpoint.api import CheckpointException as TorchCheckpointException
 
+from megatron_crossbert.checkpoint.async_strategy import calls_queue_class, run_async_strategy
 from megatron_crossbert.checkpoint.checksums import own_shards
 from megatron_crossbert.checkpoint.checksums import write_record as write_checksums
 from megatron_crossbert.checkpoint.data_record import write_data_record
@@ -82,15 +82,13 @@ before 'latest' moves (what a node failure at that moment does)."""
 
 logger = logging.getLogger(__name__)
 
-ASYNC_STRATEGY = "mcore"
-"""megatron-core's own async writer; ``nvrx`` would need nvidia-resiliency-ext."""
 
 
 class AsyncSaves:
     """One run's background saves: started by :meth:`start`, committed in order by :meth:`finalize`."""
 
     def __init__(self) -> None:
-        self._queue: AsyncCallsQueue | None = None  # created by the first async save
+        self._queue = None  # an AsyncCallsQueue of the run's strategy, created by the first async save
         self._targets: deque[SaveTarget] = deque()  # what each pending save's failure names, in order
 
     def start(self, state: dict, ckpt_dir: Path, content_metadata: dict | None,
@@ -99,12 +97,13 @@ class AsyncSaves:
 
         The writers and the results server die with the trainer (``processes``)."""
         target = target or SaveTarget.of(ckpt_dir.parent, iteration_of(ckpt_dir) or 0)
+        strategy = run_async_strategy()  # NVRx on a GPU where it imports, else megatron's; logged once
         install_results_queue(asynchronous=True)
         request = _failing_as(target, dist_checkpointing.save, state, str(ckpt_dir), async_sharded_save=True,
-                              async_strategy=ASYNC_STRATEGY, content_metadata=content_metadata)
+                              async_strategy=strategy.name, content_metadata=content_metadata)
         request.add_finalize_fn(commit)  # after megatron's own finalizers (metadata.json)
         if self._queue is None:
-            self._queue = AsyncCallsQueue(persistent=False)
+            self._queue = calls_queue_class(strategy)(persistent=False)
         schedule_guarded(self._queue, request)
         self._targets.append(target)
 

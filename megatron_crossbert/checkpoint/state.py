@@ -3,8 +3,8 @@
 Model and optimizer are sharded tensors (reshardable across TP, PP and DP; the distributed
 optimizer's layout is chosen in ``optimizer_format``), the LR scheduler, consumed samples and
 iteration are common state, and the RNG states are one ShardedObject per (PP, TP) rank. RNG
-states can only be restored under the same TP/PP layout; on a different layout the resume
-re-seeds instead (``checkpoint.load``).
+states can only be restored under the same TP/PP layout and on the same device type; otherwise the
+resume re-seeds instead, with a log line (``checkpoint.load``).
 """
 
 from __future__ import annotations
@@ -28,10 +28,22 @@ class Progress:
     consumed_samples: int = 0
 
 
+def rng_device() -> str:
+    """The device type whose RNG tracker this process runs: megatron's tracker holds CUDA generator states
+    on a GPU and CPU ones here, and neither takes the other's."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def saved_rng_device(state: dict) -> str:
+    """The device type an RNG state was saved on (older checkpoints: a GPU's carries a 'cuda' entry)."""
+    return state.get("device") or ("cuda" if "cuda" in state else "cpu")
+
+
 def get_rng_state() -> dict:
-    """Every RNG stream that affects training: python, numpy, torch (CPU/CUDA), megatron tracker."""
+    """Every RNG stream that affects training: python, numpy, torch (CPU/CUDA), megatron tracker, and the
+    device type the tracker's states belong to."""
     state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-             "tracker": tensor_parallel.get_cuda_rng_tracker().get_states()}
+             "tracker": tensor_parallel.get_cuda_rng_tracker().get_states(), "device": rng_device()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state()
     return state

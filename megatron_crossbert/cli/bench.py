@@ -40,7 +40,8 @@ def _add_throughput(sub) -> None:
     p.add_argument("--num-layers", type=int, default=None, help="override the size's encoder depth")
     p.add_argument("--only", nargs="*", default=[],
                    help="case names to keep (each family's sparse MLM baseline always runs as its reference)")
-    p.add_argument("--peak-tflops", type=float, default=None, help="device peak TFLOP/s for MFU")
+    p.add_argument("--peak-tflops", type=float, default=None,
+                   help="device peak TFLOP/s for MFU (default: the GEMM measured now on a GPU; none on the CPU)")
     p.add_argument("--clock", default="auto", choices=CLOCKS,
                    help="step timer: process CPU time is robust to other jobs on a shared CPU (auto: cpu on CPU, wall on GPU)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
@@ -83,8 +84,8 @@ def _add_attention(sub) -> None:
 
 def _add_gpu_check(sub) -> None:
     p = sub.add_parser("gpu-check", help="H200 validation: bf16 (and FP8 if TE) throughput and MFU, base and large")
-    p.add_argument("--peak-tflops", type=float, default=790.0,
-                   help="bf16 dense peak for MFU (790 = measured 8192^3 GEMM on an H200)")
+    p.add_argument("--peak-tflops", type=float, default=None,
+                   help="dense peak TFLOP/s for MFU (default: the 8192^3 bf16 GEMM measured now on this GPU)")
     p.add_argument("--sizes", nargs="*", default=["base", "large"], help="model sizes (default: %(default)s)")
     p.add_argument("--steps", type=int, default=8, help="timed rounds (default: %(default)s)")
     p.add_argument("--warmup", type=int, default=3, help="untimed rounds first (default: %(default)s)")

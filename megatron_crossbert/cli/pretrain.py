@@ -39,6 +39,8 @@ SHORTHANDS: tuple[ConfigFlag, ...] = (
     ConfigFlag("--precision", ("training.precision",)),
     ConfigFlag("--tensor-parallel", ("parallel.tensor_model_parallel_size",)),
     ConfigFlag("--pipeline-parallel", ("parallel.pipeline_model_parallel_size",)),
+    ConfigFlag("--distributed-timeout-minutes", ("parallel.distributed_timeout_minutes",),
+               "timeout of every collective (Megatron-LM's flag)"),
     ConfigFlag("--save", ("checkpoint.save_dir",), "checkpoint root to write"),
     ConfigFlag("--load", ("checkpoint.load_dir",), "checkpoint root to resume from"),
     ConfigFlag("--init-from", ("checkpoint.init_from",), "model-only checkpoint to initialise weights from"),

@@ -23,8 +23,11 @@ class ParallelConfig:
     """Overlap the data-parallel gradient reduce with the backward pass."""
     recompute_activations: bool = False
     """Full activation recompute per layer (trade compute for memory)."""
+    distributed_timeout_minutes: int = 30
+    """Timeout of every collective (Megatron-LM's ``--distributed-timeout-minutes``): a rank stuck longer (a dead
+    node, a hung save) fails the job instead of hanging it; raise it when rank 0 builds large dataset indexes."""
 
     def __post_init__(self) -> None:
-        _positive(self, "tensor_model_parallel_size", "pipeline_model_parallel_size")
+        _positive(self, "tensor_model_parallel_size", "pipeline_model_parallel_size", "distributed_timeout_minutes")
         _require(not self.sequence_parallel or self.tensor_model_parallel_size > 1,
                  "sequence_parallel needs tensor_model_parallel_size > 1")

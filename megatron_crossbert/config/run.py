@@ -14,6 +14,7 @@ import yaml
 from megatron_crossbert.arch import get_arch
 from megatron_crossbert.config.checks import _require, coerce, coerce_saved, describe, section_hints
 from megatron_crossbert.config.data import DataConfig, MaskingConfig
+from megatron_crossbert.config.fp8 import fp8_shape_problems
 from megatron_crossbert.config.model import ModelConfig
 from megatron_crossbert.config.parallel import ParallelConfig
 from megatron_crossbert.config.training import CheckpointConfig, TrainingConfig
@@ -52,6 +53,21 @@ class RunConfig:
         _require(not self.parallel.sequence_parallel or (encoder_length % tp == 0 and seq % tp == 0),
                  f"sequence_parallel needs seq_length ({seq}) and the encoder length ({encoder_length}) "
                  f"divisible by TP={tp}")
+        self._check_fp8_shapes()
+
+    def _check_fp8_shapes(self) -> None:
+        """FP8 GEMM shapes, checked with the config (before any Transformer Engine import), so that a CPU dry run
+        already refuses them in one line naming the fields (``config.fp8``)."""
+        if self.training.precision != "fp8":
+            return
+        model, spec = self.model, get_arch(self.model.arch)
+        widths = {"model.hidden_size": model.hidden_size, "model.ffn_hidden_size": model.ffn}
+        if spec.has_reconstruction_decoder:
+            widths.update({"model.decoder_hidden_size": model.dec_hidden,
+                           "model.decoder_ffn_hidden_size": model.dec_ffn})
+        problems = fp8_shape_problems(spec.gemm_rows(self), widths, self.parallel.tensor_model_parallel_size)
+        _require(not problems, "training.precision=fp8: " + "; ".join(problems)
+                 + " (change training.micro_batch_size, data.seq_length or masking.mask_ratio)")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -16,6 +16,7 @@ import torch
 from megatron_crossbert.attention_windows import layer_half_windows
 from megatron_crossbert.config import RunConfig
 from megatron_crossbert.models.core_attention import AttentionOptions, resolve_backend
+from megatron_crossbert.models.flex_compile import flex_shapes, register_flex_shapes
 
 @dataclass(frozen=True)
 class AttentionPlan:
@@ -62,4 +63,6 @@ def attention_plan(run_cfg: RunConfig, *, training: bool) -> AttentionPlan:
         decoder=AttentionOptions(backend, layer_half_windows(model.decoder_num_layers, **windows)),
         document_mask=document_mask, local_rotary_base=model.local_rotary_base if model.windowed else None,
         why=why)
+    if backend == "flex":  # compiled kernels: one per shape, every shape inside Dynamo's limit
+        register_flex_shapes(flex_shapes(run_cfg))
     return plan

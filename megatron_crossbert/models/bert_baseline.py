@@ -27,6 +27,7 @@ from torch import Tensor
 from megatron_crossbert.config import RunConfig
 from megatron_crossbert.models.attention_masks import sample_coords
 from megatron_crossbert.models.attention_plan import AttentionPlan
+from megatron_crossbert.models.encode_padding import encode_length_multiple, pad_length
 from megatron_crossbert.models.sparse_head import sparse_lm_loss
 from megatron_crossbert.models.specs import encoder_layer_spec
 from megatron_crossbert.models.transformer_config import transformer_config
@@ -112,9 +113,12 @@ def bert_encoder_states(model: BertModel, input_ids: Tensor, attention_mask: Ten
 
 
 def bert_encode(model: BertModel, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
-    """Final-LayerNorm encoder output ``[b, s, h]`` of a BertModel, like ``CrossBertModel.encode`` (PP=1)."""
+    """Final-LayerNorm encoder output ``[b, s, h]`` of a BertModel, like ``CrossBertModel.encode`` (PP=1), the
+    length padded to ``encode_length_multiple`` and trimmed back."""
     if not (model.pre_process and model.post_process):
         raise RuntimeError("bert_encode needs the whole encoder on one stage (PP=1)")
+    length = input_ids.shape[1]
+    input_ids, attention_mask = pad_length(input_ids, attention_mask, encode_length_multiple(model.config))
     padded = attention_mask is not None and not bool(attention_mask.bool().all())
     hidden = bert_encoder_states(model, input_ids, attention_mask if padded else None)
     if model.config.sequence_parallel:
@@ -122,7 +126,7 @@ def bert_encode(model: BertModel, input_ids: Tensor, attention_mask: Tensor | No
 
         hidden = tensor_parallel.gather_from_sequence_parallel_region(
             hidden, tensor_parallel_output_grad=False, group=model.tp_group)
-    return hidden.transpose(0, 1).contiguous()
+    return hidden[:length].transpose(0, 1).contiguous()
 
 
 def bert_mask_tokens(tokens: Tensor, *, mask_id: int, vocab_size: int, mask_prob: float = 0.15,

@@ -84,6 +84,9 @@ class AttentionOptions:
     compile_flex: bool | None = None
     """torch.compile flex_attention and its block masks: None = on a GPU only (the CPU runs flex eagerly,
     forward-only, for tests; ``crossbert-bench attention`` compiles it there too)."""
+    flex_without_grad: bool = False
+    """Run compiled flex without gradients too (kernel benchmarks time flex itself); off, evaluation runs SDPA
+    over the same masks so that padded batches of every length compile nothing (``flex_compile``)."""
 
     def half_window(self, layer_number: int) -> int:
         """megatron's ``layer_number`` is 1-based and includes the pipeline stage's offset."""
@@ -113,17 +116,28 @@ _CACHE = _MaskCache()
 
 @lru_cache(maxsize=1)
 def _compiled_flex():
-    """torch.compile'd flex_attention (GPU): one compiled kernel per shape, built on first use."""
+    """torch.compile'd flex_attention (GPU): one compiled kernel per shape, built on first use; the shapes a run
+    makes are registered against Dynamo's recompile limit (``flex_compile``)."""
     from torch.nn.attention.flex_attention import flex_attention
 
     return torch.compile(flex_attention, dynamic=False)
 
 
+@lru_cache(maxsize=1)
+def _compiled_block_mask_builder():
+    """One torch.compile'd ``create_block_mask`` for the process (its ``_compile=True`` compiled anew at every
+    call and is deprecated): one graph per shape, under the same limit as the flex kernels."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    return torch.compile(create_block_mask, dynamic=False)
+
+
 def _block_mask(mask_mod, batch: int, sq: int, sk: int, device: torch.device, compile_: bool):
     from torch.nn.attention.flex_attention import create_block_mask
 
+    build = _compiled_block_mask_builder() if compile_ else create_block_mask
     # device must be given: torch 2.13 defaults to the build's accelerator (cuda) even without a GPU
-    return create_block_mask(mask_mod, batch, None, sq, sk, device=device, _compile=compile_)
+    return build(mask_mod, batch, None, sq, sk, device=device)
 
 
 def _dense_block_mask(keep: Tensor, sq: int, sk: int, compile_: bool):
@@ -171,7 +185,7 @@ class CoreAttention(MegatronModule):
         if self.reference is not None:
             mask = None if masks.keep is None else ~masks.keep
             out = self.reference(query, key, value, mask, attn_mask_type=attn_mask_type)
-        elif self.options.backend == "flex":
+        elif self._flex_now(query):
             out = self._flex(query, key, value, masks.block)
         else:
             out = self._sdpa(query, key, value, masks.keep)
@@ -192,7 +206,7 @@ class CoreAttention(MegatronModule):
         ranges = _CACHE.get(attention_mask, ("ranges", self.half_window, sq, sk),
                             lambda: ranges_for(attention_mask, sq, sk, self.half_window))
         empty = ranges.empty if self.cross else None
-        if self.options.backend == "flex":
+        if self._flex_now(attention_mask):
             block = _CACHE.get(attention_mask, ("block", self.half_window, sq, sk), lambda: _block_mask(
                 flex_mask_mod(ranges), batch, sq, sk, attention_mask.device, self._compile_flex(attention_mask)))
             return LayerMasks(block=block, empty=empty)
@@ -209,10 +223,17 @@ class CoreAttention(MegatronModule):
         empty = ~keep.any(-1).any(1)                       # [b, sq]; masks broadcast over heads
         keep = keep | empty[:, None, :, None]
         block = None
-        if self.options.backend == "flex":
+        if self._flex_now(attention_mask):
             block = _CACHE.get(attention_mask, ("block-dense", sq, sk),
                                lambda: _dense_block_mask(keep, sq, sk, self._compile_flex(attention_mask)))
         return LayerMasks(keep=keep, block=block, empty=empty if self.cross else None)
+
+    def _flex_now(self, like: Tensor) -> bool:
+        """Flex for this call: compiled flex only where gradients flow; without them (evaluation, ``encode()``
+        with padded batches of every length) SDPA runs the same masks, so no length compiles a kernel."""
+        if self.options.backend != "flex":
+            return False
+        return torch.is_grad_enabled() or self.options.flex_without_grad or not self._compile_flex(like)
 
     def _compile_flex(self, like: Tensor) -> bool:
         return like.is_cuda if self.options.compile_flex is None else self.options.compile_flex

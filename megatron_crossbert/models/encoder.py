@@ -30,6 +30,7 @@ from torch import Tensor
 from megatron_crossbert.arch import EncoderFamily
 from megatron_crossbert.models.attention_masks import padding_coords
 from megatron_crossbert.models.attention_plan import AttentionPlan
+from megatron_crossbert.models.encode_padding import encode_length_multiple, pad_length
 from megatron_crossbert.models.rotary import KindRotary
 from megatron_crossbert.models.specs import encoder_block_spec, final_norm
 
@@ -107,28 +108,19 @@ class EncoderLanguageModel(LanguageModule):
         Evaluation/export path; needs the whole encoder on this rank (PP=1). ``attention_mask`` is
         HF-style (1 = keep); real tokens never see padding (padded rows see only padding and are
         not meant to be read). Local layers keep their windows (positions 0..s-1).
-        Under sequence parallelism the batch is right-padded to a multiple of TP and trimmed back.
+        The batch is right-padded to ``encode_length_multiple`` (TP under sequence parallelism, 16 under FP8)
+        and trimmed back.
         """
         if not (self.pre_process and self.post_process):
             raise RuntimeError(f"{type(self).__name__}.encode needs the whole encoder on one stage (PP=1)")
         length = input_ids.shape[1]
-        input_ids, attention_mask = self._pad_for_sequence_parallel(input_ids, attention_mask)
+        input_ids, attention_mask = pad_length(input_ids, attention_mask, encode_length_multiple(self.config))
         positions = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
         hidden = self.run_encoder(input_ids, positions, self._key_padding_mask(attention_mask, input_ids))
         if self.config.sequence_parallel:
             hidden = tensor_parallel.gather_from_sequence_parallel_region(
                 hidden, tensor_parallel_output_grad=False, group=self.tp_group)
         return hidden[:length].transpose(0, 1).contiguous()
-
-    def _pad_for_sequence_parallel(self, input_ids: Tensor, attention_mask: Tensor | None):
-        tp = self.config.tensor_model_parallel_size
-        pad = (-input_ids.shape[1]) % tp if self.config.sequence_parallel else 0
-        if not pad:
-            return input_ids, attention_mask
-        if attention_mask is None:
-            attention_mask = torch.ones_like(input_ids)
-        pad_fn = torch.nn.functional.pad
-        return pad_fn(input_ids, (0, pad)), pad_fn(attention_mask, (0, pad))
 
     def _key_padding_mask(self, attention_mask: Tensor | None, input_ids: Tensor) -> Tensor | None:
         """HF mask (1 = keep) -> padding coordinates ``[b, 2, s]``; None when unpadded and every layer global

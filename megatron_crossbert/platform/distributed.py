@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import random
 import socket
+from dataclasses import dataclass
 from datetime import timedelta
 
 import numpy as np
@@ -33,18 +34,46 @@ def device() -> torch.device:
     return torch.device("cpu")
 
 
+@dataclass(frozen=True)
+class ProcessGroupPlan:
+    """How this process joins the job: the arguments of ``init_process_group`` and of megatron's groups."""
+
+    backend: str
+    """nccl on a GPU, gloo on the CPU."""
+    init_kwargs: dict
+    """Keyword arguments of ``torch.distributed.init_process_group`` (backend included)."""
+    local_rank: int | None
+    """The GPU this rank drives (None on the CPU)."""
+    create_gloo_groups: bool = False
+    """megatron-core's extra gloo groups beside the NCCL ones. Nothing this project runs uses them (the
+    distributed optimizer's fully-reshardable save gathers over NCCL; a CPU run's groups are gloo already),
+    and across nodes they hang where a hostname resolves to 127.0.1.1, so none are made."""
+
+
+def process_group_plan(cuda: bool, env: dict[str, str], timeout_minutes: int,
+                       port: int | None = None) -> ProcessGroupPlan:
+    """The one rule for joining: NCCL groups are bound to the rank's GPU (``device_id``: eager NCCL init, no
+    guessed device), the timeout is the run's; under a launcher (``RANK`` set) the env:// rendezvous, else a
+    world of one on ``port`` of the loopback, without leaking rendezvous variables to children."""
+    backend = "nccl" if cuda else "gloo"
+    local_rank = int(env.get("LOCAL_RANK", "0")) if cuda else None
+    kwargs: dict = {"backend": backend, "timeout": timedelta(minutes=timeout_minutes)}
+    if cuda:
+        kwargs["device_id"] = torch.device("cuda", local_rank)
+    if "RANK" not in env:
+        kwargs.update(init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    return ProcessGroupPlan(backend, kwargs, local_rank)
+
+
 def init_process_group(timeout_minutes: int = 30) -> tuple[int, int]:
-    """Initialise torch.distributed (nccl on GPU, gloo on CPU); returns (rank, world_size)."""
+    """Initialise torch.distributed (``process_group_plan``); returns (rank, world_size)."""
     if not dist.is_initialized():
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-        if backend == "nccl":
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        timeout = timedelta(minutes=timeout_minutes)
-        if "RANK" in os.environ:  # torchrun / spawned workers: env:// rendezvous
-            dist.init_process_group(backend, timeout=timeout)
-        else:  # a plain process: world of one, without leaking rendezvous variables to children
-            dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{free_port()}", rank=0,
-                                    world_size=1, timeout=timeout)
+        cuda = torch.cuda.is_available()
+        plan = process_group_plan(cuda, dict(os.environ), timeout_minutes,
+                                  None if "RANK" in os.environ else free_port())
+        if plan.local_rank is not None:
+            torch.cuda.set_device(plan.local_rank)
+        dist.init_process_group(**plan.init_kwargs)
     return dist.get_rank(), dist.get_world_size()
 
 
@@ -80,13 +109,15 @@ def initialize(parallel: ParallelConfig, seed: int) -> None:
     from megatron.core import parallel_state
 
     apply_cpu_patches()
-    _, world_size = init_process_group()
+    _, world_size = init_process_group(parallel.distributed_timeout_minutes)
     check_world_size(parallel, world_size)
     if parallel_state.model_parallel_is_initialized():
         parallel_state.destroy_model_parallel()
     parallel_state.initialize_model_parallel(
         tensor_model_parallel_size=parallel.tensor_model_parallel_size,
         pipeline_model_parallel_size=parallel.pipeline_model_parallel_size,
+        distributed_timeout_minutes=parallel.distributed_timeout_minutes,
+        create_gloo_process_groups=ProcessGroupPlan.create_gloo_groups,
     )
     seed_everything(seed)
 

@@ -3,7 +3,8 @@
 Figures are computed over each log interval from values every rank already agrees on (the step
 losses are all-reduced in ``steps.py``), so only global rank 0 writes. Throughput is reported as
 samples/s, input tokens/s (samples x seq_length), supervised tokens/s (positions that carry a loss:
-all targets of every view for CrossBERT, the 15% for BERT) and MFU when a peak is known.
+all targets of every view for CrossBERT, the 15% for BERT) and MFU against ``platform.peak`` (the
+flag, else the GEMM rate measured on this GPU at start).
 """
 
 from __future__ import annotations
@@ -17,21 +18,7 @@ from dataclasses import dataclass, field
 import psutil
 import torch
 
-# Dense bf16 peak TFLOP/s per device (no sparsity), matched as substrings of the CUDA device name.
-PEAK_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "H800": 989.0, "GH200": 989.0, "B200": 2250.0,
-                    "A100": 312.0, "A800": 312.0, "L40S": 362.0, "A10G": 125.0, "L4": 121.0}
-
-
-def peak_tflops(configured: float | None) -> float | None:
-    """Per-device peak: the configured value, else the known-GPU table, else None (no MFU)."""
-    if configured:
-        return configured
-    if not torch.cuda.is_available():
-        return None
-    name = torch.cuda.get_device_name()
-    matches = [key for key in PEAK_BF16_TFLOPS if key in name]
-    return PEAK_BF16_TFLOPS[max(matches, key=len)] if matches else None
-
+from megatron_crossbert.platform.peak import mfu, mfu_peak
 
 def memory_report() -> tuple[str, float]:
     """('cuda max alloc' | 'rss', GiB): CUDA peak allocation on GPU, process RSS on CPU."""
@@ -73,7 +60,9 @@ class MetricsLogger:
         self.world_size = world_size
         self.flops_per_sample = flops_per_sample
         self.enabled = enabled
-        self.peak = peak_tflops(run_cfg.training.peak_tflops)
+        self.peak = mfu_peak(run_cfg.training.peak_tflops)
+        if enabled:
+            print(f"MFU peak: {self.peak.tflops or 0:.0f} TFLOP/s per device ({self.peak.source})", flush=True)
         self.interval = IntervalStats()
         self.tb = self._tensorboard() if enabled else None
         self.wandb = self._wandb() if enabled else None
@@ -127,9 +116,8 @@ class MetricsLogger:
                    "step_time_s": elapsed / max(stats.steps, 1), "skipped_steps": float(stats.skipped)}
         if grad_norm is not None:
             metrics["grad_norm"] = grad_norm
-        if self.peak and self.flops_per_sample:
-            achieved = self.flops_per_sample * metrics["samples_per_s"]
-            metrics["mfu"] = achieved / (self.peak * 1e12 * self.world_size)
+        if self.peak.tflops and self.flops_per_sample:
+            metrics["mfu"] = mfu(self.flops_per_sample * metrics["samples_per_s"], self.peak, self.world_size)
         metrics["memory_gib"] = memory_report()[1]
         self.interval = IntervalStats()
         return metrics

@@ -120,3 +120,27 @@ def test_tiny_example_runs_with_dp_tp_and_pp(tmp_path):
         assert saved.parallel.tensor_model_parallel_size == int(layout.get("TP", 1))
         assert saved.parallel.pipeline_model_parallel_size == int(layout.get("PP", 1))
         assert saved.data.tokenizer == str(work / "tokenizer")
+
+
+@pytest.mark.parametrize("gres,expected", [("8", "8"), ("h100:8", "8"), ("gpu:h100:4", "4"), (None, "8")])
+def test_slurm_example_takes_typed_gres(tmp_path, gres, expected):
+    """The sbatch script run with stand-ins for scontrol/srun/torchrun: the per-node process count it passes."""
+    import os
+    import subprocess
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in {"scontrol": "echo node0; echo node1", "srun": 'shift; "$@"',
+                       "torchrun": 'echo "$@" > "$ARGS_OUT"'}.items():
+        (bin_dir / name).write_text(f"#!/usr/bin/env bash\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_NODELIST": "node[0-1]",
+           "SLURM_NNODES": "2", "SLURM_JOB_ID": "7", "SLURM_SUBMIT_DIR": str(EXAMPLES.parent),
+           "ARGS_OUT": str(tmp_path / "args")}
+    if gres is not None:
+        env["SLURM_GPUS_PER_NODE"] = gres
+    done = subprocess.run(["bash", str(EXAMPLES / "slurm.sbatch"), "data", "tok", "save"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    args = (tmp_path / "args").read_text().split()
+    assert args[args.index("--nproc_per_node") + 1] == expected and args[args.index("--nnodes") + 1] == "2"

@@ -234,7 +234,8 @@ def _train_steps(cfg: RunConfig, batch: dict, step_loss, steps: int) -> list[flo
     module = build(cfg)
     ddp = DistributedDataParallel(module.config, DistributedDataParallelConfig(), module)
     optimizer = get_megatron_optimizer(
-        OptimizerConfig(optimizer="adam", lr=1e-2, weight_decay=0.01, clip_grad=1.0), [ddp])
+        OptimizerConfig(optimizer="adam", lr=1e-2, weight_decay=0.01, clip_grad=1.0), [ddp],
+        use_gloo_process_groups=False)  # platform.initialize makes no gloo groups
     losses = []
     for _ in range(steps):
         ddp.zero_grad_buffer()

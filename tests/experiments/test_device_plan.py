@@ -1,0 +1,123 @@
+"""The device plan's arithmetic, a stage's own deadline, streamed stage logs and the carried wheels' check.
+
+All cheap and CPU-only: what would waste a 15-minute GPU window if it were wrong (a plan that does not fit,
+a killed stage with an empty log, a wheel clash found minutes late) is checked here first.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from experiments.device_check import budget, plan, stage_process, wheel_check
+from experiments.device_check.stages import stream_command
+from tests.support import REPO_ROOT
+
+
+def test_the_plan_fits_with_the_rerun_reserve_and_says_so():
+    device = budget.device_plan()
+    assert device.fits, device.problems()
+    first = device.calls[0]
+    assert first.stages == ("smoke", "gpu_check", "attention") and first.timeout_s <= budget.FIRST_CALL_LIMIT_S
+    assert first.timeout_s == plan.INSTALL_MARGIN_S + sum(plan.stage(s).run_s + plan.stage(s).compile_s
+                                                          for s in first.stages)
+    assert device.after_first_s == 900 - budget.START_UP_S - first.timeout_s >= budget.RERUN_RESERVE_S
+    lines = budget.plan_lines(device)
+    assert lines[-1].strip().startswith("FITS") and any("after call 1" in line for line in lines)
+    done = subprocess.run([sys.executable, "-m", "experiments.device_check", "plan"], cwd=REPO_ROOT,
+                          capture_output=True, text=True)
+    assert done.returncode == 0 and "FITS" in done.stdout and "compiles x" in done.stdout
+
+
+def test_a_plan_without_the_reserve_is_refused_by_its_arithmetic():
+    everything = budget.device_plan((plan.STAGE_NAMES,))  # all stages in one call: over 7 minutes, no reserve
+    problems = everything.problems()
+    assert not everything.fits and any("over its cap" in p for p in problems)
+    assert any("under the rerun reserve" in p for p in problems)
+    assert budget.plan_lines(everything)[-1].strip().startswith("DOES NOT FIT")
+
+
+def test_every_stage_is_one_registration():
+    for spec in plan.STAGES:
+        assert callable(stage_process.stage_function(spec.name)), spec.entry
+    assert [spec.call for spec in plan.STAGES] == sorted(spec.call for spec in plan.STAGES)
+
+
+def test_a_stage_stops_itself_inside_its_budget_and_keeps_its_partial_result(tmp_path, monkeypatch):
+    def slow_stage(config):
+        from experiments.device_check.stage_io import save_partial
+
+        save_partial(Path(config.work_dir), "smoke", {"done": 1})
+        try:
+            time.sleep(30)
+        except Exception:  # a stage's own error handling must not swallow the deadline
+            return {"ok": True}
+        return {"ok": True}
+
+    monkeypatch.setattr(stage_process, "stage_function", lambda name: slow_stage)
+    monkeypatch.setattr(stage_process, "STOP_MARGIN_S", 0)
+    config = plan.DeviceCheckConfig(toy=True, stages=["smoke"], out_dir=str(tmp_path / "out"),
+                                    work_dir=str(tmp_path / "work"))
+    config_path = tmp_path / "config.json"
+    from experiments.device_check.stage_io import write_stage_config
+
+    write_stage_config(config, config_path)
+    start = time.time()
+    code = stage_process.run_stage_process("smoke", str(config_path), str(tmp_path / "r.json"), "2")
+    record = json.loads((tmp_path / "r.json").read_text())
+    assert code == 1 and time.time() - start < 10
+    assert record["error"] == "stopped itself at 2 s, inside its budget" and record["result"] == {"done": 1}
+
+
+def test_a_streamed_command_prints_as_it_goes_and_is_killed_at_its_timeout(tmp_path, capsys):
+    script = "import time\nprint('first', flush=True)\ntime.sleep(30)\nprint('never')"
+    code, output = stream_command([sys.executable, "-c", script], tmp_path, timeout_s=2)
+    assert code is None and output == "first\n" and capsys.readouterr().out == "first\n"
+    code, output = stream_command([sys.executable, "-c", "print('ok')"], tmp_path, timeout_s=30)
+    assert (code, output) == (0, "ok\n")
+
+
+def test_carried_wheels_that_this_environment_satisfies_pass(tmp_path):
+    names = ("megatron-core", "nltk", "xxhash")
+    from importlib.metadata import version
+
+    wheels = [tmp_path / f"{name.replace('-', '_')}-{version(name)}-py3-none-any.whl" for name in names]
+    assert wheel_check.clashes(wheels) == []
+
+
+def test_a_wheel_clash_fails_in_one_line_naming_package_and_versions(tmp_path, monkeypatch, capsys):
+    from importlib.metadata import version
+
+    real = wheel_check._installed
+    monkeypatch.setattr(wheel_check, "_installed", lambda name: "0.1" if name == "packaging" else real(name))
+    wheel = tmp_path / f"megatron_core-{version('megatron-core')}-py3-none-any.whl"
+    assert wheel_check.main([str(wheel)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith("error: carried wheels: megatron-core ")
+    assert "needs packaging>=24.2; the device has packaging 0.1" in err
+    shadowed = tmp_path / "nltk-0.0.1-py3-none-any.whl"
+    assert wheel_check.clashes([shadowed]) == [f"carried nltk 0.0.1, but nltk {version('nltk')} is what imports"]
+
+
+
+def test_the_gpu_check_stage_budgets_a_compile_for_every_shape_it_makes():
+    from experiments.device_check.stages import DEVICE_GPU_CHECK
+    from megatron_crossbert.benchmarking.gpu_check import GPU_CHECK_ROWS
+    from megatron_crossbert.benchmarking.throughput import ThroughputOptions, select_cases
+    from megatron_crossbert.models.flex_compile import plan_flex_shapes
+
+    cases = [case for size in DEVICE_GPU_CHECK["sizes"]
+             for case in select_cases(ThroughputOptions(size=size, precision="bf16", only=list(GPU_CHECK_ROWS)))]
+    assert plan.stage("gpu_check").compiles >= len(plan_flex_shapes(case.run_cfg for case in cases)) == 7
+
+
+def test_the_smoke_stage_budgets_a_compile_for_every_tiny_shape():
+    from experiments.device_check.stages import smoke_cases
+    from megatron_crossbert.models.flex_compile import plan_flex_shapes
+
+    assert plan.stage("smoke").compiles >= len(plan_flex_shapes(case.run_cfg for case in smoke_cases("bf16"))) == 9
