@@ -144,17 +144,33 @@ BUCKET_END_ALIGN = 128
 """... and pads the buffer's end to a multiple of lcm(DP, 128) (``optimizer.param_layout``)."""
 
 
-def buffer_elements(tensors: list[int], dp: int, distributed_optimizer: bool) -> int:
-    """Elements of DDP's contiguous param/grad buffer on one rank: the tensors back to back, padded as the
-    distributed optimizer pads them (one bucket: ``overlap_grad_reduce`` off; each extra bucket adds less than
+def buffer_layout(tensors: list[int], dp: int, distributed_optimizer: bool) -> tuple[list[tuple[int, int]], int]:
+    """(each tensor's [start, end) in DDP's contiguous param/grad buffer, the buffer's length) on one rank.
+
+    Tensors lie back to back in reverse order; the distributed optimizer starts each at a multiple of 64 and
+    pads the end to lcm(DP, 128) (one bucket: ``overlap_grad_reduce`` off; each extra bucket adds less than
     lcm(DP, 128) elements)."""
     if not distributed_optimizer:
-        return sum(tensors)
-    end = 0
-    for numel in reversed(tensors):  # megatron lays parameters out in reverse order
-        end = -(-end // PARAM_START_ALIGN) * PARAM_START_ALIGN + numel
+        return [], sum(tensors)
+    ranges, end = [], 0
+    for numel in reversed(tensors):
+        start = -(-end // PARAM_START_ALIGN) * PARAM_START_ALIGN
+        ranges.append((start, start + numel))
+        end = start + numel
     divisor = math.lcm(dp, BUCKET_END_ALIGN)
-    return -(-end // divisor) * divisor
+    return ranges, -(-end // divisor) * divisor
+
+
+def optimizer_elements(tensors: list[int], dp: int, distributed_optimizer: bool, rank: int | None = None) -> int:
+    """Parameter elements whose optimizer state DP rank ``rank`` keeps: all of them, or, under the distributed
+    optimizer, those inside its 1/DP slice of the buffer (padding holds no state); None = the largest rank's."""
+    ranges, length = buffer_layout(tensors, dp, distributed_optimizer)
+    if not distributed_optimizer:
+        return length
+    share = length // dp
+    counts = [sum(max(0, min(end, (r + 1) * share) - max(start, r * share)) for start, end in ranges)
+              for r in range(dp)]
+    return max(counts) if rank is None else counts[rank]
 
 
 @dataclass(frozen=True)
@@ -175,18 +191,18 @@ class StateBytes:
         return self.weights + self.gradients + self.optimizer
 
 
-def state_bytes(run_cfg: RunConfig, stage: int, dp: int) -> StateBytes:
+def state_bytes(run_cfg: RunConfig, stage: int, dp: int, rank: int | None = None) -> StateBytes:
     """Per-rank bytes of weights, gradients and optimizer states of pipeline stage ``stage`` at DP=``dp``.
 
     Adam keeps m and v in fp32 (8 bytes); under bf16 the optimizer also keeps fp32 main weights (4) and the
     model's weights are bf16 (2); the gradient buffer is fp32 (4) either way. So 16 bytes per parameter in
-    fp32 and 18 in bf16, of which the distributed optimizer divides the optimizer's 8 or 12 by DP.
+    fp32 and 18 in bf16, of which the distributed optimizer divides the optimizer's 8 or 12 by DP. ``rank``:
+    the DP rank (None: the one holding the most state).
     """
     tensors = stage_tensors(run_cfg, stage)
     distributed = run_cfg.parallel.use_distributed_optimizer
-    buffer = buffer_elements(tensors, dp, distributed)
+    _, buffer = buffer_layout(tensors, dp, distributed)
     half = run_cfg.training.half_precision
-    per_param_optimizer = 12 if half else 8
-    optimizer = per_param_optimizer * (buffer // dp if distributed else sum(tensors))
+    optimizer = (12 if half else 8) * optimizer_elements(tensors, dp, distributed, rank)
     return StateBytes(parameters=sum(tensors), weights=(2 if half else 4) * buffer, gradients=4 * buffer,
                       optimizer=optimizer)
