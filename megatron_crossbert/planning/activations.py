@@ -191,6 +191,9 @@ def micro_batch_activations(run_cfg: RunConfig, rt: Runtime) -> MicroBatchActiva
         head_in = model.dec_hidden
     embedding = enc.rows * INDEX_BYTES + (_rows_bytes(enc.rows, enc.width, rt.dropout_mask_bytes, enc.norm_split)
                                           if rt.hidden_dropout else 0)
+    if recompute:  # layer 0 then keeps only its input, so the embedding norm's own input shows, and the
+        # frequencies handed to every checkpointed layer are kept once
+        embedding += (norm_bytes(enc, rt) if family.embedding_norm else 0) + rotary_table_bytes(run_cfg, enc.rows)
     return MicroBatchActivations(
         embedding_bytes=embedding, encoder_layer_bytes=layer_input if recompute else full_layer,
         encoder_final_norm_bytes=norm_bytes(enc, rt), decoder_bytes=decoder,
@@ -199,6 +202,18 @@ def micro_batch_activations(run_cfg: RunConfig, rt: Runtime) -> MicroBatchActiva
         recompute_peak_bytes=max(full_layer, recompute_peak) if recompute else 0)
 
 
+def rotary_table_bytes(run_cfg: RunConfig, rows: int) -> int:
+    """RoPE frequencies ``[s, b, 1, head_dim]`` (fp32; twice with a local base): what a checkpointed layer
+    receives besides its input. None for learned positions."""
+    model = run_cfg.model
+    if get_encoder(model.encoder).learned_positions:
+        return 0
+    kinds = 2 if model.windowed else 1
+    return kinds * rows * (model.hidden_size // model.num_attention_heads) * ROTARY_BYTES
+
+
+ROTARY_BYTES = 4
+"""RoPE frequencies are computed in fp32."""
 LOGIT_BYTES = 4
 """The cross-entropy upcasts logits and keeps its softmax in fp32 whatever the precision."""
 
@@ -211,4 +226,6 @@ def _decoder_bytes(run_cfg: RunConfig, rt: Runtime, enc: Block, dec: Block, rope
     layer_input = _rows_bytes(dec.rows, dec.width, rt.element_bytes, dec.norm_split)
     memory = _rows_bytes(enc.rows, enc.width, rt.element_bytes, enc.norm_split)
     kept = layer_input if recompute else layer
+    if recompute:
+        memory += rotary_table_bytes(run_cfg, dec.rows + enc.rows)
     return memory + run_cfg.model.decoder_num_layers * kept + norm_bytes(dec, rt), layer

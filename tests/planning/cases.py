@@ -26,6 +26,7 @@ CASES: dict[str, tuple[str, ...]] = {
     "crossbert recompute": RECOMPUTE,
     "bert recompute": MLM["bert"] + RECOMPUTE,
     "mlm modern recompute": MLM["mlm"] + RECOMPUTE,
+    "crossbert modern recompute": ("model.encoder=modern",) + RECOMPUTE,
 }
 """Single-process (TP=1) cases: every architecture and encoder family, views, narrow decoder, recompute."""
 
