@@ -57,12 +57,14 @@ STAGES: tuple[StageSpec, ...] = (
     StageSpec("attention", 90, 300, "compiled FlexAttention vs SDPA at L=8192 with document masks and "
                                     "windows (tokens/s, memory, gradients); bf16 MFU with SDPA vs megatron's "
                                     "unfused attention"),
+    StageSpec("memory", 20, 300, "crossbert-plan's predicted memory against torch.cuda.max_memory_allocated "
+                                 "for BERT and CrossBERT arms at the claims shape"),
     StageSpec("claims", 330, 600, "equal-FLOPs bf16 pretraining of MLM baseline and CrossBERT arms, "
                                   "frozen probes on GLUE dev"),
 )
 STAGE_NAMES = tuple(stage.name for stage in STAGES)
 
-CALLS: tuple[tuple[str, ...], ...] = (("smoke", "gpu_check", "attention"), ("claims",))
+CALLS: tuple[tuple[str, ...], ...] = (("smoke", "gpu_check", "attention", "memory"), ("claims",))
 """Stages of each device call, in order (each call under 6 minutes)."""
 
 

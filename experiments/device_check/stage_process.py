@@ -16,12 +16,13 @@ from pathlib import Path
 
 from .attention_stage import run_attention
 from .claims import run_claims
+from .memory_stage import run_memory
 from .plan import config_from_dict
 from .stage_io import log_tails
 from .stages import run_gpu_check_stage, run_smoke
 
 STAGE_FUNCTIONS = {"smoke": run_smoke, "gpu_check": run_gpu_check_stage, "attention": run_attention,
-                   "claims": run_claims}
+                   "claims": run_claims, "memory": run_memory}
 """Each stage of ``plan.STAGES`` and the function that runs it."""
 
 

@@ -6,18 +6,13 @@ from __future__ import annotations
 import pytest
 
 from megatron_crossbert.planning.activations import micro_batch_activations
+from megatron_crossbert.planning.check import CASES, DISTRIBUTED_OPTIMIZER, TP2_CASES, config, predicted_bytes
 from megatron_crossbert.planning.device import runtime
 from megatron_crossbert.planning.parameters import stage_params, state_bytes
-from tests.planning.cases import CASES, DISTRIBUTED_OPTIMIZER, TP2_CASES, config
 from tests.support.multirank import run_ranks
 
 TOLERANCE = 0.10
 """The planner must be within 10% of the saved bytes (it is within 2% on every case here)."""
-
-
-def predicted(run_cfg) -> int:
-    """One micro-batch of the whole model on one pipeline stage, as the CPU runs it."""
-    return micro_batch_activations(run_cfg, runtime(run_cfg, cuda=False)).stage_bytes(0, 1, run_cfg.model.num_layers)
 
 
 @pytest.mark.slow
@@ -30,7 +25,7 @@ def test_activations_and_parameters_match_one_process(name):
     platform.initialize(run_cfg.parallel, 1)
     measured = measure_case(run_cfg)
     assert measured.parameters == stage_params(run_cfg, 0)
-    assert abs(predicted(run_cfg) / measured.saved_bytes - 1) <= TOLERANCE, (predicted(run_cfg), measured)
+    assert abs(predicted_bytes(run_cfg) / measured.saved_bytes - 1) <= TOLERANCE, (predicted_bytes(run_cfg), measured)
 
 
 def test_recompute_keeps_a_layer_input_and_views_double_the_encoder():
@@ -88,7 +83,7 @@ def test_tensor_parallel_and_distributed_optimizer_on_two_gloo_ranks():
         run_cfg = config(*overrides)
         for saved, parameters in (rank[name] for rank in ranks):
             assert parameters == stage_params(run_cfg, 0), name
-            assert abs(predicted(run_cfg) / saved - 1) <= TOLERANCE, (name, predicted(run_cfg), saved)
+            assert abs(predicted_bytes(run_cfg) / saved - 1) <= TOLERANCE, (name, predicted_bytes(run_cfg), saved)
     run_cfg = config(*DISTRIBUTED_OPTIMIZER)
     for index, rank in enumerate(ranks):  # fp32: a 4-byte gradient per buffer element; Adam's m and v (4 + 4)
         states = state_bytes(run_cfg, 0, dp=2, rank=index)  # for the parameters in this rank's 1/DP of it

@@ -1,4 +1,8 @@
-"""Run configs the planner is checked on: tiny, but wide and long enough that its per-token terms dominate."""
+"""The planner against measurement on this CPU: ``python -m megatron_crossbert.planning.check`` prints the table.
+
+The run configs are tiny, but wide and long enough that the per-token terms dominate; the tests
+(``tests/planning``) pin every row within 10%, the TP=2 rows on two gloo ranks.
+"""
 
 from __future__ import annotations
 
@@ -46,3 +50,38 @@ DISTRIBUTED_OPTIMIZER = ("parallel.use_distributed_optimizer=true", "training.tr
 
 def config(*overrides: str) -> RunConfig:
     return load_run_config(None, list(BASE) + list(overrides))
+
+
+def predicted_bytes(run_cfg: RunConfig) -> int:
+    """One micro-batch of the whole model on one pipeline stage, as this CPU runs it."""
+    from megatron_crossbert.planning.activations import micro_batch_activations
+    from megatron_crossbert.planning.device import runtime
+
+    acts = micro_batch_activations(run_cfg, runtime(run_cfg, cuda=False))
+    return acts.stage_bytes(0, 1, run_cfg.model.num_layers)
+
+
+def table_rows() -> list[str]:
+    """Measured and predicted saved bytes of every single-process case, as markdown rows."""
+    from megatron_crossbert import platform
+    from megatron_crossbert.planning.measure import measure_case
+    from megatron_crossbert.planning.parameters import stage_params
+
+    rows = ["| case | saved bytes (measured) | predicted | predicted / measured | parameters (model = planner) |",
+            "| --- | ---: | ---: | ---: | --- |"]
+    for name, overrides in CASES.items():
+        run_cfg = config(*overrides)
+        platform.initialize(run_cfg.parallel, 1)
+        measured = measure_case(run_cfg)
+        predicted = predicted_bytes(run_cfg)
+        same = "yes" if measured.parameters == stage_params(run_cfg, 0) else "NO"
+        rows.append(f"| {name} | {measured.saved_bytes:,} | {predicted:,} | {predicted / measured.saved_bytes:.3f} "
+                    f"| {measured.parameters:,} ({same}) |")
+    return rows
+
+
+if __name__ == "__main__":
+    from megatron_crossbert.cli import quiet_library_warnings
+
+    quiet_library_warnings()
+    print("\n".join(table_rows()))

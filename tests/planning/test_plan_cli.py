@@ -1,0 +1,61 @@
+"""crossbert-plan end to end (no model is built): JSON keys, refusals, one-line errors, Megatron-LM beside ours."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from megatron_crossbert.cli.plan import main
+from megatron_crossbert.config import load_run_config
+from megatron_crossbert.planning.megatron_formula import megatron_lm_estimate
+from megatron_crossbert.planning.parameters import total_params
+
+BASE = "examples/crossbert_base.yaml"
+
+
+def plan_json(capsys, *argv: str) -> dict:
+    assert main(["--config", BASE, "--json", *argv]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_json_names_the_parameters_and_the_activations_of_one_micro_batch(capsys):
+    plan = plan_json(capsys, "--gpu", "h200", "--nodes", "8")
+    assert plan["parameters"]["total"] == total_params(load_run_config(BASE, []))
+    micro = plan["activations"]["micro_batch"]
+    for key in ("embedding_bytes", "encoder_layer_bytes", "decoder_bytes", "lm_head_bytes", "logits_bytes"):
+        assert micro[key] > 0, key
+    stage = plan["memory"]["stages"][0]
+    assert stage["peak_bytes"] == (stage["weights_bytes"] + stage["gradients_bytes"] + stage["optimizer_bytes"]
+                                   + stage["activation_bytes"])
+    assert stage["optimizer_bytes_with_distributed_optimizer"] < stage["optimizer_bytes_without_distributed_optimizer"]
+    speeds = [row["tokens_per_second"] for row in plan["layouts"]]
+    assert speeds == sorted(speeds, reverse=True) and all(row["fits"] for row in plan["layouts"])
+    assert plan["time"]["days_to_token_budget"] == pytest.approx(1e12 / plan["time"]["tokens_per_second"] / 86400)
+    assert plan["largest_micro_batch"]["recompute"] > plan["largest_micro_batch"]["no_recompute"] > 0
+
+
+def test_every_refusal_says_why(capsys):
+    plan = plan_json(capsys, "--nodes", "8", "--gpu-memory", "4", "--set", "model.num_layers=6")
+    reasons = {row["reason"].split(":")[0] for row in plan["refused"]}
+    assert "TP 8 does not divide the encoder's 12 attention heads" in reasons
+    assert "PP 4 does not divide the 6 encoder layers" in reasons
+    assert "does not fit" in reasons
+
+
+def test_bad_cluster_is_one_line_exit_2(capsys):
+    assert main(["--config", BASE, "--nodes", "0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "error: --nodes: must be > 0, got 0"
+
+
+def test_megatron_lm_prices_full_length_full_vocabulary_logits():
+    """At BERT's shape Megatron-LM's activations count every position's logits; ours only the predicted rows."""
+    from megatron_crossbert.planning.activations import micro_batch_activations
+    from megatron_crossbert.planning.device import runtime
+
+    cfg = load_run_config(BASE, ["model.arch=bert", "model.decoder_num_layers=0"])
+    ours = micro_batch_activations(cfg, runtime(cfg))
+    theirs = megatron_lm_estimate(cfg, dp=1, num_microbatches=1)
+    s, b, vocab = cfg.data.seq_length, cfg.training.micro_batch_size, cfg.model.padded_vocab_size()
+    assert theirs.activation_bytes > s * b * 4 * vocab > ours.logits_bytes
