@@ -47,7 +47,7 @@ def compare(name: str, predicted: dict, measured: dict) -> dict:
 def memory_rows(rows: list[dict]) -> str:
     """The markdown table of ``compare`` rows (MiB)."""
     def mib(value) -> str:
-        return "—" if value is None else f"{value / 2 ** 20:,.0f}"
+        return "—" if value is None else f"{value / 2 ** 20:,.1f}"
 
     def ratio(value) -> str:
         return "—" if value is None else f"{value:.2f}"

@@ -236,6 +236,8 @@ def test_toy_dry_run_of_every_stage_and_its_results_section(tmp_path):
     assert [row["mask"] for row in attention["kernels"]] == ["documents", "documents+window"]
     assert all(row["ok"] and row["documents"] > 1 and row["output_rel_err"] < 1e-5 for row in attention["kernels"])
     assert [run["attention_backend"] for run in attention["mfu"]] == ["sdpa", "megatron"]
+    memory = payload["stages"]["memory"]["result"]
+    assert memory["ok"] and "| tiny bert |" in memory["markdown"]
     claims = payload["stages"]["claims"]["result"]
     arms = claims["seeds"][0]["arms"]
     assert [arm["arm"] for arm in arms] == ["bert", "crossbert-single", "crossbert-compl", "crossbert-fast",
