@@ -1,6 +1,6 @@
 """Bytes autograd keeps for backward in one micro-batch: the planner's activation model, term by term.
 
-Counted the way the tests measure it (``planning.measure``): every distinct tensor storage a forward hands to
+Counted the way the tests measure it (``planning.check``): every distinct tensor storage a forward hands to
 ``saved_tensors_hooks``, parameters excluded. Each term names a tensor megatron-core's local layer spec saves:
 
 - a layer's two LayerNorm inputs and the two linear inputs they feed (the norm outputs), each
@@ -44,9 +44,13 @@ class Block:
     sequences: int
     """Sequences per micro-batch: b, or b * views for CrossBERT."""
     width: int
+    """Hidden size of the stack (the decoder's may be narrower)."""
     ffn: int
+    """MLP width (GeGLU's FC1 is twice that)."""
     heads: int
+    """Attention heads (before the TP split)."""
     tp: int
+    """Tensor-parallel size: attention and MLP interiors are split over it."""
     norm_split: int
     """TP under sequence parallelism (LayerNorm regions split), else 1."""
 

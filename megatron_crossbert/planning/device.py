@@ -42,8 +42,11 @@ class Cluster:
     """The machines a plan is for."""
 
     gpu: GpuSpec
+    """Every GPU of the cluster is this one."""
     gpus_per_node: int = 8
+    """Tensor parallelism stays inside a node (NVLink)."""
     nodes: int = 1
+    """Nodes; data parallelism across them goes over the network."""
 
     @property
     def world_size(self) -> int:
@@ -63,7 +66,9 @@ class Runtime:
     masked: bool
     """Document masks or windows apply, so attention gets a mask."""
     hidden_dropout: bool
+    """Residual dropout is on, so each residual keeps a mask."""
     attention_dropout: bool
+    """Attention dropout is on (only megatron's unfused attention then keeps a mask of the scores)."""
 
 
 def runtime(run_cfg: RunConfig, cuda: bool = True) -> Runtime:

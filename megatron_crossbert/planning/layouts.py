@@ -42,10 +42,15 @@ class Layout:
     """One way to run the job."""
 
     tp: int
+    """Tensor-parallel size (with sequence parallelism when > 1)."""
     pp: int
+    """Pipeline stages (1F1B schedule)."""
     dp: int
+    """Data-parallel size: the rest of the world."""
     micro_batch_size: int
+    """Sequences per micro-batch per DP rank."""
     recompute: bool
+    """Full activation recompute, one layer at a time."""
 
     def describe(self) -> str:
         return (f"TP{self.tp} PP{self.pp} DP{self.dp} mbs {self.micro_batch_size}"
@@ -58,16 +63,22 @@ class LayoutPlan:
 
     layout: Layout
     run_cfg: RunConfig
+    """The config under this layout."""
     states: list[StateBytes]
     """Per pipeline stage (the DP rank holding the most optimizer state)."""
     activations: MicroBatchActivations
     stage_activation_bytes: list[int]
     """Per stage: its in-flight micro-batches' activations plus backward's extra."""
     num_microbatches: int
+    """Micro-batches per step on each DP rank."""
     step_seconds: float
+    """Predicted seconds per optimizer step."""
     tokens_per_second: float
+    """Input tokens (L per sample) per second over the whole cluster."""
     mfu: float
+    """Model FLOPs over (step time x GPUs x peak): the assumed MFU less overheads."""
     fits: bool
+    """The peak stays under ``USABLE_FRACTION`` of device memory on every stage."""
 
     @property
     def stage_peak_bytes(self) -> list[int]:
@@ -84,6 +95,7 @@ class Refusal:
 
     layout: Layout
     reason: str
+    """Why, in one line."""
 
 
 @dataclass
@@ -91,8 +103,10 @@ class Planner:
     """Prices layouts of ``run_cfg`` on ``cluster``."""
 
     run_cfg: RunConfig
+    """The run as configured (its layout is one candidate)."""
     cluster: Cluster
     mfu: float = ASSUMED_MFU
+    """Model FLOPs utilisation the step time assumes."""
     distributed_optimizer: bool | None = None
     """None: as the config says."""
     refusals: list[Refusal] = field(default_factory=list)

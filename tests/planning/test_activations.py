@@ -19,7 +19,7 @@ TOLERANCE = 0.10
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_activations_and_parameters_match_one_process(name):
     from megatron_crossbert import platform
-    from megatron_crossbert.planning.measure import measure_case
+    from megatron_crossbert.planning.check import measure_case
 
     run_cfg = config(*CASES[name])
     platform.initialize(run_cfg.parallel, 1)
@@ -43,7 +43,7 @@ def test_recompute_keeps_a_layer_input_and_views_double_the_encoder():
 
 def _tp_worker(rank: int, world_size: int) -> dict:
     from megatron_crossbert import platform
-    from megatron_crossbert.planning.measure import measure_case
+    from megatron_crossbert.planning.check import measure_case
 
     results = {}
     for name, overrides in TP2_CASES.items():
