@@ -5,7 +5,8 @@
 The run is the same YAML plus ``--set`` overrides (and shorthand flags) that ``crossbert-pretrain`` reads.
 Nothing is built or allocated: parameters, memory and FLOPs come from the planning model
 (``megatron_crossbert.planning``), which the tests check against the built model, the distributed
-optimizer's buffers and the bytes autograd saves. Step time assumes an MFU (``--mfu``; 0.40 unless measured).
+optimizer's buffers and the bytes autograd saves. Step time assumes an MFU: ``--mfu``, or the one a GPU measured
+(``--mfu-from`` a device check's JSON), else 0.40.
 """
 
 from __future__ import annotations
@@ -40,8 +41,12 @@ def build_parser() -> argparse.ArgumentParser:
     cluster.add_argument("--nodes", type=int, default=1, help="nodes")
     cluster.add_argument("--gpu-memory", type=float, metavar="GIB", help="device memory in GiB (default: the GPU's)")
     cluster.add_argument("--peak-tflops", type=float, help="dense bf16 peak TFLOP/s (default: the GPU's)")
-    parser.add_argument("--mfu", type=float, default=ASSUMED_MFU,
-                        help="model FLOPs utilisation the step time assumes (a measured one, when you have it)")
+    mfu = parser.add_mutually_exclusive_group()
+    mfu.add_argument("--mfu", type=float, default=None,
+                     help=f"model FLOPs utilisation the step time assumes (default: {ASSUMED_MFU}, not measured)")
+    mfu.add_argument("--mfu-from", metavar="JSON",
+                     help="take the MFU a GPU measured: a device check's device_check.json or a gpu-check JSON "
+                          "(bf16 rows of this architecture and family)")
     parser.add_argument("--tokens", type=float, default=TOKEN_BUDGET, help="token budget for the days estimate")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON on stdout")
     add_debug_flag(parser)
@@ -55,7 +60,7 @@ def cluster_from_args(args: argparse.Namespace):
         value = getattr(args, name)
         if value is not None and value <= 0:
             raise ValueError(f"--{name.replace('_', '-')}: must be > 0, got {value}")
-    if args.mfu > 1:
+    if args.mfu is not None and args.mfu > 1:
         raise ValueError(f"--mfu: a fraction of the peak, at most 1, got {args.mfu}")
     gpu = GPUS[args.gpu]
     gpu = dataclasses.replace(gpu, memory_gib=args.gpu_memory or gpu.memory_gib,
@@ -75,11 +80,15 @@ def main(argv: list[str] | None = None) -> int:
         run_cfg = resolve_config(args)
     except (ValueError, TypeError) as err:
         raise ValueError(f"{args.config or '--set'}: invalid config: {err}") from err
-    from megatron_crossbert.planning.layouts import Planner
+    from megatron_crossbert.planning.layouts import ASSUMED_MFU, Planner
     from megatron_crossbert.planning.report import build_plan, render_text
 
-    source = "given with --mfu" if "--mfu" in (argv or sys.argv[1:]) else "assumed, not measured"
-    plan = build_plan(Planner(run_cfg, cluster, mfu=args.mfu), args.tokens, source)
+    mfu, source = (args.mfu, "given with --mfu") if args.mfu is not None else (ASSUMED_MFU, "assumed, not measured")
+    if args.mfu_from:
+        from megatron_crossbert.planning.device import measured_mfu
+
+        mfu, source = measured_mfu(args.mfu_from, run_cfg, cluster.gpu)
+    plan = build_plan(Planner(run_cfg, cluster, mfu=mfu), args.tokens, source)
     print(json.dumps(plan, indent=2) if args.json else render_text(plan))
     return 0
 

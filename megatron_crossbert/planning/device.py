@@ -83,3 +83,28 @@ def runtime(run_cfg: RunConfig, cuda: bool = True) -> Runtime:
     return Runtime(element_bytes=element, dropout_mask_bytes=1 if cuda else element, attention_backend=backend,
                    masked=masked, hidden_dropout=model.hidden_dropout > 0,
                    attention_dropout=model.attention_dropout > 0)
+
+
+def measured_mfu(path: str, run_cfg: RunConfig, gpu: GpuSpec) -> tuple[float, str]:
+    """(MFU against ``gpu``'s peak, where it comes from) from a device check's or ``crossbert-bench gpu-check``'s
+    JSON: the bf16 rows of this run's architecture and family at the measured shape nearest its width, their
+    mean achieved TFLOP/s over the peak. ValueError naming the file when it holds no such row."""
+    import json
+    from pathlib import Path
+
+    from megatron_crossbert.benchmarking.cases import SIZES
+
+    payload = json.loads(Path(path).read_text())
+    payload = payload.get("stages", {}).get("gpu_check", {}).get("result", payload)
+    model = run_cfg.model
+    runs = [run for run in payload.get("runs", []) if "report" in run and run.get("precision") == "bf16"
+            and run.get("size") in SIZES]
+    rows_by_size = {run["size"]: [r["achieved_tflops"] for r in run["report"]["results"]
+                                  if r.get("arch") == model.arch and r.get("encoder") == model.encoder
+                                  and r.get("achieved_tflops")] for run in runs}
+    rows_by_size = {size: rows for size, rows in rows_by_size.items() if rows}
+    if not rows_by_size:
+        raise ValueError(f"{path}: no bf16 gpu-check measurement of arch={model.arch} encoder={model.encoder}")
+    size = min(rows_by_size, key=lambda name: abs(SIZES[name]["hidden_size"] - model.hidden_size))
+    achieved = sum(rows_by_size[size]) / len(rows_by_size[size])
+    return achieved / gpu.peak_tflops, f"measured: gpu-check {size}, {achieved:.0f} TFLOP/s, in {path}"

@@ -59,3 +59,24 @@ def test_megatron_lm_prices_full_length_full_vocabulary_logits():
     theirs = megatron_lm_estimate(cfg, dp=1, num_microbatches=1)
     s, b, vocab = cfg.data.seq_length, cfg.training.micro_batch_size, cfg.model.padded_vocab_size()
     assert theirs.activation_bytes > s * b * 4 * vocab > ours.logits_bytes
+
+
+def rows(tflops: float) -> list[dict]:
+    """gpu-check result rows: a CrossBERT at ``tflops`` and a BERT (another architecture) at 900."""
+    return [{"name": "crossbert r=0.5 compl", "arch": "crossbert", "encoder": "classic", "achieved_tflops": tflops},
+            {"name": "bert", "arch": "bert", "encoder": "classic", "achieved_tflops": 900.0}]
+
+
+def test_measured_mfu_comes_from_the_nearest_measured_shape(capsys, tmp_path):
+    """A gpu-check JSON's bf16 rows of this architecture and family: achieved TFLOP/s over the GPU's peak."""
+    payload = {"stages": {"gpu_check": {"result": {"runs": [
+        {"size": "base", "precision": "bf16", "report": {"results": rows(400.0)}},
+        {"size": "large", "precision": "bf16", "report": {"results": rows(500.0)}},
+        {"size": "base", "precision": "fp8", "report": {"results": rows(700.0)}}]}}}}
+    measured = tmp_path / "device_check.json"
+    measured.write_text(json.dumps(payload))
+    plan = plan_json(capsys, "--gpu", "h200", "--mfu-from", str(measured))
+    assert plan["assumptions"]["mfu"] == pytest.approx(400.0 / 989.4)
+    assert plan["assumptions"]["mfu_source"].startswith("measured: gpu-check base")
+    assert main(["--config", BASE, "--mfu-from", str(measured), "--set", "model.encoder=modern"]) == 2
+    assert "no bf16 gpu-check measurement of arch=crossbert encoder=modern" in capsys.readouterr().err
