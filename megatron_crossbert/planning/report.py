@@ -146,7 +146,7 @@ def _memory_lines(plan: dict) -> list[str]:
         lines.append(f"  stage {s['stage']}: {_gib(s['weights_bytes'])} + {_gib(s['gradients_bytes'])} + "
                      f"{_gib(s['optimizer_bytes'])} [{_gib(s['optimizer_bytes_with_distributed_optimizer'])} / "
                      f"{_gib(s['optimizer_bytes_without_distributed_optimizer'])}] + {_gib(s['activation_bytes'])} "
-                     f"({s['in_flight_microbatches']} micro-batches in flight) = {_gib(s['peak_bytes'])}")
+                     f"(in flight: {s['in_flight_microbatches']} micro-batches) = {_gib(s['peak_bytes'])}")
     mb = plan["activations"]["micro_batch"]
     lines.append("  activations of one micro-batch: "
                  f"embedding {_gib(mb['embedding_bytes'])}, encoder {_gib(mb['encoder_layer_bytes'])} x "
