@@ -15,7 +15,7 @@ micro-batch and stage). Every assumption is a named constant or an argument, and
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from megatron_crossbert.arch import get_arch
 from megatron_crossbert.cli.config_flags import replace_sections
@@ -109,7 +109,6 @@ class Planner:
     """Model FLOPs utilisation the step time assumes."""
     distributed_optimizer: bool | None = None
     """None: as the config says."""
-    refusals: list[Refusal] = field(default_factory=list)
 
     def configure(self, layout: Layout) -> RunConfig:
         """The run config under ``layout`` (sequence parallelism whenever TP > 1). A micro-batch that does not
