@@ -17,11 +17,15 @@ import json
 import sys
 
 from megatron_crossbert.cli import DefaultsHelpFormatter
+from megatron_crossbert.cli.config_flags import add_config_flags, as_overrides, flag_values
 from megatron_crossbert.cli.errors import add_debug_flag, cli_main
 from megatron_crossbert.cli.pretrain import SHORTHANDS
-from megatron_crossbert.cli.config_flags import add_config_flags
 
 TOKEN_BUDGET = 1e12
+PLAN_SHORTHANDS = tuple(flag for flag in SHORTHANDS if flag.flag in (
+    "--model", "--encoder", "--micro-batch-size", "--global-batch-size", "--precision", "--tensor-parallel",
+    "--pipeline-parallel"))
+"""crossbert-pretrain's shorthands that change a plan (the others name files and schedules)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", help="YAML run config, as crossbert-pretrain reads it")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override one config value (YAML-parsed), repeatable")
-    add_config_flags(parser.add_argument_group("run shorthands (as crossbert-pretrain)"), SHORTHANDS)
+    add_config_flags(parser.add_argument_group("run shorthands (as crossbert-pretrain)"), PLAN_SHORTHANDS)
     cluster = parser.add_argument_group("cluster")
     cluster.add_argument("--gpu", choices=sorted(GPUS), default="h100",
                          help="named GPU (memory, bf16 peak, NVLink and network bandwidth)")
@@ -71,13 +75,14 @@ def cluster_from_args(args: argparse.Namespace):
 @cli_main
 def main(argv: list[str] | None = None) -> int:
     from megatron_crossbert.cli import quiet_library_warnings
-    from megatron_crossbert.cli.pretrain import resolve_config
+    from megatron_crossbert.config import load_run_config
 
     quiet_library_warnings()
     args = build_parser().parse_args(argv)
     cluster = cluster_from_args(args)
     try:
-        run_cfg = resolve_config(args)
+        run_cfg = load_run_config(args.config, list(args.overrides)
+                                  + as_overrides(flag_values(args, PLAN_SHORTHANDS)))
     except (ValueError, TypeError) as err:
         raise ValueError(f"{args.config or '--set'}: invalid config: {err}") from err
     from megatron_crossbert.planning.layouts import ASSUMED_MFU, Planner

@@ -53,16 +53,15 @@ def _memory(planner: Planner, plan: LayoutPlan) -> dict:
     return {"stages": stages, "usable_bytes": int(USABLE_FRACTION * planner.cluster.gpu.memory_gib * GIB)}
 
 
-def _activations(plan: LayoutPlan, recomputed: LayoutPlan) -> dict:
-    acts = dataclasses.asdict(plan.activations)
+def _activations(plan: LayoutPlan, other: LayoutPlan) -> dict:
+    """One micro-batch by part, per stage, and stage 0's activations without and with full recompute
+    (``other``: the same layout with recompute flipped)."""
     layers = plan.run_cfg.model.num_layers // plan.layout.pp
-    return {"micro_batch": {**acts, "encoder_layers_on_stage": layers,
+    without, full = (other, plan) if plan.layout.recompute else (plan, other)
+    return {"micro_batch": {**dataclasses.asdict(plan.activations), "encoder_layers_on_stage": layers,
                             "per_stage_bytes": [plan.activations.stage_bytes(s, plan.layout.pp, layers)
                                                 for s in range(plan.layout.pp)]},
-            "recompute_options": {"none": plan.stage_activation_bytes[0] if not plan.layout.recompute
-                                  else recomputed.stage_activation_bytes[0],
-                                  "full": recomputed.stage_activation_bytes[0] if not plan.layout.recompute
-                                  else plan.stage_activation_bytes[0]}}
+            "recompute_options": {"none": without.stage_activation_bytes[0], "full": full.stage_activation_bytes[0]}}
 
 
 def build_plan(planner: Planner, tokens: float, mfu_source: str) -> dict:

@@ -80,3 +80,10 @@ def test_measured_mfu_comes_from_the_nearest_measured_shape(capsys, tmp_path):
     assert plan["assumptions"]["mfu_source"].startswith("measured: gpu-check base")
     assert main(["--config", BASE, "--mfu-from", str(measured), "--set", "model.encoder=modern"]) == 2
     assert "no bf16 gpu-check measurement of arch=crossbert encoder=modern" in capsys.readouterr().err
+
+
+def test_shorthand_flags_set_the_run_as_in_pretraining(capsys):
+    plan = plan_json(capsys, "--model", "bert", "--set", "model.decoder_num_layers=0", "--micro-batch-size", "8",
+                     "--tensor-parallel", "2")
+    assert plan["config"]["arch"] == "bert" and plan["layout"]["micro_batch_size"] == 8 and plan["layout"]["tp"] == 2
+    assert plan["activations"]["micro_batch"]["decoder_bytes"] == 0
