@@ -125,6 +125,9 @@ class Planner:
     def why_not(self, layout: Layout) -> str | None:
         """The structural reason ``layout`` cannot run, or None."""
         model, gbs = self.run_cfg.model, self.run_cfg.training.global_batch_size
+        world = self.cluster.world_size
+        if layout.tp * layout.pp * layout.dp != world:
+            return f"TP x PP = {layout.tp * layout.pp} does not divide the {world} GPUs"
         for name, heads in (("encoder", model.num_attention_heads), ("decoder", model.dec_heads)):
             if heads % layout.tp and (name == "encoder" or get_arch(model.arch).has_reconstruction_decoder):
                 return f"TP {layout.tp} does not divide the {name}'s {heads} attention heads"

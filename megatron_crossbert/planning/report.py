@@ -68,6 +68,9 @@ def build_plan(planner: Planner, tokens: float, mfu_source: str) -> dict:
     """Everything ``crossbert-plan`` reports, JSON-ready."""
     cfg, cluster = planner.run_cfg, planner.cluster
     layout = config_layout(planner)
+    reason = planner.why_not(layout)
+    if reason and not reason.startswith("global batch"):  # a batch that does not divide is priced as the nearest
+        raise ValueError(f"the configured layout {layout.describe()} cannot run: {reason}")
     plan = planner.price(layout)
     other = planner.price(dataclasses.replace(layout, recompute=not layout.recompute))
     fitting, refusals = rank_layouts(planner)

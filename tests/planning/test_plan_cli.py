@@ -87,3 +87,9 @@ def test_shorthand_flags_set_the_run_as_in_pretraining(capsys):
                      "--tensor-parallel", "2")
     assert plan["config"]["arch"] == "bert" and plan["layout"]["micro_batch_size"] == 8 and plan["layout"]["tp"] == 2
     assert plan["activations"]["micro_batch"]["decoder_bytes"] == 0
+
+
+def test_a_configured_layout_that_cannot_run_is_one_line(capsys):
+    assert main(["--config", BASE, "--set", "parallel.pipeline_model_parallel_size=3"]) == 2
+    assert capsys.readouterr().err.strip() == ("error: the configured layout TP1 PP3 DP2 mbs 32 cannot run: "
+                                               "TP x PP = 3 does not divide the 8 GPUs")
