@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .plan import CALLS, INSTALL_MARGIN_S, call_timeout_s, stage
+from .plan import CALLS, COMPILE_S_PER_SHAPE, INSTALL_MARGIN_S, call_timeout_s, stage
 
 SESSION_S = 15 * 60
 """Device time of one session, every start-up, idle wait and call together."""
@@ -83,7 +83,7 @@ def device_plan(calls: tuple[tuple[str, ...], ...] = CALLS) -> DevicePlan:
 def _stage_line(name: str) -> str:
     spec = stage(name)
     return (f"    {name:<10} {spec.budget_s:5.0f} s = {spec.run_s:.0f} s work + {spec.compiles} compiles x "
-            f"{spec.compile_s / max(spec.compiles, 1):.0f} s; stops itself inside it")
+            f"{COMPILE_S_PER_SHAPE} s; stops itself inside it")
 
 
 def plan_lines(plan: DevicePlan | None = None) -> list[str]:

@@ -84,7 +84,10 @@ STAGES: tuple[StageSpec, ...] = (
     StageSpec("attention", "attention_stage:run_attention", 70, 1, 1, 300,
               "compiled FlexAttention vs SDPA at L=8192 with document masks and windows (tokens/s, memory, "
               "gradients); bf16 MFU with SDPA vs megatron's unfused attention"),
-    StageSpec("claims", "claims:run_claims", 235, 4, 2, 600,
+    StageSpec("memory", "memory_stage:run_memory", 20, 0, 2, 300,
+              "crossbert-plan's predicted memory against torch.cuda.max_memory_allocated for BERT and CrossBERT "
+              "arms at the claims shape"),
+    StageSpec("claims", "claims:run_claims", 215, 4, 2, 600,
               "equal-FLOPs bf16 pretraining of MLM baseline and CrossBERT arms, frozen probes on GLUE dev"),
 )
 STAGE_NAMES = tuple(stage.name for stage in STAGES)
@@ -109,7 +112,7 @@ def call_timeout_s(stages: tuple[str, ...]) -> int:
 class ClaimsSettings:
     """Knobs of the claims stage."""
 
-    train_seconds: float = 110.0
+    train_seconds: float = 90.0
     """Wall time all arms' training together should take; sets the shared FLOPs budget (of the claims stage's
     235 s of work, the rest is calibration, probes and MTEB-lite)."""
     seeds: list[int] | None = None

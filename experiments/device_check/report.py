@@ -102,6 +102,8 @@ def _stage_body(name: str, record: dict) -> str:
         return smoke_markdown(result)
     if name == "attention":
         return attention_markdown(result)
+    if name == "memory":
+        return result["markdown"]
     if name == "gpu_check":
         return (f"`{result['command']}`; GEMM now {fmt(result.get('gemm_tflops_measured_now'), 1)} TFLOP/s "
                 f"(MFU quoted against {result.get('peak_tflops_used')}); {result.get('transformer_engine')}\n\n"

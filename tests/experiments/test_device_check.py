@@ -78,7 +78,7 @@ def _git_repo(root: Path, ignore: str = ".device_carry/\n") -> Path:
 def test_device_calls_fit_the_device_limits():
     calls = carry.device_calls()
     assert [stage for call in plan.CALLS for stage in call] == list(plan.STAGE_NAMES)
-    assert plan.CALLS[0] == ("smoke", "gpu_check", "attention") and plan.CALLS[1] == ("claims",)
+    assert plan.CALLS[0] == ("smoke", "gpu_check", "attention") and plan.CALLS[1] == ("memory", "claims")
     assert calls[0]["timeout_s"] <= 7 * 60  # call 1, compiles included
     assert 90 + calls[0]["timeout_s"] + 4 * 60 <= 15 * 60  # a start-up, call 1 and the rerun reserve
     for call, stages in zip(calls, plan.CALLS):
@@ -237,6 +237,8 @@ def test_toy_dry_run_of_every_stage_and_its_results_section(tmp_path):
     assert [row["mask"] for row in attention["kernels"]] == ["documents", "documents+window"]
     assert all(row["ok"] and row["documents"] > 1 and row["output_rel_err"] < 1e-5 for row in attention["kernels"])
     assert [run["attention_backend"] for run in attention["mfu"]] == ["sdpa", "megatron"]
+    memory = payload["stages"]["memory"]["result"]
+    assert memory["ok"] and "| tiny bert |" in memory["markdown"]
     claims = payload["stages"]["claims"]["result"]
     arms = claims["seeds"][0]["arms"]
     assert [arm["arm"] for arm in arms] == ["bert", "crossbert-single", "crossbert-compl", "crossbert-fast",
