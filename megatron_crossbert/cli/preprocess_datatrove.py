@@ -73,10 +73,12 @@ def main(argv: list[str] | None = None) -> int:
         partition=args.partition, time=args.time, cpus_per_task=args.cpus_per_task,
         mem_per_cpu_gb=args.mem_per_cpu_gb, job_name=args.job_name, env_command=args.env_command,
         sbatch_args=dict(args.sbatch_arg), ray_address=args.ray_address)
-    launch(cfg, opts)
-    if args.executor != "slurm":
-        print(f"tasks done: merge with crossbert-merge --input {args.output_dir} --output-prefix PREFIX "
-              f"(or --blend-file NAME.blend.json)")
+    executor = launch(cfg, opts)
+    merge = f"crossbert-merge --input {args.output_dir} --output-prefix PREFIX (or --blend-file NAME.blend.json)"
+    if args.executor == "slurm":  # submitted, not run: the array's job id, for a dependent merge job
+        print(f"slurm job: {executor.job_id}\nwhen it has ended: {merge}")
+    else:
+        print(f"tasks done: {merge}")
     return 0
 
 

@@ -106,11 +106,13 @@ def make_executor(cfg: LaunchConfig, pipeline: list):
 
 
 def launch(cfg: LaunchConfig, opts: PreprocessOptions):
-    """Build the pipeline and run it on the configured executor (Ray: connected first)."""
+    """Build the pipeline and run it on the configured executor (Ray: connected first; SLURM: submitted,
+    ``job_id`` set, -1 when every task had completed); returns the executor."""
     executor = make_executor(cfg, build_pipeline(cfg, opts))
     if cfg.executor == "ray":
         import ray
 
         if not ray.is_initialized():
             ray.init(address=cfg.ray_address)
-    return executor.run()
+    executor.run()
+    return executor
