@@ -10,11 +10,13 @@ writes (``<output_dir>/<r:05d>_*``) and that a finished task is skipped on a rer
   ``launch_pickled_pipeline``) and submits it; the array's tasks must see the same paths (a shared filesystem).
 * ``ray``: ``RayPipelineExecutor`` on the cluster ``ray.init(address)`` connects to (``None``: a local one).
 
-Each task encodes with ``--workers`` threads; give SLURM/Ray ``cpus_per_task`` to match.
+Each task encodes with ``--workers`` threads; give SLURM/Ray ``cpus_per_task`` to match. Input files, the
+tokenizer and the output folder are made absolute at launch (so the tokenizer record names the absolute path).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, replace
 
 from megatron_crossbert.data.datatrove_step import CrossbertTokenize, check_pipeline
@@ -81,8 +83,11 @@ def build_pipeline(cfg: LaunchConfig, opts: PreprocessOptions) -> list:
     """``[reader?, CrossbertTokenize]``; datatrove's own tokenizer steps are refused (``check_pipeline``)."""
     _check(cfg)
     if cfg.reader == "ours":  # the file list is fixed once, here: every task cuts its shard from the same list
-        opts = replace(opts, inputs=[str(p) for p in expand_inputs(opts.inputs)])
-    pipeline = ([] if cfg.reader == "ours" else [_reader(cfg, opts)]) + [CrossbertTokenize(cfg.output_dir, opts)]
+        opts = replace(opts, inputs=[os.path.abspath(p) for p in expand_inputs(opts.inputs)])
+    if os.path.exists(opts.tokenizer):  # tasks may start elsewhere (Ray workers, another node's directory)
+        opts = replace(opts, tokenizer=os.path.abspath(opts.tokenizer))
+    task = CrossbertTokenize(os.path.abspath(cfg.output_dir), opts)
+    pipeline = ([] if cfg.reader == "ours" else [_reader(cfg, opts)]) + [task]
     check_pipeline(pipeline)
     return pipeline
 

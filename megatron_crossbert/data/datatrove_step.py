@@ -34,7 +34,7 @@ import logging
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
-from itertools import islice
+from itertools import chain, islice
 
 from datatrove.pipeline.base import PipelineStep
 
@@ -104,11 +104,20 @@ class CrossbertTokenize(PipelineStep):
         if data is None:
             self._run_files(rank, world_size)
         else:
-            opts = self.task_options(rank, [READER_PATH])
-            if opts is not None:
-                self._record(preprocess(opts, document_chunks(data, opts.json_keys, opts.chunk_lines)))
+            self._run_documents(data, rank)
         return
         yield  # noqa: B901 (makes run a generator)
+
+    def _run_documents(self, data, rank: int) -> None:
+        opts = self.task_options(rank, [READER_PATH])
+        if opts is None:
+            return
+        chunks = document_chunks(data, opts.json_keys, opts.chunk_lines)
+        first = next(chunks, None)
+        if first is None:  # datatrove gave this task no files (more tasks than files)
+            logger.info("task %d: the reader gave no documents; nothing to write", rank)
+            return
+        self._record(preprocess(opts, chain([first], chunks)))
 
     def _run_files(self, rank: int, world_size: int) -> None:
         every = expand_inputs(self.options.inputs)

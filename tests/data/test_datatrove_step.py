@@ -225,3 +225,10 @@ def test_task_reports_exist_only_for_tasks_with_files(corpus, tmp_path):
     for rank in range(3):
         list(step.run(None, rank=rank, world_size=3))
     assert [os.path.exists(report_path(str(tmp_path / f"{r:05d}"))) for r in range(3)].count(True) == 1
+
+
+def test_a_reader_task_without_documents_writes_nothing(corpus, tmp_path):
+    """More tasks than files: datatrove's reader gives a task nothing, and the task is not an error."""
+    files, tokenizer = corpus
+    list(CrossbertTokenize(str(tmp_path), _options(files, tokenizer)).run(iter([]), rank=4, world_size=6))
+    assert list(tmp_path.iterdir()) == []
