@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from megatron_crossbert.data.fingerprint import save_dataset_record
+from megatron_crossbert.data.fingerprint import read_dataset_record, record_path, save_dataset_record
 from megatron_crossbert.data.idx_format import bin_path, idx_path
 from megatron_crossbert.data.merge import ShardSet, read_shards
 from megatron_crossbert.fsutil import atomic_write_text
@@ -91,6 +91,9 @@ def read_blend(path: str) -> ShardSet:
     """The blend's shards, read, cross-checked and compared with the counts the file recorded."""
     payload = _read_payload(path)
     shard_set = read_shards(blend_prefixes(path))
+    if shard_set.record != read_dataset_record(path):  # the record training compares is the blend's own
+        raise ValueError(f"{record_path(path)}: does not match the tokenizer record of {shard_set.shards[0].prefix} "
+                         "(remake the blend file)")
     for entry, shard in zip(payload["datasets"], shard_set.shards):
         if (entry["documents"], entry["tokens"]) != (shard.documents, shard.tokens):
             raise ValueError(f"{path}: {shard.prefix} now holds {shard.documents} documents / {shard.tokens} tokens, "

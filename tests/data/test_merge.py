@@ -122,6 +122,9 @@ def test_a_blend_file_moves_with_its_shards_and_refuses_a_changed_shard(shards, 
     shutil.copy(moved / "00000_text_document.idx", moved / "00001_text_document.idx")
     with pytest.raises(ValueError, match="remake the blend file"):
         read_blend(str(moved / "c.blend.json"))
+    Path(f"{moved / 'c.blend.json'}.tokenizer.json").unlink()  # the blend's own record must match its shards'
+    with pytest.raises(ValueError, match="does not match the tokenizer record"):
+        read_blend(str(moved / "c.blend.json"))
 
 
 @pytest.mark.parametrize("sizes, tasks", [([5, 1, 1, 1, 1, 1], 2), ([1] * 7, 3), ([3, 0, 9], 5), ([4], 1)])
