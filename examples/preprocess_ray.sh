@@ -1,6 +1,6 @@
 #!/bin/bash
 # Usage: examples/preprocess_ray.sh 'CORPUS/*.jsonl.gz' TOKENIZER_DIR OUT_DIR [TASKS=64] [CPUS_PER_TASK=8] [RAY_ADDRESS=auto]
-# (on a node of a running Ray cluster, `ray start --head` / `ray start --address=...`, with `pip install ray` in the
+# (on a node of a running Ray cluster, `ray start --head` / `ray start --address=...`, with the `ray` extra in the
 # venv and a filesystem every node sees; RAY_ADDRESS=local starts a cluster on this machine). Runs crossbert-preprocess
 # as TASKS Ray tasks, task r on its contiguous share of the input files, then merges them into
 # OUT_DIR/corpus_text_document.bin/.idx (byte-identical to one crossbert-preprocess run) and writes OUT_DIR/corpus.blend.json.
