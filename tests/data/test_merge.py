@@ -111,6 +111,9 @@ def test_a_blend_file_trains_as_the_merge(shards, tmp_path, bpe_tokenizer):
         for key in a:
             np.testing.assert_array_equal(a[key], b[key], err_msg=key)
     assert len(blend_files(str(blend))) == 1 + 2 * 3
+    from megatron_crossbert.checkpoint.data_record import dataset_files
+
+    assert dataset_files(str(blend), static=False) == blend_files(str(blend))  # a resume compares the shards too
 
 
 def test_a_blend_file_moves_with_its_shards_and_refuses_a_changed_shard(shards, tmp_path):
