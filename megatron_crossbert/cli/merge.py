@@ -28,6 +28,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--blend-file", default=None,
                    help="write NAME.blend.json listing the pairs with their token counts (a --data-path that "
                         "reads them as their merge)")
+    p.add_argument("--json-key", default=None,
+                   help="merge only this key's task outputs (<rank>_<key>_document), for folders written with "
+                        "several --json-keys")
     p.add_argument("--force", action="store_true", help="move existing outputs aside instead of refusing")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--multimodal", action="store_true", help=argparse.SUPPRESS)
@@ -49,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     from megatron_crossbert.data.merge import merge_shards, read_shards
     from megatron_crossbert.data.shards import sealed_prefixes
 
-    prefixes = sealed_prefixes(args.input)
+    prefixes = sealed_prefixes(args.input, args.json_key)
     if not prefixes:
         raise FileNotFoundError(f"{args.input}: no .bin/.idx pairs to merge")
     shard_set = read_shards(prefixes)

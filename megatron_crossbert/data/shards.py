@@ -25,6 +25,8 @@ from pathlib import Path
 TASK_DIGITS = 5
 _TEMPORARY = re.compile(r"\.tmp-[A-Za-z0-9_.]+-\d+-\d+")
 """The owner tag ``fsutil.temp_sibling`` puts in a temporary name."""
+_KEYED = re.compile(r"^\d+_(.+)_document$")
+"""A task's output name: ``<rank>_<key>_document``."""
 
 
 def task_prefix(output_dir: str | os.PathLike, rank: int) -> str:
@@ -58,12 +60,21 @@ def is_temporary(name: str) -> bool:
     return _TEMPORARY.search(name) is not None
 
 
-def sealed_prefixes(directory: str | os.PathLike) -> list[str]:
+def sealed_prefixes(directory: str | os.PathLike, key: str | None = None) -> list[str]:
     """Prefixes in ``directory`` with both a ``.bin`` and an ``.idx`` under their final names, sorted
-    (Megatron-LM's ``merge_datasets.py`` order); temporaries of unfinished writers are left out."""
+    (Megatron-LM's ``merge_datasets.py`` order); temporaries of unfinished writers are left out. With
+    ``key``, only that JSON key's (``*_<key>_document``); without, a folder holding the shards of several
+    keys (``--json-keys text title``) is refused: merging them together would interleave the keys."""
     root = Path(directory)
     if not root.is_dir():
         raise NotADirectoryError(f"{directory}: not a directory")
     names = {p.name for p in root.iterdir() if p.is_file()}
     stems = sorted(n[:-4] for n in names if n.endswith(".idx") and not is_temporary(n))
-    return [str(root / stem) for stem in stems if f"{stem}.bin" in names]
+    stems = [stem for stem in stems if f"{stem}.bin" in names]
+    keys = {match[1]: stem for stem in stems if (match := _KEYED.search(stem))}
+    if key is not None:
+        return [str(root / stem) for stem in stems if stem.endswith(f"_{key}_document")]
+    if len(keys) > 1:
+        raise ValueError(f"{directory}: holds the shards of several JSON keys ({', '.join(sorted(keys))}); "
+                         "merge one at a time with --json-key KEY")
+    return [str(root / stem) for stem in stems]

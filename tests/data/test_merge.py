@@ -143,3 +143,14 @@ def test_multimodal_and_missing_outputs_are_refused(shards, capsys):
     assert merge_main(["--input", str(shards / "shards")]) == 2
     err = capsys.readouterr().err
     assert "--multimodal" in err and "--output-prefix: give it, --blend-file, or both" in err
+
+
+def test_a_folder_of_several_keys_is_merged_one_key_at_a_time(shards, tmp_path, capsys):
+    folder = _copy_shards(shards, tmp_path / "in")
+    for ext in (".bin", ".idx", ".tokenizer.json"):  # as --json-keys text title writes them
+        shutil.copy(folder / f"00000_text_document{ext}", folder / f"00000_title_document{ext}")
+    assert merge_main(["--input", str(folder), "--output-prefix", str(tmp_path / "m"), "--no-progress"]) == 2
+    assert "several JSON keys (text, title); merge one at a time with --json-key KEY" in capsys.readouterr().err
+    assert merge_main(["--input", str(folder), "--output-prefix", str(tmp_path / "m"), "--json-key", "text",
+                       "--no-progress"]) == 0
+    assert (tmp_path / "m.bin").read_bytes() == (shards / "one_text_document.bin").read_bytes()
