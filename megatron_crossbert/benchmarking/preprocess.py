@@ -16,7 +16,12 @@ Cases:
 - with ``--megatron-lm DIR``: its ``tools/preprocess_data.py --workers N`` and
   ``tools/preprocess_data_fast.py --use-gigatoken``, run with ``DIR`` first on ``PYTHONPATH``.
 
-All cases read one plain ``.jsonl`` (the inputs decompressed and concatenated: Megatron-LM's tools
+With ``--datatrove-tasks N ...``: crossbert-preprocess on the input files as given, then
+crossbert-preprocess-datatrove with N tasks (all at once, ``workers // N`` threads each) and
+crossbert-merge of their shards, each merge compared byte for byte with that run (tasks cut the input
+by files, so these cases read the files, not the combined JSONL).
+
+The other cases read one plain ``.jsonl`` (the inputs decompressed and concatenated: Megatron-LM's tools
 take one file, see :func:`combine_inputs`). The ``.bin/.idx`` of ours and of Megatron-LM's fast tool are compared byte for byte.
 """
 
@@ -59,6 +64,9 @@ class PreprocessBenchOptions:
     """--append-eod for every case (Megatron-LM's usual setting)."""
     cases: tuple[str, ...] = CASES
     """Which of the other cases to run besides ours (Megatron-LM's only with ``megatron_lm``)."""
+    datatrove_tasks: tuple[int, ...] = ()
+    """Also time crossbert-preprocess-datatrove with each of these task counts (``workers // tasks`` threads
+    per task, all tasks at once) and the merge, beside crossbert-preprocess, all on the input files as given."""
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -101,16 +109,24 @@ def combine_inputs(patterns: list[str], out: Path) -> tuple[Path, int]:
 
 
 _LAUNCHER = (
-    "import json, os, resource, subprocess, sys\n"
-    "proc = subprocess.Popen(sys.argv[2:])\n"
-    "_, status, _ = os.wait4(proc.pid, 0)\n"
+    "import ctypes, json, os, resource, subprocess, sys\n"
+    "ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)\n"  # PR_SET_CHILD_SUBREAPER
+    "proc, rc = subprocess.Popen(sys.argv[2:]), 1\n"
+    "while True:\n"
+    "    try:\n"
+    "        pid, status, _ = os.wait4(-1, 0)\n"
+    "    except ChildProcessError:\n"
+    "        break\n"
+    "    rc = os.waitstatus_to_exitcode(status) if pid == proc.pid else rc\n"
     "usage = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
-    "open(sys.argv[1], 'w').write(json.dumps({'rc': os.waitstatus_to_exitcode(status), "
+    "open(sys.argv[1], 'w').write(json.dumps({'rc': rc, "
     "'cpu_s': usage.ru_utime + usage.ru_stime, 'maxrss_kb': usage.ru_maxrss}))\n"
 )
 """Runs the command from a small interpreter: a child's ``ru_maxrss`` includes the RSS of the process
 it was forked from (the kernel keeps the pre-exec high-water mark), so forking straight from a large
-process (pytest with torch loaded) would report that process's size instead of the command's."""
+process (pytest with torch loaded) would report that process's size instead of the command's. The
+interpreter is a child subreaper and reaps every process of the tree: a process its parent never
+waits for (datatrove's forkserver, whose children are its tasks) is reparented to it and counted."""
 
 
 def measure(name: str, cmd: list[str], nbytes: int, env: dict | None = None, cwd: str | None = None) -> CaseResult:
@@ -172,6 +188,33 @@ def _megatron(opts: PreprocessBenchOptions, corpus: Path, fast: bool) -> tuple[l
     return cmd, env, prefix + "_text_document"
 
 
+def _module_case(module: str, *args: str) -> tuple[list[str], dict]:
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    return [sys.executable, "-m", f"megatron_crossbert.cli.{module}", *args], env
+
+
+def _datatrove(opts: PreprocessBenchOptions, nbytes: int) -> tuple[list[CaseResult], dict[str, bool]]:
+    """crossbert-preprocess on the files as given, then N datatrove tasks and their merge (N = 1: the one
+    task's output), each compared byte for byte with the single run."""
+    files = [f for p in opts.inputs for f in (sorted(glob.glob(p)) if glob.has_magic(p) else [p])]
+    work, eod = Path(opts.work_dir), ["--append-eod"] if opts.append_eod else []
+    common = ["--input", *files, "--tokenizer", opts.tokenizer, *eod]
+    cmd, env = _module_case("preprocess", *common, "--output-prefix", str(work / "files"),
+                            "--workers", str(opts.workers), "--no-progress")
+    results = [measure(f"crossbert-preprocess on the {len(files)} files, {opts.workers} threads", cmd, nbytes, env)]
+    identical = {}
+    for tasks in opts.datatrove_tasks:
+        threads, out = max(1, opts.workers // tasks), work / f"datatrove_{tasks}"
+        cmd, env = _module_case("preprocess_datatrove", *common, "--output-dir", str(out / "shards"), "--tasks",
+                                str(tasks), "--parallel-tasks", str(tasks), "--workers", str(threads))
+        results.append(measure(f"datatrove, {tasks} task(s) x {threads} thread(s)", cmd, nbytes, env))
+        cmd, env = _module_case("merge", "--input", str(out / "shards"), "--output-prefix", str(out / "merged"),
+                                "--no-progress")
+        results.append(measure(f"crossbert-merge of the {tasks} task(s)", cmd, nbytes, env))
+        identical[f"datatrove {tasks} task(s), merged"] = same_files(str(out / "merged"), str(work / "files_text_document"))
+    return results, identical
+
+
 def same_files(a: str, b: str) -> bool:
     """Whether two .bin/.idx pairs are byte-identical."""
     return all(Path(a + ext).is_file() and Path(b + ext).is_file()
@@ -198,9 +241,10 @@ def run_preprocess_bench(opts: PreprocessBenchOptions) -> dict:
             results.append(measure(name, cmd, nbytes, env, cwd=opts.megatron_lm))
     identical = {name: same_files(prefix, prefixes["mlm fast"]) for name, prefix in prefixes.items()
                  if name.startswith("ours") and "mlm fast" in prefixes}
+    sharded, identical_sharded = _datatrove(opts, nbytes) if opts.datatrove_tasks else ([], {})
     return {"input_bytes": nbytes, "workers": opts.workers, "tokenizer": opts.tokenizer,
-            "cores": os.cpu_count(), "load_avg": os.getloadavg(), "cases": [asdict(r) for r in results],
-            "identical_to_megatron_fast": identical,
+            "cores": os.cpu_count(), "load_avg": os.getloadavg(), "cases": [asdict(r) for r in results + sharded],
+            "identical_to_megatron_fast": identical, "identical_to_crossbert_preprocess": identical_sharded,
             "harness_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
 
 
@@ -214,4 +258,6 @@ def preprocess_markdown(report: dict) -> str:
              f"load {', '.join(f'{x:.1f}' for x in report['load_avg'])}", "", *rows]
     for name, same in report["identical_to_megatron_fast"].items():
         lines.append(f"\n{name} .bin/.idx byte-identical to Megatron-LM preprocess_data_fast.py: {same}")
+    for name, same in report.get("identical_to_crossbert_preprocess", {}).items():
+        lines.append(f"\n{name}: .bin/.idx byte-identical to crossbert-preprocess on the same files: {same}")
     return "\n".join(lines)

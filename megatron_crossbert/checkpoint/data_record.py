@@ -42,7 +42,9 @@ _warned: set[str] = set()
 def dataset_files(prefix: str, static: bool) -> list[str]:
     """The files one dataset of the blend is read from (static mask pairs have three pairs and a meta file)."""
     if not static:
-        return [f"{prefix}.bin", f"{prefix}.idx"]
+        from megatron_crossbert.data.blend_file import blend_files, is_blend_file
+
+        return blend_files(prefix) if is_blend_file(prefix) else [f"{prefix}.bin", f"{prefix}.idx"]
     return [f"{prefix}_{part}{ext}" for part in _STATIC_PARTS for ext in (".bin", ".idx")] + [f"{prefix}_meta.json"]
 
 

@@ -145,6 +145,9 @@ def _add_preprocess(sub) -> None:
     p.add_argument("--backends", nargs="+", default=["auto", "tokenizers"], choices=BACKENDS,
                    help="tokenizer back ends to time (default: %(default)s)")
     p.add_argument("--cases", nargs="*", default=list(CASES), choices=CASES, help="reference cases to run beside ours")
+    p.add_argument("--datatrove-tasks", nargs="*", type=int, default=[],
+                   help="also time crossbert-preprocess-datatrove with these task counts and the merge, beside "
+                        "crossbert-preprocess, on the input files as given")
     p.add_argument("--work-dir", default="benchmarks/out/preprocess", help="combined input and every case's outputs")
     p.add_argument("--out", default="benchmarks/out/preprocess.json", help="JSON report path")
 
@@ -276,7 +279,8 @@ def run_preprocess_command(args) -> int:
     os.makedirs(args.work_dir, exist_ok=True)
     work = tempfile.mkdtemp(prefix="run-", dir=args.work_dir)  # fresh: never overwrites earlier outputs
     options = PreprocessBenchOptions(inputs=inputs, tokenizer=args.tokenizer, work_dir=work, workers=args.workers,
-                                     backends=args.backends, megatron_lm=args.megatron_lm, cases=tuple(args.cases))
+                                     backends=args.backends, megatron_lm=args.megatron_lm, cases=tuple(args.cases),
+                                     datatrove_tasks=tuple(args.datatrove_tasks))
     try:
         report = run_preprocess_bench(options)
     finally:

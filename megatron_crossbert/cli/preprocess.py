@@ -15,6 +15,7 @@ import argparse
 import logging
 import signal
 import sys
+from dataclasses import replace
 
 from megatron_crossbert.cli import DefaultsHelpFormatter
 from megatron_crossbert.cli.config_flags import ConfigFlag, add_config_flags
@@ -26,14 +27,12 @@ MASK_FLAGS = (ConfigFlag("--mask-ratio", ("masking.mask_ratio",), "masking ratio
 """Static mask pairs: the run's masking section (``--no-complementary`` sets complementary=false)."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def add_encoding_flags(p: argparse.ArgumentParser) -> None:
+    """What decides the documents' ids (shared with crossbert-preprocess-datatrove, whose tasks must encode
+    exactly as this tool does): tokenizer, keys, splitting, eod, skips, backend, Megatron-LM's tokenizer flags."""
     from megatron_crossbert.data.encoding import BACKENDS
     from megatron_crossbert.data.jsonl import MAX_DOCUMENT_BYTES
 
-    p = argparse.ArgumentParser(prog="crossbert-preprocess", description=__doc__,
-                                formatter_class=DefaultsHelpFormatter)
-    p.add_argument("--input", nargs="+", required=True, help="JSONL/JSONL.gz files or globs (quoted)")
-    p.add_argument("--output-prefix", required=True, help="output path prefix")
     p.add_argument("--tokenizer", default=None, help="tokenizer directory (crossbert-train-tokenizer or any HF dir)")
     p.add_argument("--json-keys", nargs="+", default=["text"], help="JSON keys to tokenize, one output per key")
     p.add_argument("--workers", type=int, default=1,
@@ -48,9 +47,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-document-bytes", type=int, default=MAX_DOCUMENT_BYTES,
                    help="skip (and count as too_long) any line longer than this, without ever holding it: "
                         "the per-document memory bound")
-    p.add_argument("--force", action="store_true", help="overwrite existing outputs")
-    p.add_argument("--log-interval", type=int, default=10000, help="documents between progress updates")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar (log lines instead)")
     m = p.add_argument_group("Megatron-LM tools/preprocess_data.py compatibility")
     m.add_argument("--tokenizer-type", default=None,
                    help="HuggingFaceTokenizer (with --tokenizer-model), BertWordPieceLowerCase or BertWordPieceCase "
@@ -60,6 +56,17 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--merge-file", default=None, help=argparse.SUPPRESS)
     m.add_argument("--partitions", type=int, default=1,
                    help="accepted for compatibility; input is streamed, so partitions change nothing")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="crossbert-preprocess", description=__doc__,
+                                formatter_class=DefaultsHelpFormatter)
+    p.add_argument("--input", nargs="+", required=True, help="JSONL/JSONL.gz files or globs (quoted)")
+    p.add_argument("--output-prefix", required=True, help="output path prefix")
+    add_encoding_flags(p)
+    p.add_argument("--force", action="store_true", help="overwrite existing outputs")
+    p.add_argument("--log-interval", type=int, default=10000, help="documents between progress updates")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (log lines instead)")
     g = p.add_argument_group("static mask pairs")
     g.add_argument("--emit-mask-pairs", action="store_true",
                    help="also write packed samples and both views' visible/target positions "
@@ -70,6 +77,17 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def encoding_options(args, inputs: list[str], output_prefix: str):
+    """``PreprocessOptions`` from :func:`add_encoding_flags`' flags (user errors: ValueError in one line)."""
+    from megatron_crossbert.data.preprocess import PreprocessOptions
+
+    tokenizer, kind = _tokenizer_from_args(args)
+    return PreprocessOptions(
+        inputs=inputs, output_prefix=output_prefix, tokenizer=tokenizer, tokenizer_kind=kind, backend=args.backend,
+        json_keys=args.json_keys, workers=args.workers, split_sentences=args.split_sentences,
+        append_eod=args.append_eod, strict=args.strict, max_document_bytes=args.max_document_bytes)
+
+
 @cli_main
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
@@ -77,16 +95,11 @@ def main(argv: list[str] | None = None) -> int:
     # pool workers terminated instead of orphaned.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    from megatron_crossbert.data.preprocess import PreprocessOptions, preprocess, report_path
+    from megatron_crossbert.data.preprocess import preprocess, report_path
 
-    tokenizer, kind = _tokenizer_from_args(args)  # user errors: one line and status 2 via cli_main
-    opts = PreprocessOptions(
-        inputs=args.input, output_prefix=args.output_prefix, tokenizer=tokenizer, tokenizer_kind=kind,
-        backend=args.backend, json_keys=args.json_keys,
-        workers=args.workers, split_sentences=args.split_sentences, append_eod=args.append_eod,
-        strict=args.strict, force=args.force, log_interval=args.log_interval, progress=not args.no_progress,
-        max_document_bytes=args.max_document_bytes,
-        emit_mask_pairs=args.emit_mask_pairs, seq_length=args.seq_length,
+    opts = replace(  # user errors: one line and status 2 via cli_main
+        encoding_options(args, args.input, args.output_prefix), force=args.force, log_interval=args.log_interval,
+        progress=not args.no_progress, emit_mask_pairs=args.emit_mask_pairs, seq_length=args.seq_length,
         masking=MaskingConfig(mask_ratio=args.mask_ratio, seed=args.seed, complementary=not args.no_complementary))
     report = preprocess(opts)
     print(_summary(report, report_path(args.output_prefix)))

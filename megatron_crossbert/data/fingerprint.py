@@ -50,8 +50,13 @@ def dataset_record(tokenizer: Tokenizer, source: str | Path) -> dict:
 
 def write_dataset_record(path_prefix: str | Path, tokenizer: Tokenizer, source: str | Path) -> Path:
     """Write ``<prefix>.tokenizer.json`` atomically (readers never see half a record)."""
+    return save_dataset_record(path_prefix, dataset_record(tokenizer, source))
+
+
+def save_dataset_record(path_prefix: str | Path, record: dict) -> Path:
+    """Write a record (made here, or read from the datasets a merge or blend joins) beside ``path_prefix``."""
     path = record_path(path_prefix)
-    atomic_write_text(path, json.dumps(dataset_record(tokenizer, source), indent=2) + "\n")
+    atomic_write_text(path, json.dumps(record, indent=2) + "\n")
     return path
 
 

@@ -19,6 +19,7 @@ old ``.idx`` removed first, then ``.bin`` then ``.idx`` renamed, so a crash leav
 from __future__ import annotations
 
 import os
+import shutil
 import struct
 from pathlib import Path
 
@@ -65,6 +66,25 @@ def read_header(idx_path: str) -> tuple[type, int, int]:
     return dtype, sequences, documents
 
 
+def read_index(prefix: str) -> tuple[type, np.ndarray, np.ndarray]:
+    """``(dtype, sequence lengths, document indices)`` of ``prefix.idx``, checked against the file sizes
+    (ValueError naming the file): what a merge needs, without torch."""
+    path = idx_path(prefix)
+    dtype, sequences, documents = read_header(path)
+    needed = HEADER_BYTES + sequences * (4 + 8) + documents * 8
+    if os.path.getsize(path) < needed:
+        raise ValueError(f"{path}: truncated: {os.path.getsize(path)} bytes, its header describes {needed}")
+    lengths = np.fromfile(path, dtype=np.int32, count=sequences, offset=HEADER_BYTES)
+    docs = np.fromfile(path, dtype=np.int64, count=documents, offset=HEADER_BYTES + sequences * 12)
+    expected = int(lengths.sum(dtype=np.int64)) * np.dtype(dtype).itemsize
+    if os.path.getsize(bin_path(prefix)) != expected:
+        raise ValueError(f"{bin_path(prefix)}: {os.path.getsize(bin_path(prefix))} bytes, but {path} describes "
+                         f"{expected} (truncated or mismatched .bin/.idx pair)")
+    if documents < 1 or docs[0] != 0 or docs[-1] != sequences or np.any(np.diff(docs) < 0):
+        raise ValueError(f"{path}: document indices do not cover its {sequences} sequences in order")
+    return dtype, lengths, docs
+
+
 def bin_path(prefix: str) -> str:
     return prefix + ".bin"
 
@@ -96,6 +116,15 @@ class IndexedWriter:
         self.data_file.write(np.ascontiguousarray(tokens, dtype=self.dtype).tobytes())
         self._lengths.append(np.asarray(seq_lengths, dtype=np.int32))
         self._doc_ends.append(self.num_sequences + np.cumsum(seqs_per_doc, dtype=np.int64))
+        self.num_sequences += int(len(seq_lengths))
+
+    def add_dataset(self, prefix: str, seq_lengths: np.ndarray, document_indices: np.ndarray) -> None:
+        """Append a whole ``.bin/.idx`` pair of this dtype (its index already read): the bytes copied
+        as they are, its documents after ours (Megatron's ``IndexedDatasetBuilder.add_index``)."""
+        with open(bin_path(prefix), "rb") as source:
+            shutil.copyfileobj(source, self.data_file, 16 << 20)
+        self._lengths.append(np.asarray(seq_lengths, dtype=np.int32))
+        self._doc_ends.append(self.num_sequences + np.asarray(document_indices[1:], dtype=np.int64))
         self.num_sequences += int(len(seq_lengths))
 
     def finalize(self, idx_file: str) -> None:

@@ -18,6 +18,7 @@ import struct
 import numpy as np
 from megatron.core.datasets.indexed_dataset import IndexedDataset, get_bin_path, get_idx_path
 
+from megatron_crossbert.data.blend_file import is_blend_file, read_blend
 from megatron_crossbert.data.idx_format import HEADER_BYTES, AtomicIndexedWriter, read_header
 
 __all__ = ["AtomicIndexedWriter", "CorruptDatasetError", "open_indexed", "resolve_prefix"]
@@ -28,8 +29,8 @@ class CorruptDatasetError(ValueError):
 
 
 def resolve_prefix(prefix: str, key: str = "text") -> str:
-    """Accept ``out/corpus_text_document`` or the shorter ``out/corpus`` (preprocess prefix)."""
-    if os.path.exists(get_idx_path(prefix)) or os.path.exists(get_bin_path(prefix)):
+    """Accept ``out/corpus_text_document``, the shorter ``out/corpus`` (preprocess prefix) or a blend file."""
+    if os.path.exists(get_idx_path(prefix)) or os.path.exists(get_bin_path(prefix)) or is_blend_file(prefix):
         return prefix
     for level in ("document", "sentence"):
         candidate = f"{prefix}_{key}_{level}"
@@ -61,8 +62,72 @@ def _check_index_size(idx_path: str) -> None:
                                   f"sequences ({needed} bytes)")
 
 
-def open_indexed(prefix: str, mmap: bool = True) -> IndexedDataset:
-    """Open ``prefix.bin/.idx`` after checking they exist, the header, and the sizes agree."""
+class _ConcatIndex:
+    """The index a merge of the shards would write (``IndexedDataset.index``'s fields)."""
+
+    def __init__(self, dtype: type, lengths: np.ndarray, document_indices: np.ndarray) -> None:
+        self.dtype, self.dtype_size = dtype, np.dtype(dtype).itemsize
+        self.sequence_lengths, self.document_indices = lengths, document_indices
+        self.sequence_pointers = np.zeros(lengths.size, dtype=np.int64)
+        np.cumsum(lengths[:-1], dtype=np.int64, out=self.sequence_pointers[1:])
+        self.sequence_pointers *= self.dtype_size
+
+    def __len__(self) -> int:
+        return int(self.sequence_lengths.size)
+
+
+class _ConcatBinReader:
+    """Reads at merged byte offsets from the shard holding them (a document never spans shards)."""
+
+    def __init__(self, bin_paths: list[str], byte_starts: np.ndarray) -> None:
+        self.bin_paths, self.byte_starts = bin_paths, byte_starts
+        self._maps: dict[int, np.memmap] = {}
+
+    def read(self, dtype, count: int, offset: int) -> np.ndarray:
+        shard = int(np.searchsorted(self.byte_starts, offset, side="right")) - 1
+        local = offset - int(self.byte_starts[shard])
+        if local + count * np.dtype(dtype).itemsize > self.byte_starts[shard + 1] - self.byte_starts[shard]:
+            raise ValueError(f"{self.bin_paths[shard]}: a read of {count} tokens at byte {local} runs past the shard")
+        if shard not in self._maps:
+            self._maps[shard] = np.memmap(self.bin_paths[shard], dtype=np.uint8, mode="r")
+        return np.frombuffer(self._maps[shard], dtype=dtype, count=count, offset=local)
+
+
+class ShardedIndexedDataset:
+    """The shards of a blend file as one indexed dataset: the merged dataset's index and bytes
+    (:mod:`megatron_crossbert.data.blend_file`). Pickles as its path (DataLoader workers reopen it)."""
+
+    def __init__(self, path: str) -> None:
+        self.path_prefix = path
+        shard_set = read_blend(path)
+        shards = shard_set.shards
+        doc_offsets = np.cumsum([0] + [int(s.lengths.size) for s in shards[:-1]], dtype=np.int64)
+        docs = np.concatenate([np.zeros(1, np.int64)] + [s.document_indices[1:] + off
+                                                         for s, off in zip(shards, doc_offsets)])
+        self.index = _ConcatIndex(shard_set.dtype, np.concatenate([s.lengths for s in shards]), docs)
+        self.parts = [(get_bin_path(s.prefix), s.tokens) for s in shards]
+        starts = np.cumsum([0] + [tokens * self.index.dtype_size for _, tokens in self.parts], dtype=np.int64)
+        self.bin_reader = _ConcatBinReader([p for p, _ in self.parts], starts)
+
+    @property
+    def document_indices(self) -> np.ndarray:
+        return self.index.document_indices
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def __getstate__(self) -> str:
+        return self.path_prefix
+
+    def __setstate__(self, path: str) -> None:
+        self.__init__(path)
+
+
+def open_indexed(prefix: str, mmap: bool = True) -> IndexedDataset | ShardedIndexedDataset:
+    """Open ``prefix.bin/.idx`` after checking they exist, the header, and the sizes agree; a blend
+    file (``*.blend.json``) opens as its shards' :class:`ShardedIndexedDataset`."""
+    if is_blend_file(prefix):
+        return ShardedIndexedDataset(prefix)
     idx_path, bin_path = get_idx_path(prefix), get_bin_path(prefix)
     missing = [p for p in (idx_path, bin_path) if not os.path.isfile(p)]
     if missing:
@@ -111,12 +176,16 @@ def document_reader(dataset: IndexedDataset) -> DocumentReader:
 def check_vocab(dataset: IndexedDataset, vocab_size: int, prefix: str, max_tokens: int = 1 << 26) -> None:
     """Raise if token ids reach ``vocab_size`` (data made with another tokenizer). Scans at most
     ``max_tokens`` tokens from each end of the file; samples are also checked when read."""
-    total = int(dataset.index.sequence_lengths.astype(np.int64).sum())
-    if total == 0:
-        return
-    data = np.memmap(get_bin_path(prefix), dtype=dataset.index.dtype, mode="r", shape=(total,))
-    parts = [data] if total <= 2 * max_tokens else [data[:max_tokens], data[-max_tokens:]]
-    top = max(int(part.max()) for part in parts)
+    files = getattr(dataset, "parts", None) or [
+        (get_bin_path(prefix), int(dataset.index.sequence_lengths.astype(np.int64).sum()))]
+    top = max((_max_id(path, dataset.index.dtype, total, max_tokens) for path, total in files if total), default=0)
     if top >= vocab_size:
         raise ValueError(f"{prefix}: token id {top} >= tokenizer vocab size {vocab_size}; the data was "
                          "tokenized with a different (larger) vocabulary than the configured tokenizer")
+
+
+def _max_id(bin_file: str, dtype, total: int, max_tokens: int) -> int:
+    """The largest id among the first and last ``max_tokens`` tokens of one ``.bin``."""
+    data = np.memmap(bin_file, dtype=dtype, mode="r", shape=(total,))
+    parts = [data] if total <= 2 * max_tokens else [data[:max_tokens], data[-max_tokens:]]
+    return max(int(part.max()) for part in parts)

@@ -86,6 +86,9 @@ class PreprocessOptions:
     """Encoding backend: auto (gigatoken where verified identical, else tokenizers), gigatoken, tokenizers."""
     max_document_bytes: int = MAX_DOCUMENT_BYTES
     """Longer lines are skipped (``too_long``) without ever being held: the per-document memory bound."""
+    splitter_inputs: list[str] | None = None
+    """Files whose first texts train Punkt where punkt_tab is absent (default: ``inputs``). A task of a
+    sharded run passes the whole corpus, so every task splits sentences as one run over it would."""
 
 
 def document_prefix(output_prefix: str, key: str) -> str:
@@ -234,7 +237,8 @@ def _splitter(opts: PreprocessOptions, paths):
         return None
     from megatron_crossbert.data.sentences import make_splitter  # nltk import is slow: only when needed
 
-    return make_splitter(iter_texts([str(p) for p in paths], opts.json_keys[0]))
+    sample = opts.splitter_inputs if opts.splitter_inputs is not None else [str(p) for p in paths]
+    return make_splitter(iter_texts(sample, opts.json_keys[0]))
 
 
 def _consume(opts: PreprocessOptions, spec: WorkerSpec, chunks: Iterator[LineChunk], encoder, tally: _Tally,
@@ -266,24 +270,27 @@ def _commit(opts: PreprocessOptions, writers: list[AtomicIndexedWriter], metas: 
     _write_json_atomic(report_path(opts.output_prefix), report)
 
 
-def _start(opts: PreprocessOptions, paths, tokenizer) -> tuple[Iterator[LineChunk], object]:
+def _start(opts: PreprocessOptions, chunks: Iterator[LineChunk], tokenizer) -> tuple[Iterator[LineChunk], object]:
     """The chunk stream and the encoder, verified on the stream's first chunk (put back in front)."""
-    chunks = iter_line_chunks(paths, opts.chunk_lines, opts.max_document_bytes)
     first = next(chunks, None)
     encoder = choose_encoder(tokenizer, opts.backend, opts.workers, _sample_texts(first, opts.json_keys[0]))
     return (chain([first], chunks) if first is not None else chunks), encoder
 
 
-def preprocess(opts: PreprocessOptions) -> dict:
+def preprocess(opts: PreprocessOptions, lines: Iterator[LineChunk] | None = None) -> dict:
     """Run the whole conversion; returns the report dict (also written next to the outputs).
 
-    Temporaries of these outputs that a killed run (SIGKILL, OOM) left on this host are removed first."""
+    ``lines``: the input as chunks of JSON lines from elsewhere (a datatrove reader), instead of
+    ``opts.inputs``. Temporaries of these outputs that a killed run (SIGKILL, OOM) left on this host
+    are removed first."""
     _check_options(opts)
     remove_stale_temporaries(planned_outputs(opts))
-    paths = expand_inputs(opts.inputs)
+    paths = expand_inputs(opts.inputs) if lines is None else []
     tokenizer = open_tokenizer(opts.tokenizer, opts.tokenizer_kind)
     splitter = _splitter(opts, paths)
-    chunks, encoder = _start(opts, paths, tokenizer)
+    if lines is None:
+        lines = iter_line_chunks(paths, opts.chunk_lines, opts.max_document_bytes)
+    chunks, encoder = _start(opts, lines, tokenizer)
     spec = WorkerSpec(str(opts.tokenizer), opts.tokenizer_kind, tuple(opts.json_keys), splitter, opts.append_eod,
                       tokenizer.eod_id, encoder.name, isinstance(encoder, PiecewiseEncoder))
     tally = _Tally(opts)

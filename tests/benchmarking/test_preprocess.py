@@ -23,6 +23,16 @@ def test_measure_counts_children_cpu_and_own_peak_rss():
     assert 150 < result.peak_rss_mb < 400  # the command's own peak, not the (large) pytest process's
 
 
+@pytest.mark.slow
+def test_measure_counts_a_process_its_parent_never_waits_for():
+    """datatrove's tasks are children of its forkserver, which their parent never waits for: an orphan's
+    CPU must still count (the launcher is a subreaper and reaps the whole tree)."""
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.6: pass"
+    code = f"import subprocess, sys; subprocess.Popen([sys.executable, '-c', {burn!r}])"  # exits at once
+    result = measure("orphan", [sys.executable, "-c", code], nbytes=10**6)
+    assert result.rc == 0 and result.cpu_s >= 0.6 and result.wall_s >= 0.6
+
+
 def test_bench_table_without_megatron(tmp_path, text_corpus, bpe_tokenizer):
     corpus = text_corpus.path
     import gzip

@@ -12,8 +12,9 @@ import tomllib
 
 from tests.support import REPO_ROOT
 
-SCRIPTS = ("crossbert-train-tokenizer", "crossbert-preprocess", "crossbert-pretrain", "crossbert-convert-hf",
-           "crossbert-probe", "crossbert-mteb", "crossbert-finetune", "crossbert-bench", "crossbert-plan", "crossbert-demo")
+SCRIPTS = ("crossbert-train-tokenizer", "crossbert-preprocess", "crossbert-preprocess-datatrove", "crossbert-merge",
+           "crossbert-pretrain", "crossbert-convert-hf", "crossbert-probe", "crossbert-mteb", "crossbert-finetune",
+           "crossbert-bench", "crossbert-plan", "crossbert-demo")
 
 
 def test_console_scripts_point_at_callable_mains():
