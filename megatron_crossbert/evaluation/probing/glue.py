@@ -153,11 +153,16 @@ def glue_spec(fmt: GlueFormat) -> TaskSpec:
     return TaskSpec(name=fmt.name, kind=fmt.kind, metrics=fmt.metrics, is_pair=fmt.pair is not None, glue=True)
 
 
-def glue_task_available(glue_dir: str | Path, name: str) -> bool:
-    """True when both the train and the dev file of the task exist (probing needs both)."""
+def glue_files(glue_dir: str | Path, name: str) -> tuple[Path, Path]:
+    """(train file, dev file) of a task under a glue_data folder."""
     fmt = GLUE_FORMATS[canonical_glue_name(name)]
     base = Path(glue_dir) / fmt.directory
-    return (base / fmt.train_file).is_file() and (base / fmt.test_file).is_file()
+    return base / fmt.train_file, base / fmt.test_file
+
+
+def glue_task_available(glue_dir: str | Path, name: str) -> bool:
+    """True when both the train and the dev file of the task exist (probing needs both)."""
+    return all(path.is_file() for path in glue_files(glue_dir, name))
 
 
 def available_glue_tasks(glue_dir: str | Path) -> list[str]:
