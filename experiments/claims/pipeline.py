@@ -1,7 +1,9 @@
 """The claims study end to end: data -> train -> probe -> report, resumable.
 
 Every stage skips what is already on disk, so re-running the same command continues a partial
-run. A failing stage does not lose the others' results: the error is recorded in ``status.json``
+run; what each stage's outputs were made with is recorded in the work dir and checked first
+(``benchmarking.study.stage_keys``), so a changed plan or changed data is refused instead of reported
+over the old numbers. A failing stage does not lose the others' results: the error is recorded in ``status.json``
 and the report stage still writes ``docs/results.md`` from whatever was measured, marking the
 rest as not completed.
 """
@@ -162,9 +164,13 @@ def run_experiment(paths: ExperimentPaths, plan_name: str = "cpu", stages: list[
     from megatron_crossbert.benchmarking.study.probe_stage import run_probe_stage
     from megatron_crossbert.benchmarking.study.train_stage import run_train_stage
 
+    from megatron_crossbert.benchmarking.study.stage_keys import claim_work_dir, plan_keys
+
     plan, work = resolve_plan(plan_name), Path(paths.work_dir)
     work.mkdir(parents=True, exist_ok=True)
     runs, wanted = all_runs(plan), stages or list(STAGES)
+    keys = plan_keys(plan, runs, paths.corpus, paths.glue_dir, paths.probe_dir, paths.mteb_lite_dir)
+    claim_work_dir(work, keys, ["probe"] if follow else wanted)
     if follow:
         follow_probes(plan, runs, work, paths)
         return _load_status(work)

@@ -29,12 +29,12 @@ import xxhash
 
 from megatron_crossbert.checkpoint.errors import CheckpointError, DataChangedError
 from megatron_crossbert.config import RunConfig
+from megatron_crossbert.content_identity import update_with_file
 from megatron_crossbert.fsutil import atomic_write_text
 
 logger = logging.getLogger(__name__)
 
 RECORD_FILE = "checkpoint.data.json"
-BLOCKS, BLOCK = 16, 64 << 10
 _STATIC_PARTS = ("samples", "visible", "targets")
 _warned: set[str] = set()
 
@@ -48,14 +48,7 @@ def dataset_files(prefix: str, static: bool) -> list[str]:
 
 def _digest_into(state, path: str, size: int) -> None:
     """A ``.bin`` contributes 16 blocks spread from its first byte to its last; any other file all of it."""
-    with open(path, "rb") as handle:
-        if not path.endswith(".bin") or size <= BLOCKS * BLOCK:
-            while block := handle.read(8 << 20):
-                state.update(block)
-            return
-        for k in range(BLOCKS):
-            handle.seek(k * (size - BLOCK) // (BLOCKS - 1))
-            state.update(handle.read(BLOCK))
+    update_with_file(state, path, size, 0 if path.endswith(".bin") else None)
 
 
 @functools.lru_cache(maxsize=8)
