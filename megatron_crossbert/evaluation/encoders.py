@@ -206,7 +206,17 @@ class HFEncoder:
         stacked = np.concatenate(chunks, axis=1).astype(np.float32)
         result = np.empty_like(stacked)
         result[:, order] = stacked
-        return result
+        return require_finite(result, f"{self.resolved.hf_path}: the features of {desc}")
+
+
+def require_finite(features: np.ndarray, what: str) -> np.ndarray:
+    """``features`` when every value is finite; else ValueError naming them (a diverged or damaged model's NaN
+    would otherwise surface as a probe's or mteb's own error, far from its cause)."""
+    bad = int(np.size(features) - np.count_nonzero(np.isfinite(features)))
+    if bad:
+        raise ValueError(f"{what}: {bad} of {np.size(features)} values are NaN or infinite (the model's outputs "
+                         "are not finite: a diverged or damaged checkpoint?)")
+    return features
 
 
 def model_card(resolved: ResolvedModel) -> dict:
