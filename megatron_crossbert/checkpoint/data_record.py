@@ -25,11 +25,9 @@ import logging
 import os
 from pathlib import Path
 
-import xxhash
-
 from megatron_crossbert.checkpoint.errors import CheckpointError, DataChangedError
 from megatron_crossbert.config import RunConfig
-from megatron_crossbert.content_identity import update_with_file
+from megatron_crossbert.content_identity import dataset_fingerprint
 from megatron_crossbert.fsutil import atomic_write_text
 
 logger = logging.getLogger(__name__)
@@ -46,19 +44,11 @@ def dataset_files(prefix: str, static: bool) -> list[str]:
     return [f"{prefix}_{part}{ext}" for part in _STATIC_PARTS for ext in (".bin", ".idx")] + [f"{prefix}_meta.json"]
 
 
-def _digest_into(state, path: str, size: int) -> None:
-    """A ``.bin`` contributes 16 blocks spread from its first byte to its last; any other file all of it."""
-    update_with_file(state, path, size, 0 if path.endswith(".bin") else None)
-
-
 @functools.lru_cache(maxsize=8)
 def _identity(prefix: str, static: bool, stats: tuple[tuple[str, int, int], ...]) -> dict:
     """Sizes and fingerprint of one dataset; ``stats`` (name, size, mtime) keys the cache."""
-    state = xxhash.xxh3_128()
-    for path, size, _ in stats:
-        _digest_into(state, path, size)
     return {"prefix": str(Path(prefix).absolute()), "bytes": {Path(p).name: size for p, size, _ in stats},
-            "fingerprint": f"xxh3_128:{state.hexdigest()[:24]}"}
+            "fingerprint": dataset_fingerprint(path for path, _, _ in stats)}
 
 
 def _datasets(run_cfg: RunConfig) -> list[tuple[str, float | None, bool]]:
@@ -148,3 +138,18 @@ def check_resume_data(ckpt_dir: Path, saved: RunConfig, current: RunConfig) -> t
                    "sample stream starts at %s (the samples before it in the new order are skipped)",
                    ckpt_dir, "; ".join(diffs), where)
     return tuple(diffs)
+
+
+def check_dataset_contents(run_cfg: RunConfig) -> None:
+    """Every start: a dataset whose preprocessing recorded its content (``<prefix>.tokenizer.json``'s
+    ``content``) must still hold it; a ``.bin`` of other content beside an ``.idx`` of the same shape would
+    train on other tokens without a word. Datasets without the field (other tools, older versions) pass."""
+    from megatron_crossbert.data.fingerprint import read_dataset_record, record_path
+    from megatron_crossbert.data.indexed import CorruptDatasetError
+
+    for prefix, entry in zip((p for p, _, _ in _datasets(run_cfg)), run_blend(run_cfg)):
+        record = read_dataset_record(prefix) or {}
+        if "content" in record and record["content"] != entry["fingerprint"]:
+            raise CorruptDatasetError(f"{prefix}.bin: its content ({entry['fingerprint']}) is not what preprocessing "
+                                   f"wrote ({record['content']}, recorded in {record_path(prefix)}): the .bin and "
+                                   ".idx are not the pair it made; preprocess the data again")
