@@ -7,9 +7,9 @@ the same, and so are the shapes. Every checkpoint records its data (``checkpoint
 fingerprint (xxh3-128 of every ``.idx``/``.json`` file, which holds the document and sequence
 lengths, plus 16 blocks of 64 KiB spread over every ``.bin``: cheap on TB-sized data; a same-length
 edit inside an unsampled block with an unchanged index is the one change it can miss), and the
-``consumed_samples`` of the save. ``data.split`` and ``data.seq_length`` come from the saved
-``run_config.json``, so they are compared for every checkpoint, older ones included (this module is
-their one owner; ``verify.config_mismatches`` compares the model only).
+``consumed_samples`` of the save. ``data.split``, ``data.seq_length`` and the masking and training seeds
+(``STREAM_FIELDS``) come from the saved ``run_config.json``, so they are compared for every checkpoint, older
+ones included (this module is their one owner; ``verify.config_mismatches`` compares the model only).
 
 Datasets are compared by content, position by position in the blend, not by path: a dataset moved
 to another filesystem is the same data. Differences refuse the resume in one line unless
@@ -109,10 +109,21 @@ def blend_differences(old: list[dict], new: list[dict]) -> list[str]:
     return diffs
 
 
+STREAM_FIELDS = ("data.split", "data.seq_length", "masking.seed", "training.seed")
+"""Settings of the saved ``run_config.json`` that decide the sample stream past the resumed step: the split and
+length cut the documents; the masking seed draws every sample's masks, the training seed the data order and
+dropout. Another run's checkpoint copied into a save dir differs here although its model fits."""
+
+
+def _field(config: RunConfig, key: str):
+    section, _, name = key.partition(".")
+    return getattr(getattr(config, section), name)
+
+
 def data_differences(ckpt_dir: Path, saved: RunConfig, current: RunConfig) -> tuple[list[str], int | None]:
     """(every difference that changes the sample stream, the checkpoint's consumed samples if recorded)."""
-    diffs = [f"data.{key}: checkpoint {getattr(saved.data, key)!r} vs run {getattr(current.data, key)!r}"
-             for key in ("split", "seq_length") if getattr(saved.data, key) != getattr(current.data, key)]
+    diffs = [f"{key}: checkpoint {_field(saved, key)!r} vs run {_field(current, key)!r}"
+             for key in STREAM_FIELDS if _field(saved, key) != _field(current, key)]
     record = read_data_record(ckpt_dir)
     if record is None:
         if _datasets(current) and str(ckpt_dir) not in _warned:
