@@ -99,3 +99,12 @@ def test_a_full_disk_names_the_file_it_was_writing(tiny_hf_encoder, tmp_path, ca
     assert main(_argv(tiny_hf_encoder, glue, out)) == 2
     err = _one_error_line(capsys)
     assert "no space left on device" in err and str(out / "runs" / "RTE") in err, err
+
+
+def test_a_native_checkpoint_copied_elsewhere_keeps_its_identity(tiny_checkpoint, tmp_path):
+    from megatron_crossbert.convert.native import open_export_source
+    from megatron_crossbert.evaluation.encoders import native_checkpoint_identity
+
+    copy = shutil.copytree(tiny_checkpoint, tmp_path / "another_name" / "ckpt")
+    first, second = (native_checkpoint_identity(open_export_source(path, "off")) for path in (tiny_checkpoint, copy))
+    assert first == second and first.startswith("native:iter_0000002:")
