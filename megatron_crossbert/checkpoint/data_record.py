@@ -161,6 +161,6 @@ def check_dataset_contents(run_cfg: RunConfig) -> None:
     for prefix, entry in zip((p for p, _, _ in _datasets(run_cfg)), run_blend(run_cfg)):
         record = read_dataset_record(prefix) or {}
         if "content" in record and record["content"] != entry["fingerprint"]:
-            raise CorruptDatasetError(f"{prefix}.bin: its content ({entry['fingerprint']}) is not what preprocessing "
-                                   f"wrote ({record['content']}, recorded in {record_path(prefix)}): the .bin and "
-                                   ".idx are not the pair it made; preprocess the data again")
+            raise CorruptDatasetError(f"{prefix}.bin: its content ({entry['fingerprint']}) is not what "
+                                      f"preprocessing wrote ({record['content']}, recorded in {record_path(prefix)}): "
+                                      "the .bin and .idx are not the pair it made; preprocess the data again")
