@@ -115,15 +115,10 @@ length cut the documents; the masking seed draws every sample's masks, the train
 dropout. Another run's checkpoint copied into a save dir differs here although its model fits."""
 
 
-def _field(config: RunConfig, key: str):
-    section, _, name = key.partition(".")
-    return getattr(getattr(config, section), name)
-
-
 def data_differences(ckpt_dir: Path, saved: RunConfig, current: RunConfig) -> tuple[list[str], int | None]:
     """(every difference that changes the sample stream, the checkpoint's consumed samples if recorded)."""
-    diffs = [f"{key}: checkpoint {_field(saved, key)!r} vs run {_field(current, key)!r}"
-             for key in STREAM_FIELDS if _field(saved, key) != _field(current, key)]
+    diffs = [f"{key}: checkpoint {saved.value_at(key)!r} vs run {current.value_at(key)!r}"
+             for key in STREAM_FIELDS if saved.value_at(key) != current.value_at(key)]
     record = read_data_record(ckpt_dir)
     if record is None:
         if _datasets(current) and str(ckpt_dir) not in _warned:
