@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from megatron_crossbert.benchmarking.study.plan import Plan, RunSpec, compute_budget_flops, resolve_plan
 from megatron_crossbert.benchmarking.study.stopping import StudyStopped, stop_requested, stopping
+from megatron_crossbert.fsutil import pid_start_time, process_is_alive
 
 from . import analysis as an
 from .plan import CPU_KEY, all_runs
@@ -59,9 +61,30 @@ def _status_path(work_dir: Path) -> Path:
     return work_dir / "status.json"
 
 
+RUNNER_KEY = "runner:"
+"""``status.json`` keys ``runner:<stage>``: the process running a stage (host, pid, start time), so a stage
+whose process is gone (SIGKILL, a lost node) is reported as interrupted, not "running"."""
+
+
 def _load_status(work_dir: Path) -> dict:
     path = _status_path(work_dir)
-    return json.loads(path.read_text()) if path.is_file() else {}
+    return _settled(json.loads(path.read_text())) if path.is_file() else {}
+
+
+def _runner() -> dict:
+    pid = os.getpid()
+    return {"host": socket.gethostname(), "pid": pid, "start": pid_start_time(pid)}
+
+
+def _settled(status: dict) -> dict:
+    """``status`` with every "running" stage whose process ended on this host marked interrupted."""
+    for name, state in list(status.items()):
+        runner = status.get(RUNNER_KEY + name)
+        if state == "running" and isinstance(runner, dict) and runner.get("host") == socket.gethostname() \
+                and not process_is_alive(int(runner["pid"]), str(runner.get("start", ""))):
+            status[name] = (f"interrupted: its process ({runner['pid']}) ended without finishing it "
+                            "(rerun the command to resume)")
+    return status
 
 
 def _save_status(work_dir: Path, status: dict) -> None:
@@ -82,7 +105,7 @@ def _run_stage(name: str, fn, work_dir: Path) -> bool:
     """Run one stage, recording running/done/failed (with the error) and its CPU seconds in status.json; raises
     only ``StudyStopped`` (a stop signal, ``study.stopping``), after recording the stage as stopped."""
     start, cpu = time.time(), _cpu_seconds()
-    _save_status(work_dir, {name: "running"})
+    _save_status(work_dir, {name: "running", RUNNER_KEY + name: _runner()})
     try:
         fn()
         ok, state = True, f"done ({time.time() - start:.0f}s this invocation)"
