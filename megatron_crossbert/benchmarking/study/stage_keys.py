@@ -23,6 +23,8 @@ from megatron_crossbert.content_identity import tree_identity
 from megatron_crossbert.fsutil import atomic_write_text
 
 KEYS_FILE = "stage_keys.json"
+SHOWN = 3
+"""Changed stages a refusal lists (a plan change touches every run's key: the first few say what changed)."""
 
 
 def data_key(plan: Plan, corpus: str | Path) -> dict:
@@ -73,8 +75,9 @@ def check_stage_keys(work_dir: Path, keys: dict[str, dict]) -> None:
     changed = [f"{stage}: {'; '.join(_differences(_flat(recorded[stage]), _flat(key)))}"
                for stage, key in keys.items() if stage in recorded and recorded[stage] != key]
     if changed:
+        shown = changed[:SHOWN] + ([f"{len(changed) - SHOWN} more stages"] if len(changed) > SHOWN else [])
         raise ValueError(f"{path}: this work dir's outputs were made with another plan or other data "
-                         f"({' | '.join(changed)}); nothing was redone or overwritten: use another --work-dir "
+                         f"({' | '.join(shown)}); nothing was redone or overwritten: use another --work-dir "
                          "for the new plan, or the plan and data it was made with")
 
 
