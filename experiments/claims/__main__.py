@@ -13,6 +13,7 @@ import os
 import sys
 
 from megatron_crossbert.benchmarking.study.plan import plan_names
+from megatron_crossbert.benchmarking.study.stopping import StudyStopped
 from megatron_crossbert.cli.errors import add_debug_flag, cli_main
 from megatron_crossbert.shared_data import default_or_error, find_shared
 
@@ -80,7 +81,11 @@ def main(argv: list[str] | None = None) -> int:
     paths = ExperimentPaths(work_dir=args.work_dir, corpus=corpus, glue_dir=glue_dir, probe_dir=probe_dir,
                             results_md=args.results_md, figures_dir=args.figures_dir,
                             throughput_json=args.throughput_json, mteb_lite_dir=mteb_lite_dir)
-    run_experiment(paths, plan_name=args.plan, stages=args.stages, follow=args.follow)
+    try:
+        run_experiment(paths, plan_name=args.plan, stages=args.stages, follow=args.follow)
+    except StudyStopped as stop:
+        print(f"[claims] {stop}: status.json says so; rerun the same command to resume", file=sys.stderr, flush=True)
+        return 128 + stop.signum
     return 0
 
 

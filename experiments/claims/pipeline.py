@@ -1,7 +1,9 @@
 """The claims study end to end: data -> train -> probe -> report, resumable.
 
 Every stage skips what is already on disk, so re-running the same command continues a partial
-run. A failing stage does not lose the others' results: the error is recorded in ``status.json``
+run; what each stage's outputs were made with is recorded in the work dir and checked first
+(``benchmarking.study.stage_keys``), so a changed plan or changed data is refused instead of reported
+over the old numbers. A failing stage does not lose the others' results: the error is recorded in ``status.json``
 and the report stage still writes ``docs/results.md`` from whatever was measured, marking the
 rest as not completed.
 """
@@ -10,12 +12,15 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from megatron_crossbert.benchmarking.study.plan import Plan, RunSpec, compute_budget_flops, resolve_plan
+from megatron_crossbert.benchmarking.study.stopping import StudyStopped, stop_requested, stopping
+from megatron_crossbert.fsutil import pid_start_time, process_is_alive
 
 from . import analysis as an
 from .plan import CPU_KEY, all_runs
@@ -56,9 +61,30 @@ def _status_path(work_dir: Path) -> Path:
     return work_dir / "status.json"
 
 
+RUNNER_KEY = "runner:"
+"""``status.json`` keys ``runner:<stage>``: the process running a stage (host, pid, start time), so a stage
+whose process is gone (SIGKILL, a lost node) is reported as interrupted, not "running"."""
+
+
 def _load_status(work_dir: Path) -> dict:
     path = _status_path(work_dir)
-    return json.loads(path.read_text()) if path.is_file() else {}
+    return _settled(json.loads(path.read_text())) if path.is_file() else {}
+
+
+def _runner() -> dict:
+    pid = os.getpid()
+    return {"host": socket.gethostname(), "pid": pid, "start": pid_start_time(pid)}
+
+
+def _settled(status: dict) -> dict:
+    """``status`` with every "running" stage whose process ended on this host marked interrupted."""
+    for name, state in list(status.items()):
+        runner = status.get(RUNNER_KEY + name)
+        if state == "running" and isinstance(runner, dict) and runner.get("host") == socket.gethostname() \
+                and not process_is_alive(int(runner["pid"]), str(runner.get("start", ""))):
+            status[name] = (f"interrupted: its process ({runner['pid']}) ended without finishing it "
+                            "(rerun the command to resume)")
+    return status
 
 
 def _save_status(work_dir: Path, status: dict) -> None:
@@ -76,19 +102,25 @@ def _cpu_seconds() -> float:
 
 
 def _run_stage(name: str, fn, work_dir: Path) -> bool:
-    """Run one stage, recording running/done/failed (with the error) and its CPU seconds in status.json;
-    never raises."""
+    """Run one stage, recording running/done/failed (with the error) and its CPU seconds in status.json; raises
+    only ``StudyStopped`` (a stop signal, ``study.stopping``), after recording the stage as stopped."""
     start, cpu = time.time(), _cpu_seconds()
-    _save_status(work_dir, {name: "running"})
+    _save_status(work_dir, {name: "running", RUNNER_KEY + name: _runner()})
     try:
         fn()
         ok, state = True, f"done ({time.time() - start:.0f}s this invocation)"
+    except StudyStopped as stop:
+        _save_status(work_dir, {name: stop.state, **_add_cpu(work_dir, name, _cpu_seconds() - cpu)})
+        raise
     except Exception as err:  # recorded and reported, so a partial run still yields a results page
         ok, state = False, f"FAILED: {type(err).__name__}: {err}"
         (work_dir / "logs").mkdir(exist_ok=True)
         (work_dir / "logs" / f"stage-{name}.traceback").write_text(traceback.format_exc())
         print(f"[claims] stage {name} failed: {err}", flush=True)
-    _save_status(work_dir, {name: state, **_add_cpu(work_dir, name, _cpu_seconds() - cpu)})
+    stop = stop_requested()  # a child command stopped by the signal returns (or fails) first
+    _save_status(work_dir, {name: stop.state if stop else state, **_add_cpu(work_dir, name, _cpu_seconds() - cpu)})
+    if stop:
+        raise stop
     return ok
 
 
@@ -157,17 +189,31 @@ def run_experiment(paths: ExperimentPaths, plan_name: str = "cpu", stages: list[
     Training and probing go run by run (train BERT, probe it, rewrite the page, then the next run),
     so an interrupted experiment still has complete, reported comparisons for the runs it finished.
     ``follow=True`` (probe/report only) instead waits for checkpoints from a concurrent trainer.
+    A changed plan or data in a used work dir is refused first (``stage_keys``); a stop signal ends the study
+    with its stage recorded as stopped (``StudyStopped``, ``study.stopping``).
     """
-    from megatron_crossbert.benchmarking.study.data_stage import data_prefix, run_data_stage, tokenizer_dir
-    from megatron_crossbert.benchmarking.study.probe_stage import run_probe_stage
-    from megatron_crossbert.benchmarking.study.train_stage import run_train_stage
+    from megatron_crossbert.benchmarking.study.stage_keys import claim_work_dir, plan_keys
 
     plan, work = resolve_plan(plan_name), Path(paths.work_dir)
     work.mkdir(parents=True, exist_ok=True)
     runs, wanted = all_runs(plan), stages or list(STAGES)
+    keys = plan_keys(plan, runs, paths.corpus, paths.glue_dir, paths.probe_dir, paths.mteb_lite_dir)
+    claim_work_dir(work, keys, ["probe"] if follow else wanted)
+    with stopping():
+        _run_stages(plan, runs, wanted, work, paths, follow)
+    return _load_status(work)
+
+
+def _run_stages(plan: Plan, runs: list[RunSpec], wanted: list[str], work: Path, paths: ExperimentPaths,
+                follow: bool) -> None:
+    """``run_experiment``'s stages, in order (see there)."""
+    from megatron_crossbert.benchmarking.study.data_stage import data_prefix, run_data_stage, tokenizer_dir
+    from megatron_crossbert.benchmarking.study.probe_stage import run_probe_stage
+    from megatron_crossbert.benchmarking.study.train_stage import run_train_stage
+
     if follow:
         follow_probes(plan, runs, work, paths)
-        return _load_status(work)
+        return
     data_ok = "data" not in wanted or _run_stage("data", lambda: run_data_stage(plan, work, paths.corpus), work)
     for run in runs:
         if data_ok and "train" in wanted:
@@ -178,4 +224,3 @@ def run_experiment(paths: ExperimentPaths, plan_name: str = "cpu", stages: list[
                 plan, [run], work, paths.glue_dir, paths.probe_dir, mteb_lite_dir=paths.mteb_lite_dir), work)
         if "report" in wanted:
             _run_stage("report", lambda: _report(plan, runs, work, paths), work)
-    return _load_status(work)

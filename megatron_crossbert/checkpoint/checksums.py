@@ -33,14 +33,13 @@ from typing import Literal
 import xxhash
 
 from megatron_crossbert.checkpoint.errors import CheckpointError, ChecksumMismatchError
+from megatron_crossbert.content_identity import hash_file
 from megatron_crossbert.fsutil import atomic_write_text
 
 logger = logging.getLogger(__name__)
 
 CHECKSUMS_FILE = "checksums.json"
 ALGORITHM = "xxh3_128"
-CHUNK = 8 << 20
-"""Bytes read per step: streaming with one reused buffer, so memory is bounded for any file size."""
 
 ContentsVerdict = Literal["verified", "unrecorded", "off", "pending"]
 """What the content check of a checkpoint found: every recorded file matches; no record (saved by
@@ -52,16 +51,6 @@ _warned: set[str] = set()
 
 def hash_bytes(data: bytes) -> str:
     return xxhash.xxh3_128_hexdigest(data)
-
-
-def hash_file(path: Path) -> str:
-    state = xxhash.xxh3_128()
-    buffer = bytearray(CHUNK)
-    view = memoryview(buffer)
-    with open(path, "rb", buffering=0) as handle:
-        while size := handle.readinto(buffer):
-            state.update(view[:size])
-    return state.hexdigest()
 
 
 def _entry(path: Path) -> dict:

@@ -7,9 +7,9 @@ the same, and so are the shapes. Every checkpoint records its data (``checkpoint
 fingerprint (xxh3-128 of every ``.idx``/``.json`` file, which holds the document and sequence
 lengths, plus 16 blocks of 64 KiB spread over every ``.bin``: cheap on TB-sized data; a same-length
 edit inside an unsampled block with an unchanged index is the one change it can miss), and the
-``consumed_samples`` of the save. ``data.split`` and ``data.seq_length`` come from the saved
-``run_config.json``, so they are compared for every checkpoint, older ones included (this module is
-their one owner; ``verify.config_mismatches`` compares the model only).
+``consumed_samples`` of the save. ``data.split``, ``data.seq_length`` and the masking and training seeds
+(``STREAM_FIELDS``) come from the saved ``run_config.json``, so they are compared for every checkpoint, older
+ones included (this module is their one owner; ``verify.config_mismatches`` compares the model only).
 
 Datasets are compared by content, position by position in the blend, not by path: a dataset moved
 to another filesystem is the same data. Differences refuse the resume in one line unless
@@ -25,16 +25,14 @@ import logging
 import os
 from pathlib import Path
 
-import xxhash
-
 from megatron_crossbert.checkpoint.errors import CheckpointError, DataChangedError
 from megatron_crossbert.config import RunConfig
+from megatron_crossbert.content_identity import dataset_fingerprint
 from megatron_crossbert.fsutil import atomic_write_text
 
 logger = logging.getLogger(__name__)
 
 RECORD_FILE = "checkpoint.data.json"
-BLOCKS, BLOCK = 16, 64 << 10
 _STATIC_PARTS = ("samples", "visible", "targets")
 _warned: set[str] = set()
 
@@ -48,26 +46,11 @@ def dataset_files(prefix: str, static: bool) -> list[str]:
     return [f"{prefix}_{part}{ext}" for part in _STATIC_PARTS for ext in (".bin", ".idx")] + [f"{prefix}_meta.json"]
 
 
-def _digest_into(state, path: str, size: int) -> None:
-    """A ``.bin`` contributes 16 blocks spread from its first byte to its last; any other file all of it."""
-    with open(path, "rb") as handle:
-        if not path.endswith(".bin") or size <= BLOCKS * BLOCK:
-            while block := handle.read(8 << 20):
-                state.update(block)
-            return
-        for k in range(BLOCKS):
-            handle.seek(k * (size - BLOCK) // (BLOCKS - 1))
-            state.update(handle.read(BLOCK))
-
-
 @functools.lru_cache(maxsize=8)
 def _identity(prefix: str, static: bool, stats: tuple[tuple[str, int, int], ...]) -> dict:
     """Sizes and fingerprint of one dataset; ``stats`` (name, size, mtime) keys the cache."""
-    state = xxhash.xxh3_128()
-    for path, size, _ in stats:
-        _digest_into(state, path, size)
     return {"prefix": str(Path(prefix).absolute()), "bytes": {Path(p).name: size for p, size, _ in stats},
-            "fingerprint": f"xxh3_128:{state.hexdigest()[:24]}"}
+            "fingerprint": dataset_fingerprint(path for path, _, _ in stats)}
 
 
 def _datasets(run_cfg: RunConfig) -> list[tuple[str, float | None, bool]]:
@@ -128,10 +111,16 @@ def blend_differences(old: list[dict], new: list[dict]) -> list[str]:
     return diffs
 
 
+STREAM_FIELDS = ("data.split", "data.seq_length", "masking.seed", "training.seed")
+"""Settings of the saved ``run_config.json`` that decide the sample stream past the resumed step: the split and
+length cut the documents; the masking seed draws every sample's masks, the training seed the data order and
+dropout. Another run's checkpoint copied into a save dir differs here although its model fits."""
+
+
 def data_differences(ckpt_dir: Path, saved: RunConfig, current: RunConfig) -> tuple[list[str], int | None]:
     """(every difference that changes the sample stream, the checkpoint's consumed samples if recorded)."""
-    diffs = [f"data.{key}: checkpoint {getattr(saved.data, key)!r} vs run {getattr(current.data, key)!r}"
-             for key in ("split", "seq_length") if getattr(saved.data, key) != getattr(current.data, key)]
+    diffs = [f"{key}: checkpoint {saved.value_at(key)!r} vs run {current.value_at(key)!r}"
+             for key in STREAM_FIELDS if saved.value_at(key) != current.value_at(key)]
     record = read_data_record(ckpt_dir)
     if record is None:
         if _datasets(current) and str(ckpt_dir) not in _warned:
@@ -157,3 +146,18 @@ def check_resume_data(ckpt_dir: Path, saved: RunConfig, current: RunConfig) -> t
                    "sample stream starts at %s (the samples before it in the new order are skipped)",
                    ckpt_dir, "; ".join(diffs), where)
     return tuple(diffs)
+
+
+def check_dataset_contents(run_cfg: RunConfig) -> None:
+    """Every start: a dataset whose preprocessing recorded its content (``<prefix>.tokenizer.json``'s
+    ``content``) must still hold it; a ``.bin`` of other content beside an ``.idx`` of the same shape would
+    train on other tokens without a word. Datasets without the field (other tools, older versions) pass."""
+    from megatron_crossbert.data.fingerprint import read_dataset_record, record_path
+    from megatron_crossbert.data.indexed import CorruptDatasetError
+
+    for prefix, entry in zip((p for p, _, _ in _datasets(run_cfg)), run_blend(run_cfg)):
+        record = read_dataset_record(prefix) or {}
+        if "content" in record and record["content"] != entry["fingerprint"]:
+            raise CorruptDatasetError(f"{prefix}.bin: its content ({entry['fingerprint']}) is not what "
+                                      f"preprocessing wrote ({record['content']}, recorded in {record_path(prefix)}): "
+                                      "the .bin and .idx are not the pair it made; preprocess the data again")

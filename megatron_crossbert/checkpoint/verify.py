@@ -62,11 +62,6 @@ SCHEDULE_FIELDS = LR_SCHEDULE_FIELDS + DATA_SCHEDULE_FIELDS
 """``section.field`` of every schedule a resume must agree on (``checkpoint.lr_schedule_on_resume``)."""
 
 
-def _field(cfg: RunConfig, key: str):
-    section, _, name = key.partition(".")
-    return getattr(getattr(cfg, section), name)
-
-
 @dataclass(frozen=True)
 class VerifiedCheckpoint:
     """A checkpoint that passed every check for one use; later steps read it from here only."""
@@ -118,8 +113,8 @@ def config_mismatches(saved: RunConfig, current: RunConfig, *, weights_only: boo
 
 def schedule_changes(saved: RunConfig, current: RunConfig) -> list[str]:
     """'section.field: checkpoint X -> run Y' for every schedule field that differs."""
-    return [f"{key}: checkpoint {_field(saved, key)!r} -> run {_field(current, key)!r}"
-            for key in SCHEDULE_FIELDS if _field(saved, key) != _field(current, key)]
+    return [f"{key}: checkpoint {saved.value_at(key)!r} -> run {current.value_at(key)!r}"
+            for key in SCHEDULE_FIELDS if saved.value_at(key) != current.value_at(key)]
 
 
 def schedule_for_resume(current: RunConfig, source: VerifiedCheckpoint | None) -> RunConfig:
@@ -131,7 +126,7 @@ def schedule_for_resume(current: RunConfig, source: VerifiedCheckpoint | None) -
     sections: dict[str, dict] = {}
     for key in DATA_SCHEDULE_FIELDS:
         section, _, name = key.partition(".")
-        sections.setdefault(section, {})[name] = _field(source.saved, key)
+        sections.setdefault(section, {})[name] = source.saved.value_at(key)
     return replace(current, **{section: replace(getattr(current, section), **fields)
                                            for section, fields in sections.items()})
 
@@ -164,7 +159,7 @@ changes are. ``load_saved_config`` reads checkpoints from before document masks 
 def _note_changes(ckpt_dir: Path, saved: RunConfig, current: RunConfig) -> None:
     """One log line per :data:`LOGGED_CHANGES` setting this resume changes."""
     for key, why in LOGGED_CHANGES.items():
-        before, after = _field(saved, key), _field(current, key)
+        before, after = saved.value_at(key), current.value_at(key)
         if before != after:
             logger.warning("resume from %s: %s %r -> %r from step %d (%s)", ckpt_dir, key, before, after,
                            iteration_of(ckpt_dir) or 0, why)

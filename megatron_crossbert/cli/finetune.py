@@ -12,7 +12,8 @@ Presets: ``cramming`` (lr 4e-5, batch 16, 5 epochs, one seed: Cramming's GLUE_sa
 grid x ModernBERT's per-task seeds, epochs and batch sizes; the median of seeds at the lr with the best median
 dev score). --lr/--seeds/--epochs/--batch-size/--max-len override a preset, and the numbers are then reported
 as ``<preset>+overrides``. GLUE metrics on dev: CoLA Matthews; MRPC F1 and accuracy; STS-B Spearman and
-Pearson; the rest accuracy. A rerun with the same --out skips finished (task, lr, seed) runs. Writes
+Pearson; the rest accuracy. A rerun with the same --out skips finished (task, lr, seed) runs of the same model,
+data (both by content) and settings, and refuses another's. Writes
 ``<out>/results.json``, ``<out>/results.md`` and ``<out>/runs/<task>/lr=<lr>/seed=<seed>.json``.
 """
 

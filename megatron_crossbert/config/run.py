@@ -72,6 +72,12 @@ class RunConfig:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def value_at(self, key: str) -> Any:
+        """The value of a dotted ``section.name`` key (``training.seed``): how checks that compare two
+        configs field by field name what they compare."""
+        section, _, name = key.partition(".")
+        return getattr(getattr(self, section), name)
+
     @classmethod
     def from_dict(cls, raw: dict[str, Any], *, saved: str | None = None) -> RunConfig:
         """Sections from a mapping, every value checked against its field's declared type

@@ -7,7 +7,8 @@ garbage without a word. A fingerprint makes the mismatch checkable:
 - it hashes the serialized ``tokenizer.json`` (vocabulary, merges, normalizer, pre-tokenizer) and
   the special-token ids the pipeline uses, so it changes when any id's meaning changes;
 - preprocessing writes it beside the ``.bin/.idx`` pair in ``<prefix>.tokenizer.json``
-  (:func:`write_dataset_record`); checkpoints keep the same record in ``checkpoint.tokenizer.json``
+  (:func:`write_dataset_record`), with the pair's content fingerprint (``content_identity.dataset_fingerprint``),
+  which every training start compares (``checkpoint.data_record.check_dataset_contents``); checkpoints keep the same record in ``checkpoint.tokenizer.json``
   (``checkpoint.tokenizer_record``, which also compares the records at the start of a run).
 
 Datasets written by other tools (Megatron-LM) have no record: :func:`read_dataset_record` returns
@@ -48,9 +49,11 @@ def dataset_record(tokenizer: Tokenizer, source: str | Path) -> dict:
             "vocab_size": tokenizer.vocab_size, "special_ids": dict(tokenizer.special_ids)}
 
 
-def write_dataset_record(path_prefix: str | Path, tokenizer: Tokenizer, source: str | Path) -> Path:
-    """Write ``<prefix>.tokenizer.json`` atomically (readers never see half a record)."""
-    return save_dataset_record(path_prefix, dataset_record(tokenizer, source))
+def write_dataset_record(path_prefix: str | Path, tokenizer: Tokenizer, source: str | Path,
+                         content: str | None = None) -> Path:
+    """Write ``<prefix>.tokenizer.json`` atomically (readers never see half a record); ``content``: the
+    ``.bin``/``.idx`` pair's fingerprint, when the writer knows it."""
+    return save_dataset_record(path_prefix, dataset_record(tokenizer, source) | ({"content": content} if content else {}))
 
 
 def save_dataset_record(path_prefix: str | Path, record: dict) -> Path:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from megatron_crossbert.content_identity import dataset_fingerprint
 from megatron_crossbert.data.fingerprint import read_dataset_record, record_path, save_dataset_record
 from megatron_crossbert.data.idx_format import AtomicIndexedWriter, bin_path, idx_path, read_index
 from megatron_crossbert.fsutil import move_aside, remove_stale_temporaries
@@ -81,8 +82,8 @@ def read_shards(prefixes: list[str]) -> ShardSet:
     for prefix in prefixes:
         shard_dtype, lengths, docs = read_index(prefix)
         shard, record = Shard(prefix, lengths, docs), read_dataset_record(prefix)
-        if not shards:
-            dtype, first_record = shard_dtype, record
+        if not shards:  # a shard's own content fingerprint is not the joined data's
+            dtype, first_record = shard_dtype, record and {k: v for k, v in record.items() if k != "content"}
         elif shard_dtype != dtype:
             raise ValueError(f"{idx_path(prefix)}: token dtype {np.dtype(shard_dtype).name}, but "
                              f"{idx_path(prefixes[0])} has {np.dtype(dtype).name}")
@@ -122,7 +123,8 @@ def merge_shards(shard_set: ShardSet, output_prefix: str, force: bool = False, p
                 progress(shard)
         writer.finalize()
         if shard_set.record is not None:  # beside the pair before the .idx seals it, as preprocessing does
-            save_dataset_record(output_prefix, shard_set.record)
+            content = dataset_fingerprint([bin_path(writer.tmp_prefix), idx_path(writer.tmp_prefix)])
+            save_dataset_record(output_prefix, shard_set.record | {"content": content})
         writer.commit()
     except BaseException:
         writer.abort()

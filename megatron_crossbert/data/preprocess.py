@@ -41,9 +41,10 @@ import numpy as np
 from tqdm import tqdm
 
 from megatron_crossbert.config import MaskingConfig
+from megatron_crossbert.content_identity import dataset_fingerprint
 from megatron_crossbert.data.encoding import choose_encoder
 from megatron_crossbert.data.fingerprint import record_path, write_dataset_record
-from megatron_crossbert.data.idx_format import AtomicIndexedWriter
+from megatron_crossbert.data.idx_format import AtomicIndexedWriter, bin_path, idx_path
 from megatron_crossbert.data.jsonl import (
     MAX_DOCUMENT_BYTES, BadInputError, LineChunk, expand_inputs, iter_line_chunks, iter_texts, parse_line,
 )
@@ -262,8 +263,9 @@ def _commit(opts: PreprocessOptions, writers: list[AtomicIndexedWriter], metas: 
     the report goes last (its presence means a complete run)."""
     documents = {document_prefix(opts.output_prefix, key) for key in opts.json_keys}
     for writer in writers:
-        if writer.prefix in documents:
-            write_dataset_record(writer.prefix, tokenizer, opts.tokenizer)
+        if writer.prefix in documents:  # the content is the pair about to be renamed into place
+            content = dataset_fingerprint([bin_path(writer.tmp_prefix), idx_path(writer.tmp_prefix)])
+            write_dataset_record(writer.prefix, tokenizer, opts.tokenizer, content)
         writer.commit()
     for key, meta in metas.items():
         _write_json_atomic(f"{mask_pairs_prefix(opts.output_prefix, key)}_meta.json", meta)

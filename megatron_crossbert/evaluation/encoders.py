@@ -57,36 +57,56 @@ def is_native_checkpoint(path: str | Path) -> bool:
     return path.is_dir() and ((path / RUN_CONFIG_FILE).is_file() or (path / LATEST_FILE).is_file())
 
 
-def _file_digest(path: Path, chunk: int = 1 << 22) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                    "vocab.txt", "vocab.json", "merges.txt", "spiece.model", "sentencepiece.bpe.model")
+MODEL_FILES = ("config.json", *_WEIGHT_FILES, *_TOKENIZER_FILES)
+"""The files of an HF model directory its features depend on: config, weights and tokenizer."""
+
+
+def _short(digest: str) -> str:
+    """The first 16 hex digits of a ``content_identity`` digest (what identity strings show)."""
+    return digest.split(":")[-1][:16]
 
 
 def hf_dir_identity(path: str | Path) -> str:
-    """Content hash of config + weights, so a rewritten model never reuses stale cached features."""
-    path = Path(path)
-    digest = hashlib.sha256((path / "config.json").read_bytes() if (path / "config.json").is_file() else b"")
-    for name in _WEIGHT_FILES:
-        if (path / name).is_file():
-            digest.update(_file_digest(path / name).encode())
-    return f"hf-dir:{path.name}:{digest.hexdigest()[:16]}"
+    """Content hash of the model's config, weights and tokenizer (``content_identity``), never its path: a
+    rewritten model never reuses stale features or runs, and the same model copied elsewhere is the same model."""
+    from megatron_crossbert.content_identity import files_identity
+
+    digest = files_identity((name, Path(path) / name) for name in MODEL_FILES)
+    return f"hf-dir:{_short(digest)}"
 
 
-def native_checkpoint_identity(source: VerifiedCheckpoint) -> str:
-    """Resolved iteration dir + its run config + file sizes/mtimes (weights are sharded, not hashed)."""
+def _native_digest(ckpt: Path) -> str:
+    """The checkpoint's content: its checksum record (a content hash of every file) and run config; a checkpoint
+    saved before records has its files' names, sizes and modification times instead (a copy of one is then
+    another model: a stale export is worse than a second one). Never its path."""
+    from megatron_crossbert.checkpoint.checksums import CHECKSUMS_FILE
     from megatron_crossbert.checkpoint.directories import RUN_CONFIG_FILE
+    from megatron_crossbert.content_identity import files_identity
 
-    ckpt = source.directory.resolve()
-    digest = hashlib.sha256(str(ckpt).encode())
-    digest.update((ckpt / RUN_CONFIG_FILE).read_bytes())
+    if (ckpt / CHECKSUMS_FILE).is_file():
+        return files_identity([(name, ckpt / name) for name in (CHECKSUMS_FILE, RUN_CONFIG_FILE)])
+    digest = hashlib.sha256((ckpt / RUN_CONFIG_FILE).read_bytes())
     for item in sorted(ckpt.rglob("*")):
         if item.is_file():
             stat = item.stat()
             digest.update(f"{item.relative_to(ckpt)}:{stat.st_size}:{stat.st_mtime_ns}".encode())
-    return f"native:{ckpt.parent.name}/{ckpt.name}:{digest.hexdigest()[:16]}"
+    return digest.hexdigest()
+
+
+def native_checkpoint_identity(source: VerifiedCheckpoint) -> str:
+    """The iteration's name and its content digest (``_native_digest``); the same checkpoint copied elsewhere
+    has the same identity."""
+    ckpt = source.directory.resolve()
+    return f"native:{ckpt.name}:{_short(_native_digest(ckpt))}"
+
+
+def tokenizer_identity(tokenizer_dir: str | Path) -> str:
+    """Content hash of a tokenizer directory's files (the ``tokenizer_dir`` a native export is made with)."""
+    from megatron_crossbert.content_identity import files_identity
+
+    return _short(files_identity((name, Path(tokenizer_dir) / name) for name in _TOKENIZER_FILES))
 
 
 def default_cache_dir() -> Path:
@@ -108,7 +128,7 @@ def export_native(checkpoint: str | Path, cache_dir: str | Path | None = None,
     source = open_export_source(checkpoint, verify)
     identity = native_checkpoint_identity(source)
     if tokenizer_dir is not None:
-        identity += f":tok={Path(tokenizer_dir).resolve()}"
+        identity += f":tok={tokenizer_identity(tokenizer_dir)}"
     out_dir = Path(cache_dir or default_cache_dir()) / "hf_export" / hashlib.sha256(identity.encode()).hexdigest()[:16]
     if not (out_dir / "config.json").is_file():
         export_to_hf(source, out_dir, tokenizer_dir=tokenizer_dir, force=True)
@@ -186,7 +206,17 @@ class HFEncoder:
         stacked = np.concatenate(chunks, axis=1).astype(np.float32)
         result = np.empty_like(stacked)
         result[:, order] = stacked
-        return result
+        return require_finite(result, f"{self.resolved.hf_path}: the features of {desc}")
+
+
+def require_finite(features: np.ndarray, what: str) -> np.ndarray:
+    """``features`` when every value is finite; else ValueError naming them (a diverged or damaged model's NaN
+    would otherwise surface as a probe's or mteb's own error, far from its cause)."""
+    bad = int(np.size(features) - np.count_nonzero(np.isfinite(features)))
+    if bad:
+        raise ValueError(f"{what}: {bad} of {np.size(features)} values are NaN or infinite (the model's outputs "
+                         "are not finite: a diverged or damaged checkpoint?)")
+    return features
 
 
 def model_card(resolved: ResolvedModel) -> dict:

@@ -13,7 +13,9 @@ less (effective rank ~36) and gain too (53.4 to 63.3), so every architecture of 
 The map is fitted on unlabelled features only (a probe's train split, or the first texts an MTEB task
 encodes), never on test labels. It equals scikit-learn's ``PCA(whiten=True)`` up to the sign of each
 component, with eigenvalues floored at ``EIGEN_FLOOR`` times the largest so fewer texts than dimensions
-do not divide by zero. Features may carry leading axes (``[layers, n, h]``): one map per leading index.
+do not divide by zero. Features without variance (every text the same) have no direction to scale: the
+floor would be ~0 and the map would send any other text to infinity, so the fit is refused instead, naming
+what it was fitted for. Features may carry leading axes (``[layers, n, h]``): one map per leading index.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ import numpy as np
 
 EIGEN_FLOOR = 1e-6
 """Smallest eigenvalue kept, relative to the largest (rank-deficient fits stay finite)."""
+ZERO_SPREAD = 1e-5
+"""A largest standard deviation below this fraction of the features' magnitude is no variance (float32
+features of equal texts differ by rounding only, ~1e-7 of their size)."""
 
 
 @dataclass(frozen=True)
@@ -49,20 +54,25 @@ class PerTaskWhitening:
 
     def __call__(self, task: str, features: np.ndarray) -> np.ndarray:
         if task not in self.maps:
-            self.maps[task] = fit_whitening(features)
+            self.maps[task] = fit_whitening(features, f"task {task}: whitening")
         return self.maps[task](features)
 
 
-def fit_whitening(features: np.ndarray) -> Whitening:
-    """Fit the map on ``features`` ``[..., n, h]`` (rows are texts); see the module docstring for the rule."""
+def fit_whitening(features: np.ndarray, what: str = "whitening") -> Whitening:
+    """Fit the map on ``features`` ``[..., n, h]`` (rows are texts); see the module docstring for the rule.
+    ``what`` names the fit in a refusal (``task X: --whiten``)."""
     x = np.asarray(features, dtype=np.float64)
     if x.ndim < 2 or x.shape[-2] < 2:
-        raise ValueError(f"whitening needs at least two feature rows, got shape {x.shape}")
+        raise ValueError(f"{what}: needs at least two feature rows to fit on, got shape {x.shape}")
     mean = x.mean(axis=-2, keepdims=True)
     centred = x - mean
     cov = np.swapaxes(centred, -1, -2) @ centred / (x.shape[-2] - 1)
     eigvals, eigvecs = np.linalg.eigh(cov)
     eigvals, eigvecs = eigvals[..., ::-1], eigvecs[..., ::-1]
+    magnitude = np.abs(x).max(axis=(-2, -1))
+    if np.any(np.sqrt(np.maximum(eigvals[..., 0], 0.0)) <= ZERO_SPREAD * np.maximum(magnitude, 1e-30)):
+        raise ValueError(f"{what}: the {x.shape[-2]} feature rows it is fitted on have zero variance (every text "
+                         "the same?), so no direction can be scaled to unit variance; fit it on varied texts")
     floor = EIGEN_FLOOR * np.maximum(eigvals[..., :1], np.finfo(np.float64).tiny)
     scale = 1.0 / np.sqrt(np.maximum(eigvals, floor))
     return Whitening(mean=mean, matrix=eigvecs * scale[..., None, :])

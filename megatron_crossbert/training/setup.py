@@ -16,6 +16,7 @@ from megatron.core import parallel_state
 
 from megatron_crossbert import platform
 from megatron_crossbert.checkpoint.context_extension import grown_tables
+from megatron_crossbert.checkpoint.data_record import check_dataset_contents
 from megatron_crossbert.checkpoint.load import load_checkpoint, read_model_weights
 from megatron_crossbert.checkpoint.save import RunSaves
 from megatron_crossbert.checkpoint.save_errors import check_room_to_start
@@ -100,12 +101,14 @@ def check_sources(run_cfg: RunConfig) -> StartPlan:
     """Before building or writing anything: refuse what this machine cannot honour (:func:`check_support`),
     decide where to start and verify that checkpoint once (``checkpoint.start_guard.plan_start``:
     shapes, optimizer layout, LR schedule, tokenizer), refuse a save dir that cannot hold the next
-    checkpoint (before TensorBoard writes its first event), then check the datasets' tokenizers. The
+    checkpoint (before TensorBoard writes its first event), then check the datasets' tokenizers and that each
+    ``.bin``/``.idx`` pair is the one preprocessing recorded. The
     plan's ``source`` then drives the load."""
     check_support(run_cfg)
     plan = plan_start(run_cfg)
     check_room_to_start(run_cfg.checkpoint.save_dir)
     check_dataset_tokenizers(run_cfg)
+    check_dataset_contents(run_cfg)
     return plan
 
 

@@ -22,6 +22,14 @@ _RENDEZVOUS_VARS = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_R
 child that inherits them would try to bind the parent's rendezvous port."""
 
 
+_child: subprocess.Popen | None = None
+"""The command running now (``stopping`` passes a stop signal on to it)."""
+
+
+def running_child() -> subprocess.Popen | None:
+    return _child
+
+
 class StageError(RuntimeError):
     """A pipeline command failed; the message names the command and its log file."""
 
@@ -46,13 +54,23 @@ def run_logged(argv: list[str], work_dir: Path, log_name: str, env: dict | None 
     with log_path.open("a") as log:
         log.write(f"\n$ {' '.join(argv)}\n")
         log.flush()
-        code = subprocess.call(argv, stdout=log, stderr=subprocess.STDOUT, env=full_env)
+        code = _wait(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=full_env))
     seconds = time.time() - start
     _record(work_dir, {"argv": argv, "seconds": round(seconds, 1), "exit_code": code, "log": str(log_path),
                        "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
     if code != 0:
         raise StageError(f"command failed with exit code {code}: {' '.join(argv)} (see {log_path})")
     return seconds
+
+
+def _wait(child: subprocess.Popen) -> int:
+    """The child's exit status, waited for as ``running_child()``."""
+    global _child
+    _child = child
+    try:
+        return child.wait()
+    finally:
+        _child = None
 
 
 def module_argv(module: str, *args: str) -> list[str]:

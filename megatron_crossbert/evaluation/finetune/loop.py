@@ -173,13 +173,10 @@ def predict_logits(model, tokenizer, rows: list[dict], batch_size: int, device: 
 
 
 def num_labels_of(task: ProbeTask) -> int:
-    """1 for regression (STS-B: the model's MSE head); else the GLUE label count."""
+    """1 for regression (STS-B: the model's MSE head); else the task's known class count (``GlueFormat``),
+    never the labels seen: a split lacking a class keeps the head's size."""
     fmt = GLUE_FORMATS[task.spec.name]
-    if fmt.kind == "regression":
-        return 1
-    if fmt.label_names:
-        return len(fmt.label_names)
-    return int(max(task.train.labels.max(), task.test.labels.max())) + 1
+    return 1 if fmt.kind == "regression" else len(fmt.label_names)
 
 
 def train_epochs(model, tokenizer, rows: list[dict], labels: np.ndarray, spec: RunSpec, device: torch.device,

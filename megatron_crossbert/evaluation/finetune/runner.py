@@ -1,10 +1,14 @@
 """The grid (task x lr x seed) with resume: what ``crossbert-finetune`` runs.
 
 Resume: each finished run is one JSON file, ``<out>/runs/<task>/lr=<lr>/seed=<seed>.json``, written
-atomically and holding its :class:`RunSpec` and the model's identity (a content hash). A rerun skips a run
-whose file holds the same key and refuses (``ValueError``) a folder whose file holds another key (another
-model or other settings), so numbers from two set-ups are never mixed and nothing this run did not write
-is overwritten. A killed run leaves no file and is redone from its start (runs are minutes, not hours).
+atomically and holding its key: its :class:`RunSpec` (the preset with its overrides), the model's identity
+and the task's data, both by content (``content_identity``: the model's files and the task's train and dev
+files, never their paths). A rerun skips a run whose file holds the same key, so the same model or data
+copied elsewhere resumes, and refuses (``ValueError`` naming the file and what differs) a folder whose file
+holds another key (another model, other data, other settings), so numbers from two set-ups are never mixed
+and nothing this run did not write is overwritten. A killed run leaves no file and is redone from its start
+(runs are minutes, not hours). ``--out`` is checked before anything trains, and a failed write (a full disk)
+names the file.
 """
 
 from __future__ import annotations
@@ -17,16 +21,19 @@ from typing import Sequence
 
 from tqdm.auto import tqdm
 
+from megatron_crossbert.content_identity import file_identity
 from megatron_crossbert.evaluation.probing.glue import (GLUE_FORMATS, GLUE_TASK_NAMES, available_glue_tasks,
-                                                         canonical_glue_name, glue_task_available, load_glue_task)
+                                                         canonical_glue_name, glue_files, glue_task_available,
+                                                         load_glue_task)
 from megatron_crossbert.fsutil import atomic_write_text
+from megatron_crossbert.outputs import require_output_dir, writing
 
 from .loop import RunSpec, run_one
 from .presets import Preset
 from .report import build_report, render_markdown
 
 logger = logging.getLogger(__name__)
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 """Bumped when a run file's meaning changes, so old files are refused rather than mixed in."""
 
 
@@ -95,27 +102,45 @@ def run_path(out: Path, spec: RunSpec) -> Path:
     return out / "runs" / spec.task / f"lr={spec.lr:g}" / f"seed={spec.seed}.json"
 
 
-def run_key(spec: RunSpec, identity: str) -> dict:
-    """What a finished run file must hold to be reused: format, model identity and the full spec."""
-    return {"format": FORMAT_VERSION, "model": identity, "spec": json.loads(json.dumps(asdict(spec)))}
+def data_key(glue_dir: str | Path, name: str) -> dict:
+    """The task's data by content: its train and dev files' digests (a copy of the folder is the same data)."""
+    train, dev = glue_files(glue_dir, name)
+    return {"train": file_identity(train), "dev": file_identity(dev)}
+
+
+def run_key(spec: RunSpec, identity: str, data: dict) -> dict:
+    """What a finished run file must hold to be reused: format, model identity, data identity and the full spec."""
+    return {"format": FORMAT_VERSION, "model": identity, "data": data, "spec": json.loads(json.dumps(asdict(spec)))}
 
 
 def load_finished(path: Path, key: dict) -> dict | None:
-    """The stored run if it finished with this key; None if absent; ValueError if it is another set-up's."""
+    """The stored run if it finished with this key; None if absent; ValueError naming what differs if it is
+    another set-up's."""
     if not path.is_file():
         return None
     stored = json.loads(path.read_text())
-    if stored.get("key") != key:
-        raise ValueError(f"{path}: holds a run of another model or other settings; use another --out "
-                         "(or delete that run folder yourself to redo it)")
+    old = stored.get("key") if isinstance(stored.get("key"), dict) else {}
+    if old != key:
+        what = {"format": "an older file format", "model": "another model", "data": "other data (train/dev files)",
+                "spec": "other settings"}
+        differs = ", ".join(what[part] for part in what if old.get(part) != key[part])
+        raise ValueError(f"{path}: holds a run of {differs}; use another --out (or delete that run folder "
+                         "yourself to redo it)")
     return stored
+
+
+def save_run(path: Path, record: dict) -> None:
+    """Write one finished run atomically; a failure (a full disk) names the file."""
+    with writing(path, "a finished fine-tuning run"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps(record, indent=1) + "\n")
 
 
 def run_task(name: str, resolved, tokenizer, glue_dir: str | Path, out: Path, config: FinetuneConfig) -> dict:
     """Every (lr, seed) of one task, skipping finished ones; returns {"runs": [...], "resumed": n}."""
-    preset, task = config.preset, load_glue_task(glue_dir, name)
+    preset, task, data = config.preset, load_glue_task(glue_dir, name), data_key(glue_dir, name)
     specs = [run_spec(preset, name, lr, seed, config) for lr in preset.lrs for seed in preset.seeds_for(name)]
-    stored = [load_finished(run_path(out, spec), run_key(spec, resolved.identity)) for spec in specs]
+    stored = [load_finished(run_path(out, spec), run_key(spec, resolved.identity, data)) for spec in specs]
     todo = [spec for spec, done in zip(specs, stored) if done is None]
     finished = [done for done in stored if done is not None]
     n_train = len(task.train) if config.max_train is None else min(config.max_train, len(task.train))
@@ -125,10 +150,8 @@ def run_task(name: str, resolved, tokenizer, glue_dir: str | Path, out: Path, co
         for spec in todo:
             bar.set_postfix(lr=f"{spec.lr:g}", seed=spec.seed)
             result = run_one(resolved.hf_path, task, spec, tokenizer=tokenizer, device=config.device, progress=bar)
-            record = {"key": run_key(spec, resolved.identity), "result": result.to_json()}
-            path = run_path(out, spec)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(path, json.dumps(record, indent=1) + "\n")
+            record = {"key": run_key(spec, resolved.identity, data), "result": result.to_json()}
+            save_run(run_path(out, spec), record)
             finished.append(record)
     return {"runs": finished, "resumed": len(specs) - len(todo)}
 
@@ -158,14 +181,15 @@ def run_finetune(model_ref: str, glue_dir: str | Path, tasks: Sequence[str] | No
 
     from megatron_crossbert.evaluation.encoders import resolve_model
 
-    out = Path(out)
+    out = require_output_dir(out, "--out")
     names, skipped = resolve_tasks(glue_dir, tasks)
     resolved = resolve_model(model_ref, config.cache_dir, config.tokenizer_dir, config.verify)
     tokenizer = AutoTokenizer.from_pretrained(resolved.hf_path)
     config = replace(config, preset=fit_preset_length(config.preset, resolved.hf_path))
     per_task = {name: run_task(name, resolved, tokenizer, glue_dir, out, config) for name in names}
     report = build_report(resolved, glue_dir, config.preset, per_task, skipped, subsampled_dev=bool(config.max_dev))
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "results.json", json.dumps(report, indent=1) + "\n")
-    atomic_write_text(out / "results.md", render_markdown(report))
+    with writing(out / "results.json", "the fine-tuning report"):
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(out / "results.json", json.dumps(report, indent=1) + "\n")
+        atomic_write_text(out / "results.md", render_markdown(report))
     return report

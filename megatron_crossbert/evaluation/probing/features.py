@@ -63,6 +63,7 @@ def probe_inputs(spec: TaskSpec, train: Sides, test: Sides, whiten: bool = False
     """Pair-combined probe inputs from each split's (text, pair) features; with ``whiten`` one PCA map per
     layer, fitted on the train sentences (both sides), goes first (the one rule for every probe path)."""
     if whiten:
-        whitening = fit_whitening(np.concatenate([side for side in train if side is not None], axis=-2))
+        whitening = fit_whitening(np.concatenate([side for side in train if side is not None], axis=-2),
+                                  f"task {spec.name}: --whiten (fitted on its train split)")
         train, test = (tuple(None if side is None else whitening(side) for side in sides) for sides in (train, test))
     return TaskFeatures(train=task_features(spec, *train), test=task_features(spec, *test))

@@ -11,6 +11,11 @@ Quirks handled here, all of which break a naive ``pandas.read_csv``:
 - STS-B labels are floats (0-5); MNLI's label is the last column ``gold_label`` (dev has 5 annotator
   columns before it); RTE/QNLI/MNLI labels are strings.
 - QQP train has a few rows with missing fields; short rows are skipped and counted, never mis-parsed.
+
+Every classification task has a known label set (``GlueFormat.label_names``: the binary tasks ``0``/``1``,
+RTE/QNLI ``entailment``/``not_entailment``, MNLI its three classes), the one home of its class count: a label
+outside it is refused naming its file and line, so a stray ``2`` or ``-1`` never grows the classifier head
+or moves the score in silence. A split without rows is refused too.
 """
 
 from __future__ import annotations
@@ -40,27 +45,31 @@ class GlueFormat:
     pair: Column | None = None
     header: bool = True
     kind: Kind = "classification"
-    label_names: tuple[str, ...] | None = None
+    label_names: tuple[str, ...] = ()
+    """The task's classes as written in its files, in class-id order (empty for regression)."""
     metrics: tuple[str, ...] = CLASSIFICATION_METRICS
     train_file: str = "train.tsv"
     test_file: str = "dev.tsv"
 
 
 _NLI = ("entailment", "not_entailment")
+_BINARY = ("0", "1")
 GLUE_FORMATS: dict[str, GlueFormat] = {f.name: f for f in (
-    GlueFormat("CoLA", "CoLA", text=3, label=1, header=False, metrics=("matthews",)),
-    GlueFormat("SST-2", "SST-2", text="sentence", label="label"),
-    GlueFormat("MRPC", "MRPC", text="#1 String", pair="#2 String", label="Quality", metrics=("f1", "accuracy")),
+    GlueFormat("CoLA", "CoLA", text=3, label=1, header=False, label_names=_BINARY, metrics=("matthews",)),
+    GlueFormat("SST-2", "SST-2", text="sentence", label="label", label_names=_BINARY),
+    GlueFormat("MRPC", "MRPC", text="#1 String", pair="#2 String", label="Quality", label_names=_BINARY,
+               metrics=("f1", "accuracy")),
     GlueFormat("STS-B", "STS-B", text="sentence1", pair="sentence2", label="score", kind="regression",
                metrics=REGRESSION_METRICS),
-    GlueFormat("QQP", "QQP", text="question1", pair="question2", label="is_duplicate", metrics=("f1", "accuracy")),
+    GlueFormat("QQP", "QQP", text="question1", pair="question2", label="is_duplicate", label_names=_BINARY,
+               metrics=("f1", "accuracy")),
     GlueFormat("MNLI", "MNLI", text="sentence1", pair="sentence2", label=-1,
                label_names=("contradiction", "entailment", "neutral"), test_file="dev_matched.tsv"),
     GlueFormat("MNLI-mm", "MNLI", text="sentence1", pair="sentence2", label=-1,
                label_names=("contradiction", "entailment", "neutral"), test_file="dev_mismatched.tsv"),
     GlueFormat("QNLI", "QNLI", text="question", pair="sentence", label="label", label_names=_NLI),
     GlueFormat("RTE", "RTE", text="sentence1", pair="sentence2", label="label", label_names=_NLI),
-    GlueFormat("WNLI", "WNLI", text="sentence1", pair="sentence2", label="label"),
+    GlueFormat("WNLI", "WNLI", text="sentence1", pair="sentence2", label="label", label_names=_BINARY),
 )}
 GLUE_TASK_NAMES = tuple(GLUE_FORMATS)
 
@@ -103,19 +112,15 @@ def _column_index(column: Column, header: list[str] | None, path: Path) -> int:
 
 
 def _parse_labels(raw: list[str], lines: list[int], path: Path, fmt: GlueFormat) -> list:
-    """Label cells -> labels: finite floats for regression, names or ints for classes (``gold.py``)."""
+    """Label cells -> labels: finite floats for regression (``gold.py``), else one of the task's classes."""
     where = line_numbers(path, lines)
     if fmt.kind == "regression":
         return check_scores(raw, where, path, spread=False)
-    if fmt.label_names:
-        return raw
-    labels = []
     for i, cell in enumerate(raw):
-        try:
-            labels.append(int(cell))
-        except ValueError:
-            raise BadGoldError(f"{where(i)}: label {cell!r} is not an integer class") from None
-    return labels
+        if cell not in fmt.label_names:
+            raise BadGoldError(f"{where(i)}: label {cell!r} is not one of {fmt.name}'s classes "
+                               f"({', '.join(fmt.label_names)})")
+    return raw
 
 
 def read_glue_split(path: str | Path, fmt: GlueFormat) -> tuple[list[str], list[str] | None, list]:
@@ -138,6 +143,9 @@ def read_glue_split(path: str | Path, fmt: GlueFormat) -> tuple[list[str], list[
         lines.append(line)
     if skipped:
         logger.warning("%s: skipped %d malformed rows (fewer than %d fields)", path, skipped, width)
+    if not texts:
+        raise BadGoldError(f"{path}: no data rows (a header only, or every row malformed); {fmt.name} needs rows "
+                           "to train and score on")
     return texts, (pairs if fmt.pair is not None else None), _parse_labels(raw, lines, path, fmt)
 
 
@@ -145,11 +153,16 @@ def glue_spec(fmt: GlueFormat) -> TaskSpec:
     return TaskSpec(name=fmt.name, kind=fmt.kind, metrics=fmt.metrics, is_pair=fmt.pair is not None, glue=True)
 
 
-def glue_task_available(glue_dir: str | Path, name: str) -> bool:
-    """True when both the train and the dev file of the task exist (probing needs both)."""
+def glue_files(glue_dir: str | Path, name: str) -> tuple[Path, Path]:
+    """(train file, dev file) of a task under a glue_data folder."""
     fmt = GLUE_FORMATS[canonical_glue_name(name)]
     base = Path(glue_dir) / fmt.directory
-    return (base / fmt.train_file).is_file() and (base / fmt.test_file).is_file()
+    return base / fmt.train_file, base / fmt.test_file
+
+
+def glue_task_available(glue_dir: str | Path, name: str) -> bool:
+    """True when both the train and the dev file of the task exist (probing needs both)."""
+    return all(path.is_file() for path in glue_files(glue_dir, name))
 
 
 def available_glue_tasks(glue_dir: str | Path) -> list[str]:

@@ -61,6 +61,17 @@ def _cv_folds(y: np.ndarray, folds: int, seed: int) -> StratifiedKFold:
     return StratifiedKFold(n_splits=max(2, min(folds, smallest)), shuffle=True, random_state=seed)
 
 
+def check_train_classes(spec: TaskSpec, y_train: np.ndarray) -> None:
+    """Cross-validating C needs two train rows of every class (one per fold): fewer is refused naming the task,
+    instead of scikit-learn's ``n_splits`` message."""
+    classes, counts = np.unique(y_train, return_counts=True)
+    if len(classes) and counts.min() < 2:
+        rare = classes[int(counts.argmin())]
+        raise ValueError(f"task {spec.name}: its train split has {len(y_train)} rows and class {rare!r} only "
+                         f"{int(counts.min())}; a cross-validated probe needs at least 2 train rows of every class "
+                         "(more data, or a larger --max-train)")
+
+
 def fit_classifier(x: np.ndarray, y: np.ndarray, metric: str = "accuracy",
                    config: ProbeConfig | None = None) -> Pipeline:
     """Standardise + logistic regression, C by CV on (x, y) with ``metric`` as the selection score."""
@@ -95,6 +106,7 @@ def probe_features(spec: TaskSpec, x_train: np.ndarray, y_train: np.ndarray, x_t
     if spec.kind == "regression":
         model = fit_regressor(x_train, y_train, config)
     else:
+        check_train_classes(spec, y_train)
         model = fit_classifier(x_train, y_train, metric=spec.metrics[0], config=config)
     metrics = compute_metrics(spec.metrics, y_test, model.predict(x_test))
     return ProbeResult(metrics=metrics, score=task_score(metrics, spec.metrics), chosen=_chosen(model),
