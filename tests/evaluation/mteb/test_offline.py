@@ -119,6 +119,28 @@ def test_registered_task_or_local(mteb_lite_dir, tmp_path):
     assert subset.mteb_name is None and subset.name == "STS13-subset" and len(subset.task.dataset["test"]) == 50
 
 
+def test_english_subset_of_a_multilingual_task_runs_with_its_settings(mteb_lite_dir, tmp_path):
+    """AmazonCounterfactual's folder is the `en` subset of mteb's multilingual task: it runs as that task
+    (32 train rows per label, 10 experiments), that subset alone, on the test split only; a copy with
+    other label counts stays a local task with the reason."""
+    from megatron_crossbert.evaluation.mteb.tasks import build_task
+
+    folder = next(f for f in discover_task_folders(mteb_lite_dir) if f.name == "AmazonCounterfactual")
+    built = build_task(folder)
+    assert (built.mteb_name, built.subset, built.name) == ("AmazonCounterfactualClassification", "en",
+                                                           "AmazonCounterfactualClassification")
+    assert (built.task.samples_per_label, built.task.n_experiments) == (32, 10)
+    assert built.task.hf_subsets == ["en"] and list(built.task.eval_splits) == ["test"]
+    assert len(built.task.dataset["en"]["train"]) == 4018 and len(built.task.dataset["en"]["test"]) == 670
+    copy = tmp_path / "AmazonCounterfactual"
+    copy.mkdir()
+    (copy / "train.jsonl").write_text((folder.splits["train"]).read_text(encoding="utf-8"), encoding="utf-8")
+    (copy / "test.jsonl").write_text("".join(folder.splits["test"].read_text(encoding="utf-8").splitlines(True)[:-1]),
+                                     encoding="utf-8")
+    local = build_task(next(iter(discover_task_folders(tmp_path))))
+    assert local.mteb_name is None and local.name == "AmazonCounterfactual-local" and "669 rows" in local.note
+
+
 def _with_normalize(src, dst):
     """A copy of the tiny encoder with the sentence-transformers modules of a normalised model."""
     shutil.copytree(src, dst)
