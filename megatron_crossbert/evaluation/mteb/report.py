@@ -126,6 +126,7 @@ def summary_markdown(summary: dict) -> str:
     for name, err in summary["errors"].items():
         lines.append(f"| {name} | error | {err.splitlines()[0][:100] if err else ''} | |" + (" | |" if label else ""))
     lines += [""] + [f"- {r['task']}: {r['note']}" for r in summary["tasks"] if r["note"]]
+    lines += readouts_markdown(summary.get("readouts"))
     recipe, timing = model.get("recipe"), summary.get("timing")
     if recipe:
         lines.append(f"- {describe(EmbeddingRecipe(**recipe))}; mteb {summary.get('mteb_version')}")
@@ -133,6 +134,22 @@ def summary_markdown(summary: dict) -> str:
         lines.append(f"- {timing['texts_encoded']} texts encoded in {timing['encode_wall_s']} s "
                      f"({timing['encode_cpu_s']} CPU-s); whole run {timing['wall_s']} s wall, {timing['cpu_s']} CPU-s")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def readouts_markdown(readouts: dict | None) -> list[str]:
+    """Raw (the paper's) and whitened scores side by side, the average of each, and the MTEB(eng, v2) part."""
+    if not readouts:
+        return []
+    fmt = lambda v: "–" if v is None else f"{v:.2f}"  # noqa: E731
+    lines = ["", f"Readouts (this run's own: {readouts['primary']}):", "", "| task | raw | whitened |", "|---|---:|---:|"]
+    lines += [f"| {task} | {fmt(s['raw'])} | {fmt(s['whitened'])} |" for task, s in readouts["tasks"].items()]
+    lines.append(f"| **average** | {fmt(readouts['average'].get('raw'))} | {fmt(readouts['average'].get('whitened'))} |")
+    cov = {name: c for name, c in (readouts.get("coverage") or {}).items() if c}
+    if cov:
+        first = next(iter(cov.values()))
+        cells = [fmt((cov.get(name) or {}).get("average")) for name in ("raw", "whitened")]
+        lines.append(f"| {first['benchmark']} ({len(first['tasks'])} of {first['of']}) | {cells[0]} | {cells[1]} |")
+    return lines + [""]
 
 
 def check_out_dir(out_dir: str | Path, overwrite: bool) -> Path:
