@@ -76,8 +76,15 @@ def test_recipe_comes_from_the_sentence_transformers_config(tmp_path, minilm_dir
     assert (recipe.pooling, recipe.normalize, recipe.max_len) == ("mean", True, 256)
     assert resolve_recipe(minilm_dir, normalize=False).normalize is False
     assert resolve_recipe(tmp_path / "missing") == EmbeddingRecipe(max_len=256) and EmbeddingRecipe().tokens == 256
-    (tmp_path / "modules.json").write_text(json.dumps([{"path": "2_Dense", "type": "sentence_transformers.models.Dense"}]))
+    dense = {"path": "2_Dense", "type": "sentence_transformers.models.Dense"}
+    norm = {"path": "3_Normalize", "type": "sentence_transformers.models.Normalize"}
+    (tmp_path / "modules.json").write_text(json.dumps([dense, norm]))
+    assert read_sentence_transformers_recipe(tmp_path).dense == (str(tmp_path / "2_Dense"),)
+    (tmp_path / "modules.json").write_text(json.dumps([norm, dense]))  # a Dense after the norm is not ours to redo
     with pytest.raises(ValueError, match="modules.json.*Dense"):
+        read_sentence_transformers_recipe(tmp_path)
+    (tmp_path / "modules.json").write_text(json.dumps([{"path": "2_LSTM", "type": "sentence_transformers.models.LSTM"}]))
+    with pytest.raises(ValueError, match="modules.json.*LSTM"):
         read_sentence_transformers_recipe(tmp_path)
     with pytest.raises(ValueError, match="pooling"):
         EmbeddingRecipe(pooling="max")
