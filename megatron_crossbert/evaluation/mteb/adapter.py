@@ -39,12 +39,10 @@ from megatron_crossbert.evaluation.mteb.report import check_out_dir, summarize, 
 from megatron_crossbert.evaluation.mteb.task_folders import discover_task_folders
 from megatron_crossbert.evaluation.mteb.tasks import BuiltTask, build_task
 from megatron_crossbert.evaluation.recipe import EmbeddingRecipe, describe, model_token_limit, resolve_recipe
-from megatron_crossbert.evaluation.whitening import PerTaskWhitening
+from megatron_crossbert.evaluation.whitening import READOUTS, PerTaskWhitening, readout_of
 
 logger = logging.getLogger(__name__)
 DEFAULT_BENCHMARK = "MTEB(eng, v2)"
-READOUTS = ("raw", "whitened")
-"""How pooled features are read: as they are (the paper's probes and MTEB), or PCA-whitened (``whitening.py``)."""
 
 
 def embed_unique(embed: Callable[[list[str]], np.ndarray], texts: Sequence[str]) -> np.ndarray:
@@ -189,18 +187,13 @@ def evaluate_mteb(wrapper: AbsEncoder, tasks: Sequence[BuiltTask], *, reference:
     return summary, outcome.task_results
 
 
-def readout_of(recipe: EmbeddingRecipe) -> str:
-    """``whitened`` or ``raw`` (the paper's: pooled features as they are)."""
-    return READOUTS[1] if recipe.whiten else READOUTS[0]
-
-
 def other_readout(wrapper: CachingMtebEncoder, tasks: Sequence[BuiltTask], summary: dict) -> dict:
     """The readout ``wrapper`` does not use, scored on the same tasks from the same features, beside its own:
     ``{"primary", "tasks": {task: {raw, whitened}}, "average": {...}, "coverage": {...}}``."""
-    primary = readout_of(wrapper.recipe)
+    primary = readout_of(wrapper.recipe.whiten)
     flipped = replace(wrapper.recipe, whiten=not wrapper.recipe.whiten, whiten_source="other readout")
     other, _ = evaluate_mteb(wrapper.variant(flipped), tasks)
-    both = {primary: summary, readout_of(flipped): other}
+    both = {primary: summary, readout_of(flipped.whiten): other}
     scores = {r["task"]: {name: None for name in READOUTS} for r in summary["tasks"]}
     for name, part in both.items():
         for row in part["tasks"]:
