@@ -49,6 +49,19 @@ def pair_features(wrapper, pairs: TextPairs):
             wrapper.features(pairs.positives, task="pooler-pairs", split="positive"))
 
 
+def train_on_pairs(wrapper, pairs: TextPairs, config: PoolerConfig):
+    """The map trained on ``wrapper``'s cached pooled features of ``pairs``, and its log (feature seconds too)."""
+    (anchors, positives), seconds = timed(pair_features, wrapper, pairs)
+    layer, log = train_linear_pooler(anchors, positives, config)
+    return layer, {**log, "pair_features": seconds}
+
+
+def pooled_variant(wrapper, dense_dir: str | Path):
+    """``wrapper``'s backbone and features read through the saved Dense module, raw (the pooler is the readout)."""
+    recipe = replace(wrapper.recipe, dense=(str(dense_dir),), whiten=False, whiten_source="pooler")
+    return wrapper.variant(recipe, name=f"{wrapper.mteb_model_meta.name}+pooler")
+
+
 def timed(fn, *args, **kwargs):
     """``fn``'s result and its wall and CPU seconds."""
     wall, cpu = time.perf_counter(), time.process_time()
@@ -68,17 +81,14 @@ def run_pooler(config: PoolerRunConfig, pairs: TextPairs) -> dict:
     before = build_mteb_encoder(config.model, **config.encoder)
     before_summary, t_before = timed(run_mteb, before, tasks, out / "before", overwrite=config.overwrite,
                                      benchmark_dir=config.benchmark_dir, both_readouts=True)
-    (anchors, positives), t_pairs = timed(pair_features, before, pairs)
-    layer, log = train_linear_pooler(anchors, positives, config.pooler)
-    dense_dir = save_pooler(before.model.resolved.hf_path, before.recipe, layer, out / MODEL_DIR)
-    after = before.variant(replace(before.recipe, dense=(str(dense_dir),), whiten=False, whiten_source="pooler"),
-                           name=f"{before.mteb_model_meta.name}+pooler")
+    layer, log = train_on_pairs(before, pairs, config.pooler)
+    after = pooled_variant(before, save_pooler(before.model.resolved.hf_path, before.recipe, layer, out / MODEL_DIR))
     after_summary, t_after = timed(run_mteb, after, tasks, out / "after", overwrite=config.overwrite,
                                    benchmark_dir=config.benchmark_dir)
     report = {"config": asdict(config), "pairs": {"source": pairs.source, "count": len(pairs)},
               "leaks": leaks.as_dict(), "training": log, "saved": str(out / MODEL_DIR),
               "before": before_summary, "after": after_summary,
-              "timing": {"mteb_before": t_before, "pair_features": t_pairs, "mteb_after": t_after}}
+              "timing": {"mteb_before": t_before, "pair_features": log["pair_features"], "mteb_after": t_after}}
     atomic_write_text(out / REPORT_JSON, json.dumps(report, indent=2, default=str, allow_nan=False) + "\n")
     atomic_write_text(out / REPORT_MD, report_markdown(report))
     return report

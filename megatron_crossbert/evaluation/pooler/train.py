@@ -90,17 +90,23 @@ def train_linear_pooler(anchors: np.ndarray, positives: np.ndarray, config: Pool
                           "cpu_s": round(time.process_time() - cpu, 2)}
 
 
+def dense_module(layer: torch.nn.Linear):
+    """The trained map as sentence-transformers' ``Dense`` module (identity activation)."""
+    from sentence_transformers.sentence_transformer.modules import Dense
+
+    return Dense(layer.in_features, layer.out_features, activation_function=torch.nn.Identity(),
+                 init_weight=layer.weight.detach().clone(), init_bias=layer.bias.detach().clone())
+
+
 def save_pooler(hf_path: str, recipe: EmbeddingRecipe, layer: torch.nn.Linear, out_dir: str | Path) -> Path:
     """A sentence-transformers directory: the backbone in ``hf_path`` unchanged, ``recipe``'s pooling, the
     map as a ``Dense`` module, and ``Normalize`` when the recipe normalises; returns the Dense module's folder."""
     from sentence_transformers import SentenceTransformer
-    from sentence_transformers.sentence_transformer.modules import Dense, Normalize, Pooling, Transformer
+    from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
 
     transformer = Transformer(hf_path, max_seq_length=recipe.tokens)
-    hidden = layer.in_features
-    dense = Dense(hidden, layer.out_features, activation_function=torch.nn.Identity(),
-                  init_weight=layer.weight.detach().clone(), init_bias=layer.bias.detach().clone())
-    modules = [transformer, Pooling(hidden, recipe.pooling), dense] + ([Normalize()] if recipe.normalize else [])
+    modules = [transformer, Pooling(layer.in_features, recipe.pooling), dense_module(layer)]
+    modules += [Normalize()] if recipe.normalize else []
     SentenceTransformer(modules=modules, device="cpu").save(str(out_dir))
     from megatron_crossbert.evaluation.recipe import read_sentence_transformers_recipe
 
