@@ -13,7 +13,7 @@ import tomllib
 from tests.support import REPO_ROOT
 
 SCRIPTS = ("crossbert-train-tokenizer", "crossbert-preprocess", "crossbert-pretrain", "crossbert-convert-hf",
-           "crossbert-probe", "crossbert-mteb", "crossbert-finetune", "crossbert-bench", "crossbert-demo")
+           "crossbert-probe", "crossbert-mteb", "crossbert-pooler", "crossbert-finetune", "crossbert-bench", "crossbert-demo")
 
 
 def test_console_scripts_point_at_callable_mains():
