@@ -94,6 +94,7 @@ def pooler_scores(path: Path, tasks: list, config, pairs, dense_dir: Path) -> di
 
     wrapper = build_mteb_encoder(str(path), cache_dir=config.cache_dir, device=config.device)
     layer, log = train_on_pairs(wrapper, pairs, PoolerConfig())
+    dense_dir.mkdir(parents=True, exist_ok=True)
     dense_module(layer).save(str(dense_dir))
     summary, _ = evaluate_mteb(pooled_variant(wrapper, dense_dir), tasks, raise_error=True)
     return {"average": summary["average"], "tasks": {row["folder"]: row["main_score"] for row in summary["tasks"]},
