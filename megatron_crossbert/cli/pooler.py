@@ -27,7 +27,7 @@ import sys
 
 from megatron_crossbert.cli import DefaultsHelpFormatter, add_model_arguments, cache_dir_arg
 from megatron_crossbert.cli.errors import add_debug_flag, cli_main
-from megatron_crossbert.evaluation.pooler.train import PoolerConfig
+from megatron_crossbert.evaluation.pooler.train import INITS, PoolerConfig
 
 DEFAULTS = PoolerConfig()
 
@@ -49,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-test-overlap", action="store_true",
                    help="train even when pairs are test pairs of the benchmark (the report is marked)")
     p.add_argument("--dim", type=int, help="pooler output size (default: the backbone's hidden size)")
+    p.add_argument("--init", choices=INITS, default=DEFAULTS.init,
+                   help="where the map starts: identity (the raw readout) or whitening (PCA whitening fitted on the "
+                        "pair texts: the whitened readout)")
     p.add_argument("--epochs", type=int, default=DEFAULTS.epochs, help="passes over the pairs")
     p.add_argument("--batch-size", type=int, default=DEFAULTS.batch_size,
                    help="pairs per step (in-batch negatives); texts per forward pass of the backbone too")
@@ -78,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     from megatron_crossbert.evaluation.pooler.runner import PoolerRunConfig, report_markdown, run_pooler
 
     pooler = PoolerConfig(dim=args.dim, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
-                          scale=args.scale, seed=args.seed)
+                          scale=args.scale, seed=args.seed, init=args.init)
     encoder = {"cache_dir": cache_dir_arg(args.cache_dir), "tokenizer_dir": args.tokenizer_dir,
                "device": args.device, "max_len": args.max_len, "batch_size": args.batch_size, "verify": args.verify}
     config = PoolerRunConfig(model=args.model, benchmark_dir=args.benchmark_dir, out=args.out, pooler=pooler,

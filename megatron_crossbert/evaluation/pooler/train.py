@@ -26,6 +26,7 @@ import torch
 from megatron_crossbert.evaluation.recipe import EmbeddingRecipe
 
 logger = logging.getLogger(__name__)
+INITS = ("identity", "whitening")
 
 
 @dataclass(frozen=True)
@@ -44,11 +45,16 @@ class PoolerConfig:
     """MultipleNegativesRankingLoss scale (1 / temperature), sentence-transformers' default."""
     seed: int = 0
     """Seed of the batch order and of a non-square map's initialisation."""
+    init: str = "identity"
+    """Where the map starts: ``identity`` (the raw readout) or ``whitening`` (the PCA whitening fitted on the
+    pair texts, ``whitening.py``: the whitened readout, for encoders whose features collapse onto a few axes)."""
 
     def __post_init__(self) -> None:
         for name in ("epochs", "batch_size"):
             if getattr(self, name) < (2 if name == "batch_size" else 1):
                 raise ValueError(f"PoolerConfig.{name} is too small: {getattr(self, name)}")
+        if self.init not in INITS:
+            raise ValueError(f"PoolerConfig.init must be one of {INITS}, not {self.init!r}")
         if self.lr <= 0 or self.scale <= 0 or (self.dim is not None and self.dim < 1):
             raise ValueError(f"PoolerConfig: lr, scale and dim must be positive ({self.lr}, {self.scale}, {self.dim})")
 
@@ -63,6 +69,18 @@ def initial_map(hidden: int, dim: int, seed: int) -> torch.nn.Linear:
     return layer
 
 
+def start_at_whitening(layer: torch.nn.Linear, features: np.ndarray) -> None:
+    """Set ``layer`` to the whitening map fitted on ``features`` (its first ``out_features`` axes):
+    ``(x - mean) @ M`` is ``x @ M - mean @ M``, a linear layer with weight ``M.T``."""
+    from megatron_crossbert.evaluation.whitening import fit_whitening
+
+    fitted = fit_whitening(features)
+    matrix = fitted.matrix[:, :layer.out_features]
+    with torch.no_grad():
+        layer.weight.copy_(torch.from_numpy(matrix.T.astype(np.float32)))
+        layer.bias.copy_(torch.from_numpy((-fitted.mean @ matrix).reshape(-1).astype(np.float32)))
+
+
 def train_linear_pooler(anchors: np.ndarray, positives: np.ndarray, config: PoolerConfig) -> tuple[torch.nn.Linear, dict]:
     """The trained map over pooled features ``[n, h]`` of the pairs, and its training log (loss per epoch,
     steps, CPU-seconds)."""
@@ -70,6 +88,8 @@ def train_linear_pooler(anchors: np.ndarray, positives: np.ndarray, config: Pool
 
     a, p = (torch.from_numpy(np.asarray(x, dtype=np.float32)) for x in (anchors, positives))
     layer = initial_map(a.shape[1], config.dim or a.shape[1], config.seed)
+    if config.init == "whitening":
+        start_at_whitening(layer, np.concatenate([anchors, positives]))
     loss_fn = MultipleNegativesRankingLoss(None, scale=config.scale)
     optimizer = torch.optim.AdamW(layer.parameters(), lr=config.lr)
     order = torch.Generator().manual_seed(config.seed)

@@ -72,6 +72,20 @@ def test_training_moves_positives_together():
     assert tuple(layer.weight.shape) == (8, 8)
 
 
+def test_a_map_started_at_the_whitening_is_the_whitening():
+    from megatron_crossbert.evaluation.pooler.train import initial_map, start_at_whitening
+    from megatron_crossbert.evaluation.whitening import fit_whitening
+
+    x = (np.random.default_rng(0).normal(size=(50, 6)) * [9, 3, 1, 1, 0.1, 0.1]).astype(np.float32)
+    layer = initial_map(6, 6, 0)
+    start_at_whitening(layer, x)
+    with torch.no_grad():
+        mapped = layer(torch.from_numpy(x)).numpy()
+    assert np.allclose(mapped, fit_whitening(x)(x), atol=1e-4)
+    with pytest.raises(ValueError, match="init"):
+        PoolerConfig(init="random")
+
+
 def _safetensors(directory: Path) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
