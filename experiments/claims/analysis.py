@@ -25,10 +25,13 @@ from megatron_crossbert.evaluation.probing.metrics import average_scores
 
 HEADLINE = "glue_average"
 
-METRICS = {"glue_average": "GLUE linear", "knn_glue_average": "GLUE k-NN", "mteb_lite_average": "MTEB-lite",
+METRICS = {"glue_average": "GLUE linear", "raw_glue_average": "GLUE linear, raw",
+           "whitened_glue_average": "GLUE linear, whitened", "knn_glue_average": "GLUE k-NN",
+           "mteb_lite_average": "MTEB-lite", "mteb_pooler_average": "MTEB (frozen, pooler trained)",
            "in_domain_average": "probe tasks", "average": "all probes"}
-"""Point attribute -> column label: the frozen GLUE average (linear and k-NN probes), MTEB-lite, the
-JSONL probe tasks' average and the average over every probe task."""
+"""Point attribute -> column label: the frozen GLUE average (linear probe on the recipe's readout, and on
+each readout: raw, the paper's, and whitened; k-NN probe), MTEB-lite (frozen; after a pooler is trained, at
+the budget points), the JSONL probe tasks' average and the average over every probe task."""
 
 
 @dataclass
@@ -43,6 +46,9 @@ class Point:
     mteb_lite_average: float | None = None
     valid_loss: float | None = None
     tasks: dict[str, float] = field(default_factory=dict)
+    raw_glue_average: float | None = None
+    whitened_glue_average: float | None = None
+    mteb_pooler_average: float | None = None
 
 
 def _point(plan: Plan, per_sample: float, iteration: int, report: dict, loss: float | None) -> Point:
@@ -50,9 +56,11 @@ def _point(plan: Plan, per_sample: float, iteration: int, report: dict, loss: fl
     summary = report.get("summary", {})
     tasks = {name: entry["score"] for name, entry in report.get("tasks", {}).items()}
     in_domain = average_scores({name: score for name, score in tasks.items() if not report["tasks"][name]["spec"]["glue"]})
+    readouts = summary.get("readouts") or {}
     return Point(iteration, samples, samples * per_sample, summary.get("average"), summary.get("glue_average"),
                  summary.get("knn_glue_average"), in_domain, (report.get("mteb_lite") or {}).get("average"), loss,
-                 tasks)
+                 tasks, (readouts.get("raw") or {}).get("glue_average"),
+                 (readouts.get("whitened") or {}).get("glue_average"), (report.get("mteb_pooler") or {}).get("average"))
 
 
 def curve(plan: Plan, run: RunSpec, work_dir: Path) -> list[Point]:

@@ -37,7 +37,11 @@ CAVEATS = [
     "MTEB-lite is mteb's main score over STS12-16 and Banking77 on test sets subsampled to the plan's "
     "`mteb_lite_max_test` rows: compare rows with each other, not with MTEB's published scores.",
     "Every probe reads frozen, mean-pooled last-layer features with the project's recipe (PCA-whitened for its "
-    "own architectures, see the whitening section); the k-NN probe reads the same features.",
+    "own architectures, see the whitening section); the k-NN probe reads the same features. The linear probe is "
+    "also reported on both readouts, raw (the paper's protocol) and whitened, each with its own verdict.",
+    "MTEB (frozen, pooler trained) is the paper's MTEB protocol at this scale: a linear pooler over the frozen "
+    "mean pooling, trained with MultipleNegativesRankingLoss on span pairs of the study's corpus (checked "
+    "against the MTEB-lite test sets), at the budget points only.",
 ]
 
 
@@ -172,7 +176,7 @@ def follow_probes(plan: Plan, runs: list[RunSpec], work: Path, paths: Experiment
     while True:
         finished, cpu = all(is_complete(work, run) for run in runs), _cpu_seconds()
         probed = run_probe_stage(plan, runs, work, paths.glue_dir, paths.probe_dir, limit=1,
-                                 mteb_lite_dir=paths.mteb_lite_dir)
+                                 mteb_lite_dir=paths.mteb_lite_dir, corpus=paths.corpus)
         _save_status(work, _add_cpu(work, "probe", _cpu_seconds() - cpu))
         if probed:
             _run_stage("report", lambda: _report(plan, runs, work, paths), work)
@@ -221,6 +225,7 @@ def _run_stages(plan: Plan, runs: list[RunSpec], wanted: list[str], work: Path, 
                 plan, [run], work, data_prefix(work), str(tokenizer_dir(work))), work)
         if "probe" in wanted:
             _run_stage(f"probe:{run.name}", lambda: run_probe_stage(
-                plan, [run], work, paths.glue_dir, paths.probe_dir, mteb_lite_dir=paths.mteb_lite_dir), work)
+                plan, [run], work, paths.glue_dir, paths.probe_dir, mteb_lite_dir=paths.mteb_lite_dir,
+                corpus=paths.corpus), work)
         if "report" in wanted:
             _run_stage("report", lambda: _report(plan, runs, work, paths), work)

@@ -17,7 +17,9 @@ Online (hub reachable)::
     crossbert-mteb --model runs/tiny --benchmark "MTEB(eng, v2)" --out results/mteb
 
 Embeddings follow the model's own recipe (its sentence-transformers modules: pooling, Normalize,
-max_seq_length); --pooling, --normalize/--no-normalize and --max-len override it. Features are cached
+max_seq_length, a trained pooler's Dense modules); --pooling, --normalize/--no-normalize and --max-len
+override it. Both readouts are reported side by side: raw pooled features (the paper's) and PCA-whitened
+(--no-both-readouts: the model's own only; --whiten/--no-whiten picks which one the result JSONs hold). Features are cached
 per model and task (--cache-dir), so a rerun encodes nothing.
 
 Exit status 2 with one ``error:`` line for bad input (a damaged checkpoint, no tasks); 1 when every
@@ -60,6 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reference", metavar="FILE",
                    help="JSON {label, source, scores: {task: score}} printed beside ours, e.g. MTEB's published "
                         "scores (experiments/mteb_lite/all-MiniLM-L6-v2.json)")
+    p.add_argument("--both-readouts", action=argparse.BooleanOptionalAction, default=True,
+                   help="also score the other readout from the same features and print raw (the paper's: pooled "
+                        "features as they are) and PCA-whitened side by side (default: yes; the result JSONs "
+                        "are the model's own readout's)")
     p.add_argument("--raise-error", action="store_true", help="stop at the first failing task")
     p.add_argument("--out", default="mteb_results",
                    help="output directory: one mteb result JSON per task, mteb_summary.json and .md "
@@ -102,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
                                  max_len=args.max_len, batch_size=args.batch_size, verify=args.verify,
                                  whiten=args.whiten)
     summary = run_mteb(wrapper, tasks, args.out, reference=reference, raise_error=args.raise_error,
-                       overwrite=args.overwrite, benchmark_dir=args.benchmark_dir)
+                       overwrite=args.overwrite, benchmark_dir=args.benchmark_dir,
+                       both_readouts=args.both_readouts)
     print(summary_markdown(summary))
     print(f"wrote {args.out}/mteb_summary.json, mteb_summary.md and one mteb result JSON per task")
     return 1 if summary["errors"] and not summary["tasks"] else 0

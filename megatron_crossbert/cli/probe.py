@@ -39,6 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--knn", type=int, default=0, metavar="K",
                    help="also a k-NN probe (cosine, K neighbours vote; the paper's second probe) on the same "
                         "features; 0 (default): the linear probe only")
+    p.add_argument("--both-readouts", action=argparse.BooleanOptionalAction, default=True,
+                   help="also probe the other readout of the same features: raw (the paper's: pooled features as "
+                        "they are) and PCA-whitened side by side, linear probe (default: yes)")
     p.add_argument("--seed", type=int, default=0, help="seed of the subsampling and the probe's folds (default: 0)")
     p.add_argument("--out", default="probe_results", help="output directory for JSON, markdown and plot")
     add_debug_flag(p)
@@ -68,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
                             batch_size=args.batch_size, max_train=args.max_train, max_test=args.max_test,
                             seed=args.seed, cache_dir=cache_dir_arg(args.cache_dir), device=args.device,
                             tokenizer_dir=args.tokenizer_dir, verify=args.verify, whiten=args.whiten, knn=args.knn,
+                            both_readouts=args.both_readouts,
                             probe=ProbeConfig(folds=args.cv_folds, seed=args.seed))
     report = run_probing(args.model, tasks, config)
     paths = write_report(report, args.out)

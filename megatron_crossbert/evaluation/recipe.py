@@ -57,6 +57,9 @@ class EmbeddingRecipe:
     """PCA-whiten the pooled features (``whitening.py``), fitted on unlabelled features of the task."""
     whiten_source: str = "default"
     """Why ``whiten`` has its value: ``architecture <name>``, ``flag`` or ``default``, for logs and reports."""
+    dense: tuple[str, ...] = ()
+    """sentence-transformers ``Dense`` module folders applied in order to the pooled vector (a pooler trained on
+    a frozen backbone, ``evaluation/pooler``), before whitening and the L2 norm."""
 
     def __post_init__(self) -> None:
         if self.pooling not in ("mean", "cls"):
@@ -116,18 +119,20 @@ def read_sentence_transformers_recipe(model_dir: str | Path) -> EmbeddingRecipe 
     modules = _modules(model_dir)
     if modules is None:
         return None
-    pooling, normalize = "mean", False
+    pooling, normalize, dense = "mean", False, []
     for module in modules:
         kind = _kind(module)
         if kind == "Pooling":
             pooling = _pooling_mode(model_dir / module.get("path", "") / "config.json")
         elif kind == "Normalize":
             normalize = True
+        elif kind == "Dense" and not normalize:
+            dense.append(str(model_dir / module.get("path", "")))
         elif kind != "Transformer":
             raise ValueError(f"{model_dir / MODULES_FILE}: module {kind!r} cannot be reproduced by "
                              "AutoModel + pooling; evaluate this model with sentence-transformers itself")
     return EmbeddingRecipe(pooling, normalize, _max_seq_length(model_dir, modules),
-                           source=str(model_dir / MODULES_FILE))
+                           source=str(model_dir / MODULES_FILE), dense=tuple(dense))
 
 
 def _max_seq_length(model_dir: Path, modules: list[dict]) -> int | None:
@@ -176,7 +181,7 @@ def resolve_recipe(model_dir: str | Path | None, *, pooling: str | None = None, 
                            max_len=fit_max_len(max_len, base.tokens, limit),
                            source=f"flags over {base.source}" if overridden else base.source,
                            whiten=whiten_default if whiten is None else whiten,
-                           whiten_source=whiten_source if whiten is None else "flag")
+                           whiten_source=whiten_source if whiten is None else "flag", dense=base.dense)
 
 
 ROBERTA_POSITIONS = ("roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "data2vec-text", "longformer",
@@ -244,5 +249,6 @@ def describe(recipe: EmbeddingRecipe) -> str:
     """One line for logs and reports: what the embeddings are and where each choice came from."""
     norm = "L2-normalised" if recipe.normalize else "not normalised"
     whiten = "PCA-whitened" if recipe.whiten else "not whitened"
-    return (f"embedding recipe: {recipe.pooling} pooling, {norm}, max {recipe.tokens} tokens (from {recipe.source}), "
+    head = f" + {len(recipe.dense)} Dense" if recipe.dense else ""
+    return (f"embedding recipe: {recipe.pooling} pooling{head}, {norm}, max {recipe.tokens} tokens (from {recipe.source}), "
             f"{whiten} ({recipe.whiten_source})")

@@ -24,6 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+READOUTS = ("raw", "whitened")
+"""How pooled features are read: as they are (the paper's probes and MTEB) or PCA-whitened (this module).
+``crossbert-probe``, ``crossbert-mteb`` and the claims study report both side by side."""
 EIGEN_FLOOR = 1e-6
 """Smallest eigenvalue kept, relative to the largest (rank-deficient fits stay finite)."""
 ZERO_SPREAD = 1e-5
@@ -56,6 +59,11 @@ class PerTaskWhitening:
         if task not in self.maps:
             self.maps[task] = fit_whitening(features, f"task {task}: whitening")
         return self.maps[task](features)
+
+
+def readout_of(whiten: bool) -> str:
+    """The readout name of a whitening setting."""
+    return READOUTS[1] if whiten else READOUTS[0]
 
 
 def fit_whitening(features: np.ndarray, what: str = "whitening") -> Whitening:

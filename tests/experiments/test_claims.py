@@ -65,7 +65,13 @@ def test_the_smoke_plan_runs_every_stage_and_reports_intervals(tmp_path):
         assert "SST-2" in probe["tasks"] and "ToySTSA" not in probe["tasks"]  # MTEB-lite stays out of the average
         assert probe["tasks"]["SST-2"]["knn"]["k"] == 10 and probe["summary"]["knn_glue_average"] is not None
         assert set(probe["mteb_lite"]["tasks"]) == {"ToySTSA", "ToySTSB", "ToyIntents"}
+        assert set(probe["mteb_pooler"]["tasks"]) == {"ToySTSA", "ToySTSB", "ToyIntents"}  # a budget point
+        assert probe["mteb_pooler"]["training"]["steps"] > 0 and "spans" in probe["mteb_pooler"]["pairs"]
+        readouts = probe["summary"]["readouts"]
+        assert readouts["raw"]["glue_average"] is not None and readouts["whitened"]["glue_average"] is not None
     page = results.read_text()
+    assert "GLUE linear, raw" in page and "GLUE linear, whitened" in page and "MTEB (frozen, pooler trained)" in page
+    assert "By readout (complementary − BERT): raw" in page
     assert "Equal samples" in page and "crossbert-compl − bert" in page and page.rstrip().endswith(kept)
     assert " ± " in page  # two seeds: every cell has an interval
     assert "Calibration" in page and "GLUE k-NN" in page and "CPU-hours" in page

@@ -108,6 +108,9 @@ class Plan:
     mteb_lite_max_test: int | None = None
     """Test rows per MTEB-lite task when the study scores checkpoints on it (a fixed-seed subsample, the
     same for every checkpoint); None scores the full test sets, MTEB's protocol."""
+    pooler_pairs: int = 0
+    """Span pairs cut from the study's corpus to train a pooler on each budget-point checkpoint (the paper's
+    "MTEB (frozen, pooler trained)", ``evaluation/pooler``), scored on MTEB-lite; 0: no pooler column."""
 
     def __post_init__(self) -> None:
         """Values no study can run with, refused before anything trains (one line naming the field)."""

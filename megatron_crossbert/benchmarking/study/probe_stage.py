@@ -9,7 +9,8 @@ files are skipped, so the stage resumes where it stopped.
 With an MTEB-lite directory (STS12-16, Banking77) the same checkpoint is also scored by mteb, as
 ``crossbert-mteb --benchmark-dir`` would (``plan.mteb_lite_max_test`` subsamples the test splits once);
 the JSON gets ``mteb_lite: {average, tasks}``, kept apart from ``tasks`` so the probe averages never
-mix in MTEB scores.
+mix in MTEB scores. With ``plan.pooler_pairs`` a budget-point checkpoint also gets ``mteb_pooler``: MTEB-lite
+after a pooler is trained on its frozen features (span pairs of the corpus, checked against the test sets).
 """
 
 from __future__ import annotations
@@ -84,13 +85,32 @@ def mteb_lite_scores(path: Path, tasks: list, config) -> dict:
             "names": {row["folder"]: row["task"] for row in summary["tasks"]}, "seconds": summary["timing"]["wall_s"]}
 
 
-def probe_checkpoint(path: Path, out: Path, tasks: list, config, mteb_tasks: list = ()) -> dict:
+def pooler_scores(path: Path, tasks: list, config, pairs, dense_dir: Path) -> dict:
+    """MTEB-lite of the checkpoint after a pooler is trained on its frozen features (the Dense module kept
+    in ``dense_dir``), and the training log."""
+    from megatron_crossbert.evaluation.mteb.adapter import build_mteb_encoder, evaluate_mteb
+    from megatron_crossbert.evaluation.pooler.runner import pooled_variant, train_on_pairs
+    from megatron_crossbert.evaluation.pooler.train import PoolerConfig, dense_module
+
+    wrapper = build_mteb_encoder(str(path), cache_dir=config.cache_dir, device=config.device)
+    layer, log = train_on_pairs(wrapper, pairs, PoolerConfig())
+    dense_dir.mkdir(parents=True, exist_ok=True)
+    dense_module(layer).save(str(dense_dir))
+    summary, _ = evaluate_mteb(pooled_variant(wrapper, dense_dir), tasks, raise_error=True)
+    return {"average": summary["average"], "tasks": {row["folder"]: row["main_score"] for row in summary["tasks"]},
+            "pairs": pairs.source, "training": log}
+
+
+def probe_checkpoint(path: Path, out: Path, tasks: list, config, mteb_tasks: list = (), pairs=None) -> dict:
+    """Probe one checkpoint (both readouts), MTEB-lite with ``mteb_tasks``, and with ``pairs`` the pooler column."""
     from megatron_crossbert.evaluation.probing.runner import run_probing
 
     start = time.time()
     report = run_probing(str(path), tasks, config)
     if mteb_tasks:
         report["mteb_lite"] = mteb_lite_scores(path, list(mteb_tasks), config)
+    if mteb_tasks and pairs is not None:
+        report["mteb_pooler"] = pooler_scores(path, list(mteb_tasks), config, pairs, out.with_suffix(".pooler"))
     report["probe_seconds"] = round(time.time() - start, 1)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
@@ -137,10 +157,26 @@ def pending(plan: Plan, runs: list[RunSpec], work_dir: Path) -> list[tuple[RunSp
     return sorted(items, key=lambda item: item[1] not in key_iterations(plan, item[0]))
 
 
+def pooler_pairs(plan: Plan, corpus: str | None, mteb_lite_dir: str | None):
+    """The plan's span pairs from the corpus (a file or a folder of ``*.jsonl[.gz]``), checked against the
+    MTEB-lite test sets (refused on overlap); None without a pooler column."""
+    if not plan.pooler_pairs or not corpus or not mteb_lite_dir:
+        return None
+    from megatron_crossbert.evaluation.pooler.leaks import check_leaks
+    from megatron_crossbert.evaluation.pooler.pairs import span_pairs
+
+    files = sorted(Path(corpus).glob("*.jsonl*")) if Path(corpus).is_dir() else [Path(corpus)]
+    pairs = span_pairs(files, plan.pooler_pairs, seed=plan.seed)
+    check_leaks(pairs, mteb_lite_dir)
+    return pairs
+
+
 def run_probe_stage(plan: Plan, runs: list[RunSpec], work_dir: Path, glue_dir: str, probe_dir: str,
-                    limit: int | None = None, mteb_lite_dir: str | None = None) -> int:
+                    limit: int | None = None, mteb_lite_dir: str | None = None, corpus: str | None = None) -> int:
     """Probe pending checkpoints (at most ``limit``), and score them on MTEB-lite when ``mteb_lite_dir`` is
-    given; tasks load once per process. Returns the count."""
+    given (budget points also after a pooler trained on ``corpus`` spans, ``plan.pooler_pairs``); tasks and
+    pairs load once per process. Returns the count."""
+    pairs = pooler_pairs(plan, corpus, mteb_lite_dir)
     config, done = probe_config(plan, work_dir), 0
     for run, iteration, path in pending(plan, runs, work_dir):
         out = probe_path(work_dir, run, iteration)
@@ -149,7 +185,8 @@ def run_probe_stage(plan: Plan, runs: list[RunSpec], work_dir: Path, glue_dir: s
         print(f"[study] probing {run.name} step {iteration}", flush=True)
         tasks, mteb_tasks = _cached_tasks(plan, glue_dir, probe_dir, mteb_lite_dir)
         try:
-            probe_checkpoint(path, out, tasks, config, mteb_tasks)
+            probe_checkpoint(path, out, tasks, config, mteb_tasks,
+                             pairs if iteration in key_iterations(plan, run) else None)
         finally:
             out.with_suffix(".lock").unlink(missing_ok=True)
         done += 1

@@ -4,7 +4,7 @@
 ``encode(DataLoader, *, task_metadata, hf_split, hf_subset, prompt_type, **kwargs) -> [n, h]``, cosine
 similarity) over :class:`~megatron_crossbert.evaluation.encoders.HFEncoder`, so MTEB and the probes embed
 text through the same code (tokenizer, length-sorted batches under ``torch.inference_mode``, pooling).
-The embedding recipe (pooling, L2 norm, max tokens) is the model's own (``evaluation/recipe.py``).
+The embedding recipe (pooling, a trained pooler's Dense modules, L2 norm, max tokens) is the model's own (``evaluation/recipe.py``).
 
 Encoding is where an MTEB run spends its time, so each call encodes every distinct text once, and the
 pooled features are cached per (model identity, task, split, pooling, max tokens, exact texts) in the
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -32,13 +32,14 @@ import numpy as np
 from mteb.models.abs_encoder import AbsEncoder
 from mteb.models.model_meta import ModelMeta, ScoringFunction
 
+from megatron_crossbert.evaluation.dense_head import apply_dense
 from megatron_crossbert.evaluation.encoders import HFEncoder, model_card, resolve_model
 from megatron_crossbert.evaluation.feature_cache import FeatureCache, texts_digest
 from megatron_crossbert.evaluation.mteb.report import check_out_dir, summarize, write_outputs
 from megatron_crossbert.evaluation.mteb.task_folders import discover_task_folders
 from megatron_crossbert.evaluation.mteb.tasks import BuiltTask, build_task
 from megatron_crossbert.evaluation.recipe import EmbeddingRecipe, describe, model_token_limit, resolve_recipe
-from megatron_crossbert.evaluation.whitening import PerTaskWhitening
+from megatron_crossbert.evaluation.whitening import READOUTS, PerTaskWhitening, readout_of
 
 logger = logging.getLogger(__name__)
 DEFAULT_BENCHMARK = "MTEB(eng, v2)"
@@ -66,8 +67,11 @@ class CachingMtebEncoder(AbsEncoder):
     and L2 norm."""
 
     def __init__(self, encoder: HFEncoder, recipe: EmbeddingRecipe, cache: FeatureCache | None = None,
-                 name: str | None = None) -> None:
+                 name: str | None = None, memo: dict[str, np.ndarray] | None = None) -> None:
         self.model, self.recipe, self.cache = encoder, recipe, cache or FeatureCache(None)
+        self.memo = {} if memo is None else memo
+        """Pooled features of this process by cache key, shared with ``variant``s: a second readout of the
+        same backbone (whitened, or through a trained pooler) encodes nothing, disk cache or not."""
         self.whitening = PerTaskWhitening() if recipe.whiten else None
         self.reset_timing()
         source = encoder.resolved.native_checkpoint or encoder.resolved.model_dir
@@ -87,13 +91,23 @@ class CachingMtebEncoder(AbsEncoder):
         """Pooled (un-normalised) features of ``texts``, from the cache when present."""
         key = self.cache.key(kind="mteb", model=self.model.identity, task=task, split=split,
                              pooling=self.recipe.pooling, max_len=self.model.max_len, texts=texts_digest(texts))
-        return self.cache.get_or_compute(key, lambda: embed_unique(
-            lambda unique: self._embed(unique, f"{task}/{split}"), texts))
+        if key not in self.memo:
+            self.memo[key] = self.cache.get_or_compute(key, lambda: embed_unique(
+                lambda unique: self._embed(unique, f"{task}/{split}"), texts))
+        return self.memo[key]
+
+    def variant(self, recipe: EmbeddingRecipe, name: str | None = None) -> "CachingMtebEncoder":
+        """The same backbone, features and caches read through another recipe (whitening on or off, a
+        pooler's Dense modules); its pooling and token count must be this one's, as the features are."""
+        if (recipe.pooling, recipe.tokens) != (self.recipe.pooling, self.recipe.tokens):
+            raise ValueError(f"a variant reads the same pooled features: pooling {recipe.pooling} / "
+                             f"{recipe.tokens} tokens differ from {self.recipe.pooling} / {self.recipe.tokens}")
+        return CachingMtebEncoder(self.model, recipe, self.cache, name or self.mteb_model_meta.name, self.memo)
 
     def encode(self, inputs, *, task_metadata, hf_split: str, hf_subset: str, prompt_type=None,
                **kwargs: Any) -> np.ndarray:
         texts = [text for batch in inputs for text in batch["text"]]
-        emb = self.features(texts, task=task_metadata.name, split=hf_split)
+        emb = apply_dense(self.recipe.dense, self.features(texts, task=task_metadata.name, split=hf_split))
         if self.whitening is not None:
             emb = self.whitening(task_metadata.name, emb)
         return l2_normalize(emb) if self.recipe.normalize else emb
@@ -173,12 +187,31 @@ def evaluate_mteb(wrapper: AbsEncoder, tasks: Sequence[BuiltTask], *, reference:
     return summary, outcome.task_results
 
 
+def other_readout(wrapper: CachingMtebEncoder, tasks: Sequence[BuiltTask], summary: dict) -> dict:
+    """The readout ``wrapper`` does not use, scored on the same tasks from the same features, beside its own:
+    ``{"primary", "tasks": {task: {raw, whitened}}, "average": {...}, "coverage": {...}}``."""
+    primary = readout_of(wrapper.recipe.whiten)
+    flipped = replace(wrapper.recipe, whiten=not wrapper.recipe.whiten, whiten_source="other readout")
+    other, _ = evaluate_mteb(wrapper.variant(flipped), tasks)
+    both = {primary: summary, readout_of(flipped.whiten): other}
+    scores = {r["task"]: {name: None for name in READOUTS} for r in summary["tasks"]}
+    for name, part in both.items():
+        for row in part["tasks"]:
+            scores.setdefault(row["task"], {n: None for n in READOUTS})[name] = row["main_score"]
+    return {"primary": primary, "tasks": scores,
+            "average": {name: part["average"] for name, part in both.items()},
+            "coverage": {name: part.get("coverage") for name, part in both.items()}}
+
+
 def run_mteb(wrapper: CachingMtebEncoder, tasks: Sequence[BuiltTask], out_dir: str | Path, *,
              reference: dict | None = None, raise_error: bool = False, overwrite: bool = False,
-             benchmark_dir: str | None = None) -> dict:
-    """Evaluate ``wrapper`` on ``tasks``; writes one mteb result JSON per task and the summary, returns it."""
+             benchmark_dir: str | None = None, both_readouts: bool = False) -> dict:
+    """Evaluate ``wrapper`` on ``tasks``; writes one mteb result JSON per task and the summary, returns it.
+    ``both_readouts``: the summary also holds the other readout's scores (``readouts``)."""
     out_dir = check_out_dir(out_dir, overwrite)
     summary, results = evaluate_mteb(wrapper, tasks, reference=reference, raise_error=raise_error)
     summary["benchmark_dir"] = benchmark_dir
+    if both_readouts:
+        summary["readouts"] = other_readout(wrapper, tasks, summary)
     write_outputs(results, summary, out_dir)
     return summary

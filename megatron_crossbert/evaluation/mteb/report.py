@@ -23,6 +23,22 @@ from megatron_crossbert.fsutil import atomic_write_text
 from megatron_crossbert.outputs import require_output_dir, writing
 
 SUMMARY_JSON, SUMMARY_MD = "mteb_summary.json", "mteb_summary.md"
+COVERAGE_BENCHMARK = "MTEB(eng, v2)"
+"""The benchmark whose tasks an offline run is averaged over too (the paper's MTEB numbers)."""
+
+
+def benchmark_coverage(rows: Sequence[dict], benchmark: str = COVERAGE_BENCHMARK) -> dict | None:
+    """The average over the rows that are tasks of ``benchmark`` (mteb's registered task, the benchmark's
+    own subset), and how many of its tasks that is: an offline run holds only some of them."""
+    import mteb
+
+    wanted = {task.metadata.name: list(task.hf_subsets or []) for task in mteb.get_benchmark(benchmark).tasks}
+    present = [r for r in rows if r["mteb_task"] in wanted
+               and (r.get("subset") is None or r["subset"] in wanted[r["mteb_task"]])]
+    if not present:
+        return None
+    return {"benchmark": benchmark, "tasks": [r["task"] for r in present], "of": len(wanted),
+            "average": float(np.mean([r["main_score"] for r in present]))}
 
 
 def load_reference(path: str | Path | None) -> dict:
@@ -37,8 +53,9 @@ def load_reference(path: str | Path | None) -> dict:
             "scores": {str(k): float(v) for k, v in scores.items()}}
 
 
-def _rows_per_split(task) -> dict[str, int]:
+def _rows_per_split(task, subset: str | None = None) -> dict[str, int]:
     dataset = getattr(task, "dataset", None)
+    dataset = dataset[subset] if subset and dataset is not None else dataset
     try:
         return {split: len(dataset[split]) for split in dataset} if dataset is not None else {}
     except TypeError:  # online tasks hold nested subsets
@@ -52,7 +69,8 @@ def task_row(built, result, reference: dict) -> dict:
     metadata = built.task.metadata
     return {"task": built.name, "folder": built.folder, "mteb_task": built.mteb_name, "type": str(metadata.type),
             "main_score_name": metadata.main_score, "main_score": score, "reference": ref,
-            "delta": None if ref is None else score - ref, "rows": _rows_per_split(built.task), "note": built.note}
+            "delta": None if ref is None else score - ref, "rows": _rows_per_split(built.task, built.subset), "note": built.note,
+            "subset": built.subset}
 
 
 def undefined_score(row: dict) -> str:
@@ -73,6 +91,7 @@ def summarize(tasks: Sequence, outcome, reference: dict) -> dict:
     paired = [r for r in rows if r["reference"] is not None]
     return {"tasks": rows, "errors": errors,
             "average": float(np.mean([r["main_score"] for r in rows])) if rows else None,
+            "coverage": benchmark_coverage(rows),
             "reference": {k: v for k, v in reference.items() if k != "scores"} or None,
             "paired_average": ({"ours": float(np.mean([r["main_score"] for r in paired])),
                                 "reference": float(np.mean([r["reference"] for r in paired])),
@@ -96,6 +115,10 @@ def summary_markdown(summary: dict) -> str:
         count = (f"{len(summary['tasks'])} of {len(summary['tasks']) + len(errors)} tasks; "
                  f"{', '.join(errors)} failed" if errors else f"{len(summary['tasks'])} tasks")
         lines.append(f"| **average ({count})** | | | **{summary['average']:.2f}** |" + (" | |" if label else ""))
+    coverage = summary.get("coverage")
+    if coverage:
+        lines.append(f"| average of the {len(coverage['tasks'])} of {coverage['benchmark']}'s {coverage['of']} tasks "
+                     f"present | | | {coverage['average']:.2f} |" + (" | |" if label else ""))
     paired = summary.get("paired_average")
     if label and paired:
         lines.append(f"| average of the {paired['tasks']} tasks with a {label} value | | | {paired['ours']:.2f} | "
@@ -103,6 +126,7 @@ def summary_markdown(summary: dict) -> str:
     for name, err in summary["errors"].items():
         lines.append(f"| {name} | error | {err.splitlines()[0][:100] if err else ''} | |" + (" | |" if label else ""))
     lines += [""] + [f"- {r['task']}: {r['note']}" for r in summary["tasks"] if r["note"]]
+    lines += readouts_markdown(summary.get("readouts"))
     recipe, timing = model.get("recipe"), summary.get("timing")
     if recipe:
         lines.append(f"- {describe(EmbeddingRecipe(**recipe))}; mteb {summary.get('mteb_version')}")
@@ -110,6 +134,22 @@ def summary_markdown(summary: dict) -> str:
         lines.append(f"- {timing['texts_encoded']} texts encoded in {timing['encode_wall_s']} s "
                      f"({timing['encode_cpu_s']} CPU-s); whole run {timing['wall_s']} s wall, {timing['cpu_s']} CPU-s")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def readouts_markdown(readouts: dict | None) -> list[str]:
+    """Raw (the paper's) and whitened scores side by side, the average of each, and the MTEB(eng, v2) part."""
+    if not readouts:
+        return []
+    fmt = lambda v: "–" if v is None else f"{v:.2f}"  # noqa: E731
+    lines = ["", f"Readouts (this run's own: {readouts['primary']}):", "", "| task | raw | whitened |", "|---|---:|---:|"]
+    lines += [f"| {task} | {fmt(s['raw'])} | {fmt(s['whitened'])} |" for task, s in readouts["tasks"].items()]
+    lines.append(f"| **average** | {fmt(readouts['average'].get('raw'))} | {fmt(readouts['average'].get('whitened'))} |")
+    cov = {name: c for name, c in (readouts.get("coverage") or {}).items() if c}
+    if cov:
+        first = next(iter(cov.values()))
+        cells = [fmt((cov.get(name) or {}).get("average")) for name in ("raw", "whitened")]
+        lines.append(f"| {first['benchmark']} ({len(first['tasks'])} of {first['of']}) | {cells[0]} | {cells[1]} |")
+    return lines + [""]
 
 
 def check_out_dir(out_dir: str | Path, overwrite: bool) -> Path:

@@ -5,7 +5,9 @@ with local rows (``task_folders`` reads them into MTEB's columns):
 
 - **mteb's own registered task** (``mteb.get_task``), when a benchmark folder holds the same data: same
   name (or ``<name>Classification``, mteb's naming), same kind, and the row counts and score / label
-  statistics of mteb's shipped ``descriptive_stats``. Everything that decides the score is then
+  statistics of mteb's shipped ``descriptive_stats``. For a multilingual task (AmazonCounterfactual) the
+  folder is compared with each English-only hf subset's statistics, and the match runs as that subset
+  alone (``en``), on the eval splits the folder holds. Everything that decides the score is then
   mteb's: evaluator, seed, ``samples_per_label``, ``n_experiments``, LogisticRegression, STS score
   range, main score; the result JSON carries mteb's task name, so it compares line by line with
   MTEB's public results. (Text lengths are not compared: mteb's hub copies differ in whitespace.)
@@ -46,6 +48,7 @@ _COMMON_METADATA = {
 }
 LOCAL_KINDS = ("classification", "sts")
 LOCAL_SUFFIX = "-local"
+ENGLISH = ["eng-Latn"]
 Data = dict[str, dict[str, list]]  # split -> MTEB columns
 
 
@@ -77,6 +80,8 @@ class BuiltTask:
     """The registered mteb task it reproduces, or None for a local task."""
     note: str = ""
     """Why a folder is not mteb's task of the same name, or which data version it is."""
+    subset: str | None = None
+    """The hf subset of a multilingual registered task the folder holds (``en``), else None."""
 
     @property
     def name(self) -> str:
@@ -90,11 +95,17 @@ def _metadata(name: str, task_type: str, main_score: str, path: Path):
                         dataset={"path": str(path), "revision": "local"}, **_COMMON_METADATA)
 
 
-def inject_data(task, data: Data):
-    """Give an mteb task its rows; ``data_loaded`` keeps mteb from downloading (and from unloading ours)."""
+def inject_data(task, data: Data, subset: str | None = None):
+    """Give an mteb task its rows; ``data_loaded`` keeps mteb from downloading (and from unloading ours).
+    ``subset``: the one hf subset of a multilingual task the rows are (mteb then runs only that subset), and
+    only the eval splits the rows hold are run (AmazonCounterfactual's ``validation`` is not read)."""
     from datasets import Dataset, DatasetDict
 
-    task.dataset = DatasetDict({split: Dataset.from_dict(columns) for split, columns in data.items()})
+    splits = DatasetDict({split: Dataset.from_dict(columns) for split, columns in data.items()})
+    task.dataset = splits if subset is None else {subset: splits}
+    if subset is not None:
+        task.hf_subsets = [subset]
+    task.filter_eval_splits([split for split in task.metadata.eval_splits if split in data])
     task.data_loaded = True
     return task
 
@@ -167,21 +178,54 @@ def candidate_names(folder: TaskFolder) -> list[str]:
     return [folder.name] + ([f"{folder.name}Classification"] if folder.kind == "classification" else [])
 
 
-def data_mismatch(task, kind: str, data: Data) -> str | None:
-    """Why local data is not the registered task's (None when row counts and score/label statistics agree)."""
-    stats = task.metadata.descriptive_stats or {}
+def english_subsets(task) -> list[str | None]:
+    """The hf subsets an English folder may be of ``task``: ``[None]`` for a monolingual task, else every
+    subset whose languages are English alone (AmazonCounterfactual: ``en-ext``, ``en``; STS17: ``en-en``)."""
+    if not task.metadata.is_multilingual:
+        return [None]
+    return [subset for subset, langs in task.metadata.hf_subsets_to_langscripts.items() if list(langs) == ENGLISH]
+
+
+def split_stats(task, split: str, subset: str | None) -> dict:
+    """mteb's shipped descriptive statistics of one split (of one hf subset for a multilingual task)."""
+    stats = (task.metadata.descriptive_stats or {}).get(split) or {}
+    return stats if subset is None else ((stats.get("hf_subset_descriptive_stats") or {}).get(subset) or {})
+
+
+def data_mismatch(task, kind: str, data: Data, subset: str | None = None) -> str | None:
+    """Why local data is not the registered task's (None when row counts and score/label statistics agree);
+    ``subset``: compare with that hf subset's statistics."""
+    name = task.metadata.name + (f" ({subset})" if subset else "")
     for split, columns in data.items():
-        ref, rows = stats.get(split) or {}, len(next(iter(columns.values())))
+        ref, rows = split_stats(task, split, subset), len(next(iter(columns.values())))
         if ref.get("num_samples") != rows:
-            return f"{split}: {rows} rows, mteb's {task.metadata.name} has {ref.get('num_samples')}"
+            return f"{split}: {rows} rows, mteb's {name} has {ref.get('num_samples')}"
         labels = ref.get("label_statistics") or {}
         if kind == "sts" and not np.isclose(np.mean(columns["score"]), labels.get("avg_score", np.nan)):
             return f"{split}: mean score {np.mean(columns['score']):.4f}, mteb's {labels.get('avg_score')}"
         if kind == "classification":
             ours = sorted(np.unique(np.asarray(columns["label"], dtype=str), return_counts=True)[1].tolist())
             if ours != sorted(v["count"] for v in (labels.get("labels") or {}).values()):
-                return f"{split}: label counts differ from mteb's {task.metadata.name}"
+                return f"{split}: label counts differ from mteb's {name}"
     return None
+
+
+def registered_match(folder: TaskFolder, data: Data) -> tuple[BuiltTask | None, tuple[str, str] | None]:
+    """mteb's registered task (and English subset) whose data ``data`` is, fed with it; else None and the
+    closest name with why it differs (None when no registered task has the folder's name)."""
+    shadowed = None
+    for name in candidate_names(folder):
+        task = _registered(name, folder.kind)
+        for subset in english_subsets(task) if task is not None else []:
+            why = data_mismatch(task, folder.kind, data, subset)
+            if why is not None:
+                shadowed = (name, why)
+                continue
+            notes = [f"mteb's subset {subset!r}"] if subset else []
+            if task.metadata.superseded_by:
+                notes.append(f"mteb marks {name} superseded by {task.metadata.superseded_by}")
+            return BuiltTask(inject_data(task, data, subset), folder.name, name, "; ".join(notes), subset), None
+    return None, shadowed
 
 
 def subsample_test(data: Data, max_test: int | None, seed: int) -> tuple[Data, int]:
@@ -204,17 +248,9 @@ def build_task(folder: TaskFolder, *, max_test: int | None = None, seed: int = 0
     if max_test is not None and rows > max_test:
         task = local_task(f"{folder.name}-subset", folder.kind, data, folder.directory)
         return BuiltTask(task, folder.name, None, note=f"test subsampled to {max_test} of {rows} rows (seed {seed})")
-    shadowed = None
-    for name in candidate_names(folder):
-        task = _registered(name, folder.kind)
-        if task is None:
-            continue
-        why = data_mismatch(task, folder.kind, data)
-        if why is None:
-            superseded = task.metadata.superseded_by
-            note = f"mteb marks {name} superseded by {superseded}" if superseded else ""
-            return BuiltTask(inject_data(task, data), folder.name, name, note)
-        shadowed = (name, why)
+    built, shadowed = registered_match(folder, data)
+    if built is not None:
+        return built
     if shadowed is None:
         return BuiltTask(local_task(folder.name, folder.kind, data, folder.directory), folder.name, None)
     logger.warning("%s is not mteb's %s (%s); scored as a local task", folder.name, *shadowed)

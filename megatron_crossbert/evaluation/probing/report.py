@@ -30,26 +30,31 @@ def markdown_table(report: dict) -> str:
     """One row per task (metrics, score, sizes, chosen regularisation; the k-NN score where it ran) and
     summary rows."""
     knn = any("knn" in entry for entry in report["tasks"].values())
+    both = report["summary"].get("readouts")
     extra = " k-NN |" if knn else ""
-    lines = [f"| task | metrics | score |{extra} train | test | probe reg. |",
-             "|---|---|---:|" + ("---:|" if knn else "") + "---:|---:|---|"]
+    lines = [f"| task | metrics | score |{' raw | whitened |' if both else ''}{extra} train | test | probe reg. |",
+             "|---|---|---:|" + ("---:|---:|" if both else "") + ("---:|" if knn else "") + "---:|---:|---|"]
     for name, entry in report["tasks"].items():
         chosen = ", ".join(f"{k}={v:g}" for k, v in entry["chosen"].items())
         cell = f" {_fmt(entry['knn']['score'])} (k={entry['knn']['k']}) |" if knn and "knn" in entry else extra and " |"
-        lines.append(f"| {name} | {metrics_text(entry['metrics'])} | {_fmt(entry['score'])} |{cell} "
+        readouts = "".join(f" {_fmt(entry['readouts'][r])} |" for r in ("raw", "whitened")) if both else ""
+        lines.append(f"| {name} | {metrics_text(entry['metrics'])} | {_fmt(entry['score'])} |{readouts}{cell} "
                      f"{entry['n_train']} | {entry['n_test']} | {chosen} |")
     summary = report["summary"]
     if summary["glue_tasks"]:
         label = "GLUE average" if len(summary["glue_tasks"]) >= 9 else "GLUE-style average (tasks run)"
         cell = f" **{_fmt(summary.get('knn_glue_average'))}** |" if knn else ""
+        readouts = "".join(f" {_fmt(both[r]['glue_average'])} |" for r in ("raw", "whitened")) if both else ""
         lines.append(f"| **{label}** | {', '.join(summary['glue_tasks'])} | **{_fmt(summary['glue_average'])}** |"
-                     f"{cell} | | |")
+                     f"{readouts}{cell} | | |")
     failed = summary.get("failed") or []
     label = f"average ({len(summary['tasks']) - len(failed)} of {len(summary['tasks'])} tasks; " \
             f"{', '.join(failed)} failed)" if failed else "average (all tasks)"
     cell = f" **{_fmt(summary.get('knn_average'))}** |" if knn else ""
-    lines.append(f"| **{label}** | | **{_fmt(summary['average'])}** |{cell} | | |")
-    lines += [f"| {name} | failed: {report['tasks'][name]['failed']} |{extra} | | | |" for name in failed]
+    readouts = "".join(f" {_fmt(both[r]['average'])} |" for r in ("raw", "whitened")) if both else ""
+    lines.append(f"| **{label}** | | **{_fmt(summary['average'])}** |{readouts}{cell} | | |")
+    lines += [f"| {name} | failed: {report['tasks'][name]['failed']} |{' |' * (2 if both else 0)}{extra} | | | |"
+              for name in failed]
     return "\n".join(lines)
 
 

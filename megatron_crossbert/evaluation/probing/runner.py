@@ -29,6 +29,7 @@ from megatron_crossbert.evaluation.probing.linear_probes import ProbeConfig, Pro
 from megatron_crossbert.evaluation.probing.metrics import average_scores, finite_or_none
 from megatron_crossbert.evaluation.probing.tasks import ProbeTask, find_jsonl_tasks, load_jsonl_task
 from megatron_crossbert.evaluation.recipe import PROBE_MAX_LEN, describe, fit_max_len, model_token_limit, resolve_recipe
+from megatron_crossbert.evaluation.whitening import READOUTS, readout_of
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +53,8 @@ class ProbeRunConfig:
     knn: int = 0
     """Neighbours of a k-NN probe run beside the linear one on the last layer's features; 0: none."""
     whiten: bool | None = None  # PCA-whiten the features; None: the architecture's default (recipe.py)
+    both_readouts: bool = True
+    """Also probe the other readout (raw: the paper's; whitened) from the same features, side by side."""
     probe: ProbeConfig = field(default_factory=ProbeConfig)
 
 
@@ -113,6 +116,10 @@ def summarize(task_entries: dict[str, dict]) -> dict:
     failed = [name for name, score in every.items() if score is None]
     summary = {"glue_average": average_scores(glue), "glue_tasks": sorted(glue),
                "average": average_scores(every), "tasks": list(every), "failed": failed}
+    if task_entries and all("readouts" in e for e in task_entries.values()):
+        summary["readouts"] = {name: {"glue_average": average_scores({n: task_entries[n]["readouts"][name] for n in glue}),
+                                      "average": average_scores({n: e["readouts"][name] for n, e in task_entries.items()})}
+                               for name in READOUTS}
     if task_entries and all("knn" in e for e in task_entries.values()):
         knn = {name: e["knn"]["score"] for name, e in task_entries.items()}
         summary.update(knn_glue_average=average_scores({n: knn[n] for n in glue}), knn_average=average_scores(knn))
@@ -141,8 +148,16 @@ def run_probing(model_ref: str | Path, tasks: Sequence[ProbeTask], config: Probe
         logger.info("probing %s (%d train / %d test, %d layer(s))", task.spec.name, len(task.train),
                     len(task.test), feats.train.shape[0])
         entries[task.spec.name] = task_entry(task, probe_layers(task, feats, config.probe), config.layers == "all")
+        if config.both_readouts:
+            other = extract_task_features(encoder, task, pooling=config.pooling, layers=config.layers, cache=cache,
+                                          whiten=not recipe.whiten)
+            scores = {readout_of(recipe.whiten): entries[task.spec.name]["score"],
+                      readout_of(not recipe.whiten): task_entry(task, probe_layers(task, other, config.probe),
+                                                                False)["score"]}
+            entries[task.spec.name]["readouts"] = {name: scores[name] for name in READOUTS}
         if config.knn:
             knn = knn_probe(task.spec, feats.train[-1], task.train.labels, feats.test[-1], task.test.labels, config.knn)
             entries[task.spec.name]["knn"] = {**_scores(knn), "k": int(knn.chosen["k"])}
     return {"model": model_card(encoder.resolved), "config": asdict(config), "recipe": asdict(recipe), "tasks": entries,
             "summary": summarize(entries)}
+

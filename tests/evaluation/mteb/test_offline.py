@@ -76,8 +76,15 @@ def test_recipe_comes_from_the_sentence_transformers_config(tmp_path, minilm_dir
     assert (recipe.pooling, recipe.normalize, recipe.max_len) == ("mean", True, 256)
     assert resolve_recipe(minilm_dir, normalize=False).normalize is False
     assert resolve_recipe(tmp_path / "missing") == EmbeddingRecipe(max_len=256) and EmbeddingRecipe().tokens == 256
-    (tmp_path / "modules.json").write_text(json.dumps([{"path": "2_Dense", "type": "sentence_transformers.models.Dense"}]))
+    dense = {"path": "2_Dense", "type": "sentence_transformers.models.Dense"}
+    norm = {"path": "3_Normalize", "type": "sentence_transformers.models.Normalize"}
+    (tmp_path / "modules.json").write_text(json.dumps([dense, norm]))
+    assert read_sentence_transformers_recipe(tmp_path).dense == (str(tmp_path / "2_Dense"),)
+    (tmp_path / "modules.json").write_text(json.dumps([norm, dense]))  # a Dense after the norm is not ours to redo
     with pytest.raises(ValueError, match="modules.json.*Dense"):
+        read_sentence_transformers_recipe(tmp_path)
+    (tmp_path / "modules.json").write_text(json.dumps([{"path": "2_LSTM", "type": "sentence_transformers.models.LSTM"}]))
+    with pytest.raises(ValueError, match="modules.json.*LSTM"):
         read_sentence_transformers_recipe(tmp_path)
     with pytest.raises(ValueError, match="pooling"):
         EmbeddingRecipe(pooling="max")
@@ -117,6 +124,28 @@ def test_registered_task_or_local(mteb_lite_dir, tmp_path):
     assert local.mteb_name is None and local.name == "STS12-local" and "3108" in local.note
     subset = build_task(folders["STS13"], max_test=50)
     assert subset.mteb_name is None and subset.name == "STS13-subset" and len(subset.task.dataset["test"]) == 50
+
+
+def test_english_subset_of_a_multilingual_task_runs_with_its_settings(mteb_lite_dir, tmp_path):
+    """AmazonCounterfactual's folder is the `en` subset of mteb's multilingual task: it runs as that task
+    (32 train rows per label, 10 experiments), that subset alone, on the test split only; a copy with
+    other label counts stays a local task with the reason."""
+    from megatron_crossbert.evaluation.mteb.tasks import build_task
+
+    folder = next(f for f in discover_task_folders(mteb_lite_dir) if f.name == "AmazonCounterfactual")
+    built = build_task(folder)
+    assert (built.mteb_name, built.subset, built.name) == ("AmazonCounterfactualClassification", "en",
+                                                           "AmazonCounterfactualClassification")
+    assert (built.task.samples_per_label, built.task.n_experiments) == (32, 10)
+    assert built.task.hf_subsets == ["en"] and list(built.task.eval_splits) == ["test"]
+    assert len(built.task.dataset["en"]["train"]) == 4018 and len(built.task.dataset["en"]["test"]) == 670
+    copy = tmp_path / "AmazonCounterfactual"
+    copy.mkdir()
+    (copy / "train.jsonl").write_text((folder.splits["train"]).read_text(encoding="utf-8"), encoding="utf-8")
+    (copy / "test.jsonl").write_text("".join(folder.splits["test"].read_text(encoding="utf-8").splitlines(True)[:-1]),
+                                     encoding="utf-8")
+    local = build_task(next(iter(discover_task_folders(tmp_path))))
+    assert local.mteb_name is None and local.name == "AmazonCounterfactual-local" and "669 rows" in local.note
 
 
 def _with_normalize(src, dst):

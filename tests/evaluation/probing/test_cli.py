@@ -57,6 +57,11 @@ def test_report_says_whether_the_features_were_whitened(tiny_hf_encoder, tmp_pat
         assert (report["recipe"]["whiten"], report["recipe"]["whiten_source"]) == (whiten, source)
         assert words in (out / "probe_results.md").read_text()
         assert report["tasks"]["planted"]["metrics"]["accuracy"] > 90.0
+        readouts = report["tasks"]["planted"]["readouts"]  # both readouts, the run's own one equal to its score
+        assert readouts["whitened" if whiten else "raw"] == report["tasks"]["planted"]["score"]
+        assert readouts["raw" if whiten else "whitened"] is not None and "| raw | whitened |" in (
+            out / "probe_results.md").read_text()
+        assert report["summary"]["readouts"]["raw"]["average"] == readouts["raw"]
 
 
 @pytest.mark.slow

@@ -1,0 +1,123 @@
+"""``crossbert-pooler``'s run: check the pairs, score the frozen model, train the pooler, score it again.
+
+One process, one backbone: its pooled features of every MTEB text and every training text are computed once
+(``CachingMtebEncoder``: the disk cache and an in-process memo), the "before" scores are read from them raw
+and whitened (``adapter.other_readout``), the pooler is trained on them (``train.py``), and the "after"
+scores are the same features through the trained map (``recipe.dense``), which the tests show equal
+``SentenceTransformer(saved dir).encode`` to 1e-6. The report has both, side by side, with CPU-seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from megatron_crossbert.evaluation.mteb.report import check_out_dir
+from megatron_crossbert.evaluation.pooler.leaks import check_leaks
+from megatron_crossbert.evaluation.pooler.pairs import TextPairs
+from megatron_crossbert.evaluation.pooler.train import PoolerConfig, save_pooler, train_linear_pooler
+from megatron_crossbert.fsutil import atomic_write_text
+
+REPORT_JSON, REPORT_MD, MODEL_DIR = "pooler_report.json", "pooler_report.md", "model"
+
+
+@dataclass(frozen=True)
+class PoolerRunConfig:
+    """One ``crossbert-pooler`` run."""
+
+    model: str
+    """Native checkpoint, HF directory or sentence-transformers directory (the frozen backbone)."""
+    benchmark_dir: str
+    """MTEB task folders scored before and after, and the test sets the pairs are checked against."""
+    out: str
+    """Output directory: ``model/`` (the sentence-transformers dir), ``before/``, ``after/`` and the report."""
+    pooler: PoolerConfig = field(default_factory=PoolerConfig)
+    """How the pooler is trained."""
+    allow_test_overlap: bool = False
+    """Train even when pairs are test pairs (the report is then marked)."""
+    encoder: dict = field(default_factory=dict)
+    """``build_mteb_encoder`` keywords (cache_dir, device, max_len, batch_size, verify, tokenizer_dir)."""
+    overwrite: bool = False
+    """Replace a report already in ``out``."""
+
+
+def pair_features(wrapper, pairs: TextPairs):
+    """Pooled backbone features of the anchors and of the positives (cached like any MTEB text)."""
+    return (wrapper.features(pairs.anchors, task="pooler-pairs", split="anchor"),
+            wrapper.features(pairs.positives, task="pooler-pairs", split="positive"))
+
+
+def train_on_pairs(wrapper, pairs: TextPairs, config: PoolerConfig):
+    """The map trained on ``wrapper``'s cached pooled features of ``pairs``, and its log (feature seconds too)."""
+    (anchors, positives), seconds = timed(pair_features, wrapper, pairs)
+    layer, log = train_linear_pooler(anchors, positives, config)
+    return layer, {**log, "pair_features": seconds}
+
+
+def pooled_variant(wrapper, dense_dir: str | Path):
+    """``wrapper``'s backbone and features read through the saved Dense module, raw (the pooler is the readout)."""
+    recipe = replace(wrapper.recipe, dense=(str(dense_dir),), whiten=False, whiten_source="pooler")
+    return wrapper.variant(recipe, name=f"{wrapper.mteb_model_meta.name}+pooler")
+
+
+def timed(fn, *args, **kwargs):
+    """``fn``'s result and its wall and CPU seconds."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    out = fn(*args, **kwargs)
+    return out, {"wall_s": round(time.perf_counter() - wall, 2), "cpu_s": round(time.process_time() - cpu, 2)}
+
+
+def run_pooler(config: PoolerRunConfig, pairs: TextPairs) -> dict:
+    """Leak check, MTEB before (raw and whitened), training, save, MTEB after; writes and returns the report."""
+    from megatron_crossbert.evaluation.mteb.adapter import benchmark_tasks, build_mteb_encoder, run_mteb
+
+    out = check_out_dir(config.out, config.overwrite)
+    if (out / REPORT_JSON).exists() and not config.overwrite:
+        raise FileExistsError(f"{out / REPORT_JSON} exists: pass --overwrite, or choose another --out")
+    leaks = check_leaks(pairs, config.benchmark_dir, allow=config.allow_test_overlap)
+    tasks = benchmark_tasks(config.benchmark_dir)
+    before = build_mteb_encoder(config.model, **config.encoder)
+    before_summary, t_before = timed(run_mteb, before, tasks, out / "before", overwrite=config.overwrite,
+                                     benchmark_dir=config.benchmark_dir, both_readouts=True)
+    layer, log = train_on_pairs(before, pairs, config.pooler)
+    after = pooled_variant(before, save_pooler(before.model.resolved.hf_path, before.recipe, layer, out / MODEL_DIR))
+    after_summary, t_after = timed(run_mteb, after, tasks, out / "after", overwrite=config.overwrite,
+                                   benchmark_dir=config.benchmark_dir)
+    report = {"config": asdict(config), "pairs": {"source": pairs.source, "count": len(pairs)},
+              "leaks": leaks.as_dict(), "training": log, "saved": str(out / MODEL_DIR),
+              "before": before_summary, "after": after_summary,
+              "timing": {"mteb_before": t_before, "pair_features": log["pair_features"], "mteb_after": t_after}}
+    atomic_write_text(out / REPORT_JSON, json.dumps(report, indent=2, default=str, allow_nan=False) + "\n")
+    atomic_write_text(out / REPORT_MD, report_markdown(report))
+    return report
+
+
+def report_markdown(report: dict) -> str:
+    """Per task: before (raw, whitened) and after the pooler, the averages, the leak check and the timing."""
+    readouts, after = report["before"]["readouts"], {r["task"]: r["main_score"] for r in report["after"]["tasks"]}
+    fmt = lambda v: "–" if v is None else f"{v:.2f}"  # noqa: E731
+    leaks = report["leaks"]
+    mark = " **(trained on test pairs: --allow-test-overlap)**" if leaks["marked"] else ""
+    lines = [f"# Pooler on a frozen backbone: `{report['config']['model']}`{mark}", "",
+             f"Pairs: {report['pairs']['count']} ({report['pairs']['source']}); test pairs among them: "
+             f"{leaks['leaking_pairs']}; training texts found in test sets: "
+             f"{sum(leaks['texts'].values())} ({', '.join(f'{k} {v}' for k, v in leaks['texts'].items() if v) or 'none'})",
+             "", "| task | frozen, raw | frozen, whitened | pooler trained |", "|---|---:|---:|---:|"]
+    for task, scores in readouts["tasks"].items():
+        lines.append(f"| {task} | {fmt(scores['raw'])} | {fmt(scores['whitened'])} | {fmt(after.get(task))} |")
+    lines.append(f"| **average** | {fmt(readouts['average'].get('raw'))} | {fmt(readouts['average'].get('whitened'))} "
+                 f"| {fmt(report['after']['average'])} |")
+    cov, cov_after = readouts.get("coverage") or {}, report["after"].get("coverage")
+    if cov_after:
+        lines.append(f"| {cov_after['benchmark']} ({len(cov_after['tasks'])} of {cov_after['of']}) | "
+                     f"{fmt((cov.get('raw') or {}).get('average'))} | {fmt((cov.get('whitened') or {}).get('average'))} "
+                     f"| {fmt(cov_after['average'])} |")
+    t, log = report["timing"], report["training"]
+    lines += ["", f"- training: {log['steps']} steps, MNRL loss per epoch "
+                  f"{', '.join(f'{x:.3f}' for x in log['loss_per_epoch'])}; {log['cpu_s']} CPU-s ({log['wall_s']} s wall)",
+              f"- MTEB before (both readouts): {t['mteb_before']['cpu_s']} CPU-s ({t['mteb_before']['wall_s']} s wall); "
+              f"pair features: {t['pair_features']['cpu_s']} CPU-s; MTEB after: {t['mteb_after']['cpu_s']} CPU-s",
+              f"- saved: `{report['saved']}` (SentenceTransformer(dir) and crossbert-mteb load it)"]
+    return "\n".join(lines) + "\n"
