@@ -153,7 +153,7 @@ def _load(trainable, ckpt_root: Path, state: str, verify: str) -> _Clock:
             source = open_checkpoint(ckpt_root / MODEL_DIR, verify)
         read_model_weights(trainable.model, source)
     else:
-        source = verify_checkpoint(resolve_checkpoint_dir(ckpt_root), cfg, defer_contents=True)
+        source = verify_checkpoint(resolve_checkpoint_dir(ckpt_root), cfg)
         with _Clock() as check:
             source = verify_contents(source, verify)
         load_checkpoint(source, trainable.model, trainable.optimizer, trainable.scheduler, cfg)

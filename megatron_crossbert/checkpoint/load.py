@@ -174,7 +174,7 @@ def load_checkpoint(source: VerifiedCheckpoint, model, optimizer, scheduler, run
                                   with_rng=same_layout)
     note_optimizer_impl(_checked(source))
     loaded = _read(_checked(source), request, model, optimizer)
-    # verify.check_schedule already refused or logged any difference; 'config' applies this run's.
+    # resume_schedule already refused or logged any difference; 'config' applies this run's.
     scheduler.override_opt_param_scheduler = run_cfg.checkpoint.lr_schedule_on_resume == "config"
     if not scheduler.override_opt_param_scheduler:
         _use_saved_wsd(scheduler, source.saved)

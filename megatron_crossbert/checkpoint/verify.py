@@ -2,7 +2,7 @@
 
 megatron-core's idiom (``verify_checkpoint_and_load_strategy``, then load): the directory is
 resolved once, its files' contents checked once against ``checksums.json`` (``checkpoint.verify``),
-``run_config.json`` parsed once, the model shape, optimizer format, data, LR schedule and tokenizer
+``run_config.json`` parsed once, the model shape, optimizer format, data and tokenizer
 are checked once, and everything a later step needs travels in one frozen :class:`VerifiedCheckpoint`.
 Resume and ``init_from`` (``checkpoint.start_guard.plan_start``), HF export (``convert``) and
 evaluation take that object and never resolve the reference again; the loads in ``checkpoint.load``
@@ -13,7 +13,6 @@ group exists (:func:`verify_contents`, ``collective=True``), so every rank hashe
 from __future__ import annotations
 
 import json
-import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -31,7 +30,7 @@ from megatron_crossbert.checkpoint.data_record import RECORD_FILE as DATA_RECORD
 from megatron_crossbert.checkpoint.data_record import check_resume_data
 from megatron_crossbert.checkpoint.errors import CheckpointError
 from megatron_crossbert.checkpoint.directories import (
-    RUN_CONFIG_FILE, iteration_of, load_saved_config, resolve_checkpoint_dir,
+    RUN_CONFIG_FILE, load_saved_config, resolve_checkpoint_dir,
 )
 from megatron_crossbert.checkpoint.optimizer_format import reshard_refusal, saved_sharding_type
 from megatron_crossbert.checkpoint.pins import ReaderPin, pin_resolved, reading, vanished
@@ -42,24 +41,10 @@ from megatron_crossbert.checkpoint.tokenizer_record import RECORD_FILE as TOKENI
 from megatron_crossbert.checkpoint.tokenizer_record import TokenizerVerdict, check_checkpoint_tokenizer
 from megatron_crossbert.config import RunConfig
 
-logger = logging.getLogger(__name__)
-
 # Fields that fix parameter shapes or the meaning of positions: a mismatch makes a resume wrong.
 _MODEL_FIELDS = ("arch", "encoder", "vocab_size", "hidden_size", "num_layers", "num_attention_heads", "ffn",
                  "max_position_embeddings", "decoder_num_layers", "dec_hidden", "dec_heads", "dec_ffn",
                  "decoder_position_embedding")
-
-LR_SCHEDULE_FIELDS = ("training.train_iters", "training.lr_warmup_iters", "training.lr_decay_style",
-                      "training.lr", "training.min_lr", "training.lr_wsd_decay_iters",
-                      "training.lr_wsd_decay_fraction", "training.lr_wsd_decay_style")
-"""What the LR scheduler is built from (``training.optimizer.build_scheduler``). megatron's scheduler state
-holds the first five; the WSD fields it does not (``checkpoint.load`` sets them from the saved run)."""
-DATA_SCHEDULE_FIELDS = ("training.step_batch_size_schedule", "training.rampup_batch_size",
-                        "masking.bert_mask_prob_schedule", "masking.bert_mask_prob_schedule_style")
-"""The batch-size warmup and the masking-rate schedule: functions of consumed samples and of the sample
-index, so a resume is exact only under the same values."""
-SCHEDULE_FIELDS = LR_SCHEDULE_FIELDS + DATA_SCHEDULE_FIELDS
-"""``section.field`` of every schedule a resume must agree on (``checkpoint.lr_schedule_on_resume``)."""
 
 
 @dataclass(frozen=True)
@@ -109,60 +94,6 @@ def config_mismatches(saved: RunConfig, current: RunConfig, *, weights_only: boo
     if weights_only:
         return diffs + extension_refusals(saved, current)
     return diffs + resume_mismatches(saved, current)
-
-
-def schedule_changes(saved: RunConfig, current: RunConfig) -> list[str]:
-    """'section.field: checkpoint X -> run Y' for every schedule field that differs."""
-    return [f"{key}: checkpoint {saved.value_at(key)!r} -> run {current.value_at(key)!r}"
-            for key in SCHEDULE_FIELDS if saved.value_at(key) != current.value_at(key)]
-
-
-def schedule_for_resume(current: RunConfig, source: VerifiedCheckpoint | None) -> RunConfig:
-    """The run config a resume trains with: under ``lr_schedule_on_resume=checkpoint`` the checkpoint's
-    batch-size and masking-rate schedules replace this run's (its LR schedule comes from the scheduler
-    state, ``checkpoint.load``); otherwise ``current`` unchanged."""
-    if source is None or source.weights_only or current.checkpoint.lr_schedule_on_resume != "checkpoint":
-        return current
-    sections: dict[str, dict] = {}
-    for key in DATA_SCHEDULE_FIELDS:
-        section, _, name = key.partition(".")
-        sections.setdefault(section, {})[name] = source.saved.value_at(key)
-    return replace(current, **{section: replace(getattr(current, section), **fields)
-                                           for section, fields in sections.items()})
-
-
-def check_schedule(ckpt_dir: Path, saved: RunConfig, current: RunConfig) -> list[str]:
-    """Apply checkpoint.lr_schedule_on_resume to the differences; returns them (logged when kept/applied)."""
-    changes = schedule_changes(saved, current)
-    policy = current.checkpoint.lr_schedule_on_resume
-    if changes and policy == "refuse":
-        raise CheckpointError(
-            f"{ckpt_dir}: the schedule differs from the checkpoint's ({'; '.join(changes)}); set "
-            f"--lr-schedule-on-resume checkpoint (keep the saved schedule) or config (apply this run's "
-            f"from step {iteration_of(ckpt_dir) or 0} on), or restore the old values")
-    if changes:
-        verb = "keeping the checkpoint's schedule" if policy == "checkpoint" else "applying this run's schedule"
-        logger.warning("resume from %s: schedule changed (%s); %s (checkpoint.lr_schedule_on_resume=%s)",
-                       ckpt_dir, "; ".join(changes), verb, policy)
-    return changes
-
-
-LOGGED_CHANGES = {
-    "training.global_batch_size": "samples per step change from here on; the LR schedule counts steps",
-    "training.micro_batch_size": "the same samples per step, in micro-batches of another size",
-    "data.document_mask": "what attention sees changes, no shape does",
-}
-"""Settings a resume may change (no tensor's shape depends on them): allowed, and logged, as schedule
-changes are. ``load_saved_config`` reads checkpoints from before document masks as trained without."""
-
-
-def _note_changes(ckpt_dir: Path, saved: RunConfig, current: RunConfig) -> None:
-    """One log line per :data:`LOGGED_CHANGES` setting this resume changes."""
-    for key, why in LOGGED_CHANGES.items():
-        before, after = saved.value_at(key), current.value_at(key)
-        if before != after:
-            logger.warning("resume from %s: %s %r -> %r from step %d (%s)", ckpt_dir, key, before, after,
-                           iteration_of(ckpt_dir) or 0, why)
 
 
 def _stored_sharding_type(ckpt_dir: Path, saved: RunConfig, current: RunConfig) -> str | None:
@@ -245,19 +176,19 @@ def _pin(ckpt_dir: Path) -> ReaderPin | None:
 
 
 def verify_checkpoint(ckpt_dir: Path, current: RunConfig, *, weights_only: bool = False,
-                      reference: str | Path | None = None, defer_contents: bool = False) -> VerifiedCheckpoint:
+                      reference: str | Path | None = None) -> VerifiedCheckpoint:
     """Check a resolved checkpoint directory against this run; CheckpointError naming every problem.
 
     The checkpoint is pinned first (a run writing into its directory does not prune it while the
-    returned object lives, ``pins``). Its files' contents are checked next (``checkpoint.verify``),
-    unless ``defer_contents`` (a training start, before its process group exists: :func:`verify_contents`
-    follows). A full resume
+    returned object lives, ``pins``). Its files' contents are left ``"pending"``: a training start checks
+    them once its process group exists, each rank its share (:func:`verify_contents`), and every load
+    refuses a pending one. A full resume
     (``weights_only=False``) then checks the model shape, that the stored optimizer state can be read
-    at this TP/PP, the data (``data_record``: datasets, weights, split, seq_length) and the
-    LR-schedule policy; ``init_from`` checks the model shape only. Both check the tokenizer.
+    at this TP/PP and the data (``data_record``: datasets, weights, split, seq_length); ``init_from`` checks
+    the model shape only. Both check the tokenizer. What a resume does with changed schedules is
+    ``resume_schedule``'s policy, applied by the front door (``manager``).
     """
     pin = _pin(ckpt_dir)
-    contents = "pending" if defer_contents else _contents(ckpt_dir, current.checkpoint.verify, False)
     saved = load_saved_config(ckpt_dir)
     diffs = config_mismatches(saved, current, weights_only=weights_only)
     sharding_type = None if weights_only else _stored_sharding_type(ckpt_dir, saved, current)
@@ -267,13 +198,11 @@ def verify_checkpoint(ckpt_dir: Path, current: RunConfig, *, weights_only: bool 
         raise CheckpointError(f"checkpoint {ckpt_dir} is incompatible with this run:\n  " + "\n  ".join(diffs))
     if not weights_only:
         check_resume_data(ckpt_dir, saved, current)
-        check_schedule(ckpt_dir, saved, current)
-        _note_changes(ckpt_dir, saved, current)
     else:
         log_extension(str(ckpt_dir), saved, current)
     verdict = check_checkpoint_tokenizer(ckpt_dir, current)
     return VerifiedCheckpoint(ckpt_dir, saved, sharding_type, verdict, weights_only,
-                              str(ckpt_dir if reference is None else reference), contents, pin)
+                              str(ckpt_dir if reference is None else reference), "pending", pin)
 
 
 def open_checkpoint(reference: str | Path, verify: str = "full") -> VerifiedCheckpoint:
