@@ -1,5 +1,5 @@
 """``outputs.py``: outputs outside training appear whole or not at all, a full disk is one line naming the
-output, and a file where a directory goes is refused before any work (issue 27). The real full disk is
+output, and a file where a directory goes is refused before any work. The real full disk is
 ``tests/cli/test_disk_full_outputs.py``; here the rules, with real files and a real SIGKILL."""
 
 from __future__ import annotations

@@ -248,7 +248,7 @@ def claims_section(plan: Plan, runs: list[RunSpec], work_dir: Path, curves: an.S
     states = [f"`{k}`: {v}" for k, v in status.items()
               if isinstance(v, str) and not k.startswith(CPU_KEY) and not v.startswith("done")]
     return "\n\n".join([
-        "## The paper's claims, with seeds and intervals (issue 26)",
+        "## The paper's claims, with seeds and intervals",
         "Verdicts (a verdict only where the 95% interval of the paired difference excludes zero):\n\n" + claims,
         "Stages not done when this page was written: " + ("; ".join(states) if states else "none") + ".",
         "### What was run", _plan_text(plan, runs, work_dir), _cost_text(work_dir, status),

@@ -1,7 +1,7 @@
 """Content hashes for every file of a checkpoint: recorded at commit, verified before any use.
 
-DCP's ``.metadata`` records only where each item lies (offset, length), so before issue 17 one
-flipped byte in a ``.distcp`` shard loaded silently, and export and resume ran on the changed
+DCP's ``.metadata`` records only where each item lies (offset, length), so without a record one
+flipped byte in a ``.distcp`` shard loads silently, and export and resume run on the changed
 weight. ``iter_*/checksums.json`` records, for every other file of the directory, its size and a
 streaming xxh3-128 digest: xxhash runs at ~20 GB/s on one core here, against ~1.1 for blake2b and
 ~1.6 for SHA-256 (megatron-core's own ``integrity.json``, which also makes rank 0 hash every file).
@@ -14,11 +14,11 @@ gathers them, hashes the rest (``.metadata``, ``metadata.json``, the records) an
 (``verify.verify_contents``): sizes first, then hashes, split across the ranks of a job
 (:func:`files_for_rank`) and gathered, so every rank raises the same one line naming the file.
 
-What a record must cover (issue 27): a checkpoint saved by a version that writes records and found
+What a record must cover: a checkpoint saved by a version that writes records and found
 without one is damaged, not old (:func:`missing_record`; its ``run_config.json`` says which version
 wrote it), and every file a load reads must be listed (:func:`unrecorded_reads`): the shards ``.metadata``
-lists, ``.metadata`` itself, the configs and records. Before, deleting the record, or one entry of
-it, let a flipped byte through with a misleading warning or none. Only a checkpoint from before
+lists, ``.metadata`` itself, the configs and records. Otherwise deleting the record, or one entry of
+it, would let a flipped byte through with a misleading warning or none. Only a checkpoint from before
 records loads without one, with one warning per directory; a file no load reads may stay unrecorded.
 """
 

@@ -3,7 +3,7 @@
 Shared by both (here):
 - ``encoders.resolve_model(ref)`` / ``encoders.HFEncoder``: native checkpoints go through HF export;
 - ``recipe.resolve_recipe(dir)``: a model's own embedding recipe (pooling, L2 norm, max tokens, whitening);
-- ``whitening.fit_whitening(features)``: PCA whitening, the frozen-feature default of our checkpoints (issue 31);
+- ``whitening.fit_whitening(features)``: PCA whitening, the frozen-feature default of our checkpoints;
 - ``feature_cache.FeatureCache``: pooled features on disk, keyed by model identity and exact texts;
 - ``training_hook.probe_in_training(model, run_cfg, tasks, iteration)``: what training calls every N steps.
 

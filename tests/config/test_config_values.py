@@ -1,6 +1,6 @@
-"""Values that cannot work are refused when the config is read, in one line naming the key (issue 27).
+"""Values that cannot work are refused when the config is read, in one line naming the key.
 
-Before: a negative clip trained unclipped, ``init_method_std: 0`` started every weight at 0, a 0 FFN width
+Unchecked, a negative clip trained unclipped, ``init_method_std: 0`` started every weight at 0, a 0 FFN width
 silently became 4*hidden, ``split: '0,100,0'`` was a 55-line traceback after start-up, blend weights of 0,
 NaN or infinity reached megatron's asserts, torch refused betas and seeds after start-up naming no key."""
 

@@ -1,7 +1,7 @@
 """Bad gold labels are refused by every task reader in one line naming the file and the row, and no NaN is
-ever reported as a result (issue 27; readers only, no model: the CLIs are in ``test_eval_inputs.py``).
+ever reported as a result (readers only, no model: the CLIs are in ``test_eval_inputs.py``).
 
-Before: an STS row scored NaN or Infinity, or every score equal, gave ``nan`` per task and a NaN average
+Unguarded, an STS row scored NaN or Infinity, or every score equal, gave ``nan`` per task and a NaN average
 with exit 0; a null probe label became the class "None"; a constant STS-B dev set scored Spearman 0.0;
 a string score said ``could not convert string to float`` naming no file."""
 

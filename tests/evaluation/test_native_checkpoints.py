@@ -72,14 +72,14 @@ def test_mteb_cli_on_native_checkpoint(native):
     recipe = summary["model"]["recipe"]
     assert (recipe["pooling"], recipe["normalize"], recipe["max_len"]) == ("mean", False, 24)
     assert recipe["source"].startswith("flags over") and recipe["source"].endswith("modules.json")
-    assert (recipe["whiten"], recipe["whiten_source"]) == (True, "architecture crossbert")  # issue 31
+    assert (recipe["whiten"], recipe["whiten_source"]) == (True, "architecture crossbert")
     assert [row["task"] for row in summary["tasks"]] == ["WordSTS"]
 
 
 def test_live_encode_suite_matches_exported_features(native):
     from transformers import AutoTokenizer
 
-    from megatron_crossbert.checkpoint.directories import read_run_config
+    from tests.support.training import read_run_config
     from megatron_crossbert.evaluation.probing.in_training import (
         load_suite_tasks, make_encode_embed_fn, run_probe_suite,
     )

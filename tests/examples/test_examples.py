@@ -100,7 +100,8 @@ def _run_tiny(work: Path, extra: str = "", **env) -> str:
 
 @pytest.mark.e2e
 def test_tiny_example_runs_with_dp_tp_and_pp(tmp_path):
-    from megatron_crossbert.checkpoint.directories import latest_iteration, read_run_config
+    from megatron_crossbert.checkpoint.directories import latest_iteration
+    from tests.support.training import read_run_config
 
     from tests.support.synthetic_eval import write_jsonl_task, write_mteb_lite_fixture
 

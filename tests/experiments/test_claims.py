@@ -87,7 +87,7 @@ def test_every_shipped_plan_loads_and_a_bad_plan_is_one_error_naming_the_file_an
         plan = resolve_plan(name)
         assert plan.name == name and all_runs(plan)
     cpu = resolve_plan("cpu")
-    assert len(cpu.seeds) >= 3 and len(cpu.sweep_shapes) >= 3 and cpu.probe_max_test is None  # the floor
+    assert len(cpu.seeds) >= 3 and len(cpu.sweep_shapes) >= 3 and cpu.probe_max_test is None  # the study's floor
     bad = tmp_path / "mine.yaml"
     bad.write_text((PLANS / "smoke.yaml").read_text().replace("seq_length: 32", "seq_length: long"))
     with pytest.raises(ValueError, match=r"mine.yaml: .*plan.seq_length"):

@@ -97,12 +97,6 @@ def read_tsv_numbered(path: str | Path, header: bool) -> tuple[list[str] | None,
     return None, rows
 
 
-def read_tsv(path: str | Path, header: bool) -> tuple[list[str] | None, list[list[str]]]:
-    """``read_tsv_numbered`` without the line numbers."""
-    names, rows = read_tsv_numbered(path, header)
-    return names, [row for _, row in rows]
-
-
 def _column_index(column: Column, header: list[str] | None, path: Path) -> int:
     if isinstance(column, int):
         return column
