@@ -90,9 +90,9 @@ class MetricsLogger:
     def _progress_bar(self, start_iteration: int):
         if not sys.stdout.isatty():
             return None
-        from tqdm import tqdm
+        from megatron_crossbert.progress import progress_bar
 
-        return tqdm(total=self.cfg.training.train_iters, initial=start_iteration, unit="step", dynamic_ncols=True)
+        return progress_bar(total=self.cfg.training.train_iters, initial=start_iteration, unit="step", dynamic_ncols=True)
 
     def record(self, loss_sum: float, num_tokens: float, skipped: bool, samples: int) -> None:
         """One step's results; ``samples`` = its global batch."""

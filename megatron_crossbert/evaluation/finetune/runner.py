@@ -19,7 +19,6 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
-from tqdm.auto import tqdm
 
 from megatron_crossbert.content_identity import file_identity
 from megatron_crossbert.evaluation.probing.glue import (GLUE_FORMATS, GLUE_TASK_NAMES, available_glue_tasks,
@@ -27,6 +26,7 @@ from megatron_crossbert.evaluation.probing.glue import (GLUE_FORMATS, GLUE_TASK_
                                                          load_glue_task)
 from megatron_crossbert.fsutil import atomic_write_text
 from megatron_crossbert.outputs import require_output_dir, writing
+from megatron_crossbert.progress import progress_bar
 
 from .loop import RunSpec, run_one
 from .presets import Preset
@@ -145,7 +145,7 @@ def run_task(name: str, resolved, tokenizer, glue_dir: str | Path, out: Path, co
     finished = [done for done in stored if done is not None]
     n_train = len(task.train) if config.max_train is None else min(config.max_train, len(task.train))
     total = sum(-(-n_train // spec.batch_size) * spec.epochs for spec in todo)
-    with tqdm(total=total, desc=f"{name} ({len(finished)}/{len(specs)} runs done)", unit="step",
+    with progress_bar(total=total, desc=f"{name} ({len(finished)}/{len(specs)} runs done)", unit="step",
               disable=not config.progress) as bar:
         for spec in todo:
             bar.set_postfix(lr=f"{spec.lr:g}", seed=spec.seed)
