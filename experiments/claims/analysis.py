@@ -21,7 +21,7 @@ from megatron_crossbert.benchmarking.study.plan import Plan, RunSpec, arm_of, co
 from megatron_crossbert.benchmarking.study.probe_stage import load_probe_results
 from megatron_crossbert.benchmarking.study.stats import Interval, mean_interval, paired_difference, ratio_interval
 from megatron_crossbert.benchmarking.study.train_stage import valid_losses
-from megatron_crossbert.evaluation.probing.metrics import average_scores
+from megatron_crossbert.evaluation.tasks.metrics import average_scores
 
 HEADLINE = "glue_average"
 

@@ -73,7 +73,7 @@ class TrainingConfig:
     """Steps between in-training frozen probes; 0 disables."""
     probe_tasks: list[str] = field(default_factory=list)
     """Probe task specs for in-training probes: ``glue:DIR:TASKS``, ``jsonl:DIR``, a directory, or
-    ``mteb:DIR[:TASKS]`` (MTEB-lite folders scored by mteb; evaluation/training_hook.py)."""
+    ``mteb:DIR[:TASKS]`` (MTEB-lite folders scored by mteb; evaluation/in_training.py)."""
 
     def __post_init__(self) -> None:
         _positive(self, "micro_batch_size", "global_batch_size", "train_iters", "lr", "log_interval",

@@ -18,7 +18,7 @@ import torch.distributed as dist
 from megatron_crossbert.checkpoint.manager import CheckpointManager
 from megatron_crossbert.config import RunConfig
 from megatron_crossbert.platform import is_rank_zero
-from megatron_crossbert.training.hooks import ProbeFn, ProbeHook
+from megatron_crossbert.training.hooks import ProbeFn, InTrainingProbes
 from megatron_crossbert.training.logging import MetricsLogger
 from megatron_crossbert.training.optimizer import current_lr
 from megatron_crossbert.training.setup import (
@@ -72,7 +72,7 @@ def _account(result: StepResult, state: LoopState, max_nonfinite: int, iteration
             f"Lower the learning rate, check the data, or resume from an earlier checkpoint.")
 
 
-def _after_step(session: Session, state: LoopState, logger: MetricsLogger, probes: ProbeHook, valid_ds) -> None:
+def _after_step(session: Session, state: LoopState, logger: MetricsLogger, probes: InTrainingProbes, valid_ds) -> None:
     """Logging, then validation, probes and periodic saves (timed out of the throughput figures)."""
     cfg, it = session.run_cfg, session.progress.iteration
     if it % cfg.training.log_interval == 0 or it == cfg.training.train_iters:
@@ -163,7 +163,7 @@ def run_loop(session: Session, exit_at_iteration: int | None = None, probe_fn: P
     cfg, state = session.run_cfg, LoopState()
     train_iter, valid_ds = build_data(session)
     logger = _make_logger(session)
-    probes = ProbeHook(cfg, logger, probe_fn)
+    probes = InTrainingProbes(cfg, logger, probe_fn)
     with contextlib.ExitStack() as stack:
         stop = stop or stack.enter_context(StopSignal())
         stack.callback(logger.close)

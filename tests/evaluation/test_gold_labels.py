@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from megatron_crossbert.evaluation.mteb.task_folders import read_columns
-from megatron_crossbert.evaluation.probing.glue import load_glue_task
-from megatron_crossbert.evaluation.probing.tasks import load_jsonl_task
+from megatron_crossbert.evaluation.tasks.glue import load_glue_task
+from megatron_crossbert.evaluation.tasks.data import load_jsonl_task
 
 
 def _sts(path: Path, scores: list, bom: bool = False) -> Path:
@@ -104,10 +104,10 @@ def test_no_nan_reaches_a_probe_report():
     """Constant gold in a subsample (the readers refuse it in a whole file) makes the task failed: no NaN in
     the metrics, the average over the other tasks only, and strict JSON."""
     from megatron_crossbert.evaluation.probing.linear_probes import ProbeResult
-    from megatron_crossbert.evaluation.probing.metrics import compute_metrics
+    from megatron_crossbert.evaluation.tasks.metrics import compute_metrics
     from megatron_crossbert.evaluation.probing.report import markdown_table
     from megatron_crossbert.evaluation.probing.runner import summarize, task_entry
-    from megatron_crossbert.evaluation.probing.tasks import ProbeTask, Split, default_spec
+    from megatron_crossbert.evaluation.tasks.data import ProbeTask, Split, default_spec
 
     metrics = compute_metrics(("spearman", "pearson"), np.full(4, 2.0), np.arange(4.0))
     assert all(math.isnan(v) for v in metrics.values())
@@ -135,7 +135,8 @@ def test_no_nan_reaches_an_mteb_summary():
 
     def built(name):
         metadata = SimpleNamespace(type="STS", main_score="cosine_spearman")
-        return SimpleNamespace(name=name, folder=name, mteb_name=None, note="", task=SimpleNamespace(metadata=metadata))
+        return SimpleNamespace(name=name, folder=name, mteb_name=None, note="", subset=None,
+                               task=SimpleNamespace(metadata=metadata))
 
     def result(name, score):
         return SimpleNamespace(task_name=name, get_score=lambda: score)

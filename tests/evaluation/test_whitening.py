@@ -9,7 +9,7 @@ import pytest
 from sklearn.decomposition import PCA
 
 from megatron_crossbert.evaluation.probing.linear_probes import pair_features, probe_features
-from megatron_crossbert.evaluation.probing.tasks import TaskSpec
+from megatron_crossbert.evaluation.tasks.data import TaskSpec
 from megatron_crossbert.evaluation.whitening import fit_whitening
 
 STS = TaskSpec("toy-sts", "regression", ("spearman", "pearson"), is_pair=True)

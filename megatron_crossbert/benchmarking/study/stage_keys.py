@@ -40,7 +40,7 @@ def train_key(plan: Plan, run: RunSpec) -> dict:
 
 def probe_key(plan: Plan, glue_dir: str, probe_dir: str, mteb_lite_dir: str | None) -> dict:
     """Every probe JSON: the probe settings and the tasks' data by content."""
-    from megatron_crossbert.evaluation.probing.glue import GLUE_FORMATS, canonical_glue_name
+    from megatron_crossbert.evaluation.tasks.glue import GLUE_FORMATS, canonical_glue_name
 
     glue = {name: tree_identity(Path(glue_dir) / GLUE_FORMATS[canonical_glue_name(name)].directory)
             for name in plan.glue_tasks}

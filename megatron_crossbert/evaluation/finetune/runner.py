@@ -21,7 +21,7 @@ from typing import Sequence
 
 
 from megatron_crossbert.content_identity import file_identity
-from megatron_crossbert.evaluation.probing.glue import (GLUE_FORMATS, GLUE_TASK_NAMES, available_glue_tasks,
+from megatron_crossbert.evaluation.tasks.glue import (GLUE_FORMATS, GLUE_TASK_NAMES, available_glue_tasks,
                                                          canonical_glue_name, glue_files, glue_task_available,
                                                          load_glue_task)
 from megatron_crossbert.fsutil import atomic_write_text

@@ -12,8 +12,8 @@ from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
 from megatron_crossbert.evaluation.finetune.presets import PRESETS, get_preset
 from megatron_crossbert.evaluation.finetune.report import render_markdown, summarize_task
-from megatron_crossbert.evaluation.probing.glue import GLUE_FORMATS
-from megatron_crossbert.evaluation.probing.metrics import compute_metrics
+from megatron_crossbert.evaluation.tasks.glue import GLUE_FORMATS
+from megatron_crossbert.evaluation.tasks.metrics import compute_metrics
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from megatron_crossbert.evaluation.probing.runner import ProbeRunConfig, run_probing
-from megatron_crossbert.evaluation.probing.tasks import load_jsonl_task
+from megatron_crossbert.evaluation.tasks.data import load_jsonl_task
 
 
 def _task(root, train: list[tuple[str, int]], name: str = "toy"):
