@@ -16,6 +16,7 @@ nothing, so the directory helpers stay cheap:
 - ``resume_schedule``: what a resume does with changed schedules (``checkpoint.lr_schedule_on_resume``);
 - ``state``: what a full training checkpoint holds (the sharded state dict, RNG, progress);
 - ``save``: full and model-only saves, synchronous or in the background, per-run ``RunSaves``;
+- ``fault_points``: the one seam through which tests make a save fail or stall (``CROSSBERT_TEST_*``);
 - ``load``: the resume and the model-only load of a verified checkpoint;
 - ``manager``: ``CheckpointManager``, the front door a training run starts, saves and finishes through.
 
