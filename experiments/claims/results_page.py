@@ -13,7 +13,7 @@ from pathlib import Path
 
 from megatron_crossbert.arch import get_arch
 from megatron_crossbert.benchmarking.report import throughput_markdown
-from megatron_crossbert.benchmarking.study.plan import Plan, RunSpec
+from .study.plan import Plan, RunSpec
 from megatron_crossbert.outputs import write_section
 
 from .analysis import StudyCurves

@@ -7,12 +7,10 @@ a toy (CPU dry run) payload is never written there, since it holds no GPU number
 
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
 
 from megatron_crossbert.benchmarking.gpu_check import ratio_markdown
 from megatron_crossbert.benchmarking.report import fmt, markdown_table
-from megatron_crossbert.benchmarking.study.stats import mean_interval
 from megatron_crossbert.outputs import section_marks, write_section
 
 SECTION = "gpu-validation"
@@ -37,47 +35,6 @@ def smoke_markdown(result: dict) -> str:
     rows = [[s["name"], s.get("precision", "—"), " ".join(fmt(x, 3) for x in s.get("losses", [])),
              "ok" if s["ok"] else f"FAILED: {s.get('error', 'non-finite loss')}"] for s in result["train_steps"]]
     return "\n".join(lines) + "\n\n" + markdown_table(["model", "precision", "losses", "status"], rows)
-
-
-def _mean_spread(values: list[float]) -> str:
-    """Mean ± the 95% Student-t half-width over the seeds (the claims study's rule, ``study.stats``)."""
-    interval = mean_interval(values)
-    return "—" if interval is None else interval.text()
-
-
-def claims_rows(result: dict) -> list[list[str]]:
-    """One row per arm: each task's score, the GLUE and MTEB-lite averages, mean ± 95% interval over seeds."""
-    tasks = result["plan"]["glue_tasks"]
-    arms = [arm for seed in result["seeds"] for arm in seed["arms"]]
-    rows = []
-    for name in dict.fromkeys(arm["arm"] for arm in arms):
-        mine = [arm for arm in arms if arm["arm"] == name]
-        scored = [arm["scores"] for arm in mine if arm["scores"]]
-        cells = [_mean_spread([s["tasks"][t] for s in scored if t in s["tasks"]]) for t in tasks]
-        errors = ("; ".join(arm["error"].splitlines()[0] for arm in mine if arm["error"])
-                  or ("" if scored else "not probed"))
-        mteb = [s["mteb_lite_average"] for s in scored if s.get("mteb_lite_average") is not None]
-        rows.append([name, fmt(mine[0]["steps"], 0), f"{mine[0]['model_flops']:.3g}",
-                     fmt(statistics.fmean(a["process_s"] for a in mine) if all(a["process_s"] for a in mine) else None, 0),
-                     *cells, _mean_spread([s["glue_average"] for s in scored]), _mean_spread(mteb), errors or "ok"])
-    return rows
-
-
-def claims_markdown(result: dict) -> str:
-    plan, seeds = result["plan"], [s["seed"] for s in result["seeds"]]
-    shape = plan["shape"]
-    head = (f"Equal compute: {plan['budget_flops_per_arm']:.3g} model FLOPs per trained arm, "
-            f"{plan['precision']}, h={shape['hidden_size']}, {shape['num_layers']} layers, L={plan['seq_length']}, "
-            f"batch {plan['global_batch']}, lr {plan['lr']} constant after {plan['warmup']} warm-up steps. Frozen "
-            f"mean-pooled probes, {plan['probe_max_train']} train rows per task, dev sets "
-            f"{'in full' if plan['probe_max_test'] is None else 'subsampled'}. MTEB-lite avg: mteb's main score "
-            f"over STS12-16 and Banking77 (`crossbert-mteb`'s protocol), test sets "
-            f"{'in full' if plan.get('mteb_lite_max_test') is None else 'subsampled'}. "
-            f"{'One seed' if len(seeds) == 1 else f'{len(seeds)} seeds (mean ± 95% interval)'}: {seeds}"
-            + (f"; seeds {result['skipped_seeds']} skipped for lack of time." if result["skipped_seeds"] else "."))
-    headers = ["arm", "steps", "model FLOPs", "train process s", *plan["glue_tasks"], "GLUE avg", "MTEB-lite avg",
-               "status"]
-    return head + "\n\n" + markdown_table(headers, claims_rows(result))
 
 
 def attention_markdown(result: dict) -> str:
@@ -110,7 +67,7 @@ def _stage_body(name: str, record: dict) -> str:
         return (f"`{result['command']}`; GEMM now {fmt(result.get('gemm_tflops_measured_now'), 1)} TFLOP/s "
                 f"(MFU quoted against {result.get('peak_tflops_used')}); {result.get('transformer_engine')}\n\n"
                 + ratio_markdown(result))
-    return claims_markdown(result)
+    return f"`{result.get('command', 'python -m experiments.claims')}`\n\n{result.get('markdown', '(no table)')}"
 
 
 def device_check_markdown(payload: dict) -> str:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from megatron_crossbert.benchmarking.study.plan import Plan, RunSpec, run_spec_config
+from .plan import Plan, RunSpec, run_spec_config
 from megatron_crossbert.content_identity import tree_identity
 from megatron_crossbert.fsutil import atomic_write_text
 
