@@ -34,9 +34,9 @@ import socket
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from megatron_crossbert.checkpoint.checksums import hash_bytes
 from megatron_crossbert.checkpoint.errors import CheckpointError
 from megatron_crossbert.config import RunConfig
+from megatron_crossbert.content_identity import hash_bytes
 from megatron_crossbert.fsutil import atomic_write_text, pid_start_time
 
 LATEST_FILE = "latest"
@@ -110,7 +110,7 @@ class PendingCommit:
     after: str | None
     """What 'latest' named when the commit began (None: there was no 'latest')."""
     run_config_xxh3: str
-    """The hash of the ``run_config.json`` text the commit writes (``checksums.hash_bytes``)."""
+    """The hash of the ``run_config.json`` text the commit writes (``content_identity.hash_bytes``)."""
     writer: dict
     """Who commits: host, pid, pid start time (for the log line of whoever finishes the commit)."""
 

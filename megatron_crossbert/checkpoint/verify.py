@@ -12,32 +12,16 @@ group exists (:func:`verify_contents`, ``collective=True``), so every rank hashe
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from megatron_crossbert.checkpoint.checksums import (
-    ContentsVerdict,
-    files_for_rank,
-    missing_record,
-    problems,
-    raise_first,
-    read_record,
-    unrecorded_reads,
-)
+from megatron_crossbert.checkpoint.checksums import ContentsVerdict, check_contents
 from megatron_crossbert.checkpoint.context_extension import extension_refusals, log_extension, resume_mismatches
-from megatron_crossbert.checkpoint.data_record import RECORD_FILE as DATA_RECORD_FILE
 from megatron_crossbert.checkpoint.data_record import check_resume_data
+from megatron_crossbert.checkpoint.directories import load_saved_config, resolve_checkpoint_dir
 from megatron_crossbert.checkpoint.errors import CheckpointError
-from megatron_crossbert.checkpoint.directories import (
-    RUN_CONFIG_FILE, load_saved_config, resolve_checkpoint_dir,
-)
 from megatron_crossbert.checkpoint.optimizer_format import reshard_refusal, saved_sharding_type
 from megatron_crossbert.checkpoint.pins import ReaderPin, pin_resolved, reading, vanished
-from megatron_crossbert.checkpoint.safe_pickle import (
-    LEGACY_COMMON_FILE, MEGATRON_CONFIG_FILE, METADATA_FILE, listed_shards, load_metadata,
-)
-from megatron_crossbert.checkpoint.tokenizer_record import RECORD_FILE as TOKENIZER_RECORD_FILE
 from megatron_crossbert.checkpoint.tokenizer_record import TokenizerVerdict, check_checkpoint_tokenizer
 from megatron_crossbert.config import RunConfig
 
@@ -103,68 +87,12 @@ def _stored_sharding_type(ckpt_dir: Path, saved: RunConfig, current: RunConfig) 
     return saved_sharding_type(ckpt_dir, saved)
 
 
-def _recording_evidence(ckpt_dir: Path) -> str | None:
-    """Why ``ckpt_dir`` must have a checksum record: the version that introduced ``checksums.json``
-    also introduced ``checkpoint.verify`` (in ``run_config.json``) and ``checkpoint.data.json``. None for
-    a checkpoint older than both. Read only when the record is missing."""
-    try:
-        saved = json.loads((ckpt_dir / RUN_CONFIG_FILE).read_text())
-    except (OSError, ValueError):
-        saved = None
-    if isinstance(saved, dict) and isinstance(saved.get("checkpoint"), dict) and "verify" in saved["checkpoint"]:
-        return f"its {RUN_CONFIG_FILE} records checkpoint.verify"
-    return f"it has {DATA_RECORD_FILE}" if (ckpt_dir / DATA_RECORD_FILE).is_file() else None
-
-
-def _read_by_loads(ckpt_dir: Path, files: dict[str, dict]) -> dict[str, str]:
-    """Every file a load of ``ckpt_dir`` reads -> why. The shards come from ``.metadata``, unpickled
-    (under ``safe_pickle``'s allowlist) only once its recorded hash was checked."""
-    reads = {METADATA_FILE: "the index of every load", RUN_CONFIG_FILE: "the saved run config"}
-    for name, why in ((MEGATRON_CONFIG_FILE, "megatron's checkpoint config"),
-                      (TOKENIZER_RECORD_FILE, "the tokenizer record"),
-                      (DATA_RECORD_FILE, "the data record"), (LEGACY_COMMON_FILE, "megatron's common state")):
-        if (ckpt_dir / name).is_file():
-            reads[name] = why
-    if METADATA_FILE in files:
-        shards = listed_shards(load_metadata(ckpt_dir / METADATA_FILE))
-        reads |= {name: f"{METADATA_FILE} lists it" for name in shards}
-    return reads
-
-
-def _contents(ckpt_dir: Path, mode: str, collective: bool) -> ContentsVerdict:
-    """The checksum check of ``ckpt_dir``: ChecksumMismatchError naming the first damaged file, or the
-    first file a load reads that the record does not cover (checked once the hashes are, on every rank).
-
-    ``collective``: every rank of the initialised process group hashes its share of the files and
-    the problems are gathered, so all ranks raise the same line (each byte is read once per job).
-    """
-    if mode == "off":
-        return "off"
-    files = read_record(ckpt_dir)
-    if files is None:
-        missing_record(ckpt_dir, _recording_evidence(ckpt_dir))
-        return "unrecorded"
-    rank, world = 0, 1
-    if collective:
-        import torch.distributed as dist
-
-        rank, world = dist.get_rank(), dist.get_world_size()
-    found = problems(ckpt_dir, files, files_for_rank({n: e["bytes"] for n, e in files.items()}, rank, world))
-    if world > 1:
-        shares: list = [None] * world
-        dist.all_gather_object(shares, found)
-        found = [line for share in shares for line in share]
-    raise_first(found)
-    raise_first(unrecorded_reads(ckpt_dir, files, _read_by_loads(ckpt_dir, files)))
-    return "verified"
-
-
 def verify_contents(source: VerifiedCheckpoint, mode: str, *, collective: bool = False) -> VerifiedCheckpoint:
     """``source`` with its files checked against their recorded hashes (``checkpoint.verify``:
     ``full`` or ``off``); a no-op when already checked. Collective when ``collective``."""
     if source.contents != "pending":
         return source
-    return replace(source, contents=_contents(source.directory, mode, collective))
+    return replace(source, contents=check_contents(source.directory, mode, collective))
 
 
 def _pin(ckpt_dir: Path) -> ReaderPin | None:
@@ -213,6 +141,6 @@ def open_checkpoint(reference: str | Path, verify: str = "full") -> VerifiedChec
     removed before the pin took hold (or, unpinned, while it was read) is named as such."""
     ckpt_dir, pin = pin_resolved(Path(reference), resolve_checkpoint_dir)
     with reading(ckpt_dir):
-        contents = _contents(ckpt_dir, verify, False)
+        contents = check_contents(ckpt_dir, verify)
         saved = load_saved_config(ckpt_dir)
     return VerifiedCheckpoint(ckpt_dir, saved, None, "not checked", True, str(reference), contents, pin)

@@ -56,7 +56,14 @@ class FinetuneConfig:
     verify: str = "full"
     """Native checkpoints: the checksum check (full or off)."""
     progress: bool = True
-    """One tqdm bar per task."""
+    """One progress bar per task (``progress.progress_bar``)."""
+
+    def __post_init__(self) -> None:
+        """Checked here, so a Python caller of ``run_finetune`` gets the same one-line refusal as the CLI."""
+        for name in ("max_train", "max_dev"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"--{name.replace('_', '-')} (FinetuneConfig.{name}): must be at least 1, got {value}")
 
 
 def resolve_tasks(glue_dir: str | Path, names: Sequence[str] | None) -> tuple[list[str], list[str]]:

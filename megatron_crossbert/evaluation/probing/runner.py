@@ -57,6 +57,16 @@ class ProbeRunConfig:
     """Also probe the other readout (raw: the paper's; whitened) from the same features, side by side."""
     probe: ProbeConfig = field(default_factory=ProbeConfig)
 
+    def __post_init__(self) -> None:
+        """Checked here, so a Python caller of ``run_probing`` gets the same one-line refusal as the CLI."""
+        if self.knn < 0:
+            raise ValueError(f"--knn {self.knn} (ProbeRunConfig.knn): the k-NN probe needs K >= 1 neighbours "
+                             "(0 turns it off)")
+        for name in ("batch_size", "max_len", "max_train", "max_test"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"--{name.replace('_', '-')} (ProbeRunConfig.{name}): must be at least 1, got {value}")
+
 
 def collect_tasks(*, glue_dir: str | Path | None = None, glue_tasks: Sequence[str] | None = None,
                   jsonl: Sequence[str | Path] = (), hf_glue: Sequence[str] = ()) -> list[ProbeTask]:
