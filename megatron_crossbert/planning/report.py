@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from megatron_crossbert.arch import get_arch
 from megatron_crossbert.models.flops import model_flops_per_sample
 from megatron_crossbert.planning.layouts import (ASSUMED_MFU, LAYER_OVERHEAD_SECONDS, USABLE_FRACTION, Layout,
                                                  LayoutPlan, Planner, largest_micro_batch, rank_layouts)
@@ -79,7 +80,7 @@ def build_plan(planner: Planner, tokens: float, mfu_source: str) -> dict:
     megatron = megatron_lm_estimate(plan.run_cfg, layout.dp, plan.num_microbatches)
     return {
         "config": {"arch": cfg.model.arch, "encoder": cfg.model.encoder, "seq_length": seq, "global_batch_size": gbs,
-                   "views": cfg.masking.num_views if cfg.model.arch == "crossbert" else 1},
+                   "views": cfg.masking.num_views if get_arch(cfg.model.arch).uses_views else 1},
         "cluster": {"gpu": cluster.gpu.name, "gpus_per_node": cluster.gpus_per_node, "nodes": cluster.nodes,
                     "gpu_memory_gib": cluster.gpu.memory_gib, "peak_tflops": cluster.gpu.peak_tflops},
         "assumptions": {"mfu": planner.mfu, "mfu_source": mfu_source, "usable_memory_fraction": USABLE_FRACTION,

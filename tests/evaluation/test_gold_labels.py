@@ -135,7 +135,8 @@ def test_no_nan_reaches_an_mteb_summary():
 
     def built(name):
         metadata = SimpleNamespace(type="STS", main_score="cosine_spearman")
-        return SimpleNamespace(name=name, folder=name, mteb_name=None, note="", task=SimpleNamespace(metadata=metadata))
+        return SimpleNamespace(name=name, folder=name, mteb_name=None, note="", subset=None,
+                               task=SimpleNamespace(metadata=metadata))
 
     def result(name, score):
         return SimpleNamespace(task_name=name, get_score=lambda: score)
