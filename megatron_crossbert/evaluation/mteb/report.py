@@ -137,8 +137,9 @@ def summary_markdown(summary: dict) -> str:
 
 
 def readouts_markdown(readouts: dict | None) -> list[str]:
-    """Raw (the paper's) and whitened scores side by side, the average of each, and the MTEB(eng, v2) part."""
-    if not readouts:
+    """Raw (the paper's) and whitened scores side by side, the average of each, and the MTEB(eng, v2) part;
+    nothing when no task has a score (every task failed: the errors above say why)."""
+    if not readouts or not readouts["tasks"]:
         return []
     fmt = lambda v: "–" if v is None else f"{v:.2f}"  # noqa: E731
     lines = ["", f"Readouts (this run's own: {readouts['primary']}):", "", "| task | raw | whitened |", "|---|---:|---:|"]

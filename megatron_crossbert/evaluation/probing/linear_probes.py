@@ -62,14 +62,15 @@ def _cv_folds(y: np.ndarray, folds: int, seed: int) -> StratifiedKFold:
 
 
 def check_train_classes(spec: TaskSpec, y_train: np.ndarray) -> None:
-    """Cross-validating C needs two train rows of every class (one per fold): fewer is refused naming the task,
-    instead of scikit-learn's ``n_splits`` message."""
+    """Cross-validating C splits the train rows into at least two stratified folds, which needs some class with
+    two rows (a class with one row is left out of one fold's training part, as scikit-learn allows); a split
+    where every class has a single row is refused naming the task, instead of scikit-learn's ``n_splits``
+    message."""
     classes, counts = np.unique(y_train, return_counts=True)
-    if len(classes) and counts.min() < 2:
-        rare = classes[int(counts.argmin())]
-        raise ValueError(f"task {spec.name}: its train split has {len(y_train)} rows and class {rare!r} only "
-                         f"{int(counts.min())}; a cross-validated probe needs at least 2 train rows of every class "
-                         "(more data, or a larger --max-train)")
+    if len(classes) and counts.max() < 2:
+        raise ValueError(f"task {spec.name}: its train split has {len(y_train)} rows, one of each class, too few "
+                         "to cross-validate the probe (give at least 2 train rows of every class: more data, or a "
+                         "larger --max-train)")
 
 
 def fit_classifier(x: np.ndarray, y: np.ndarray, metric: str = "accuracy",
