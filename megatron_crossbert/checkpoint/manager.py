@@ -24,7 +24,6 @@ from typing import Iterator
 
 import torch
 
-from megatron_crossbert.checkpoint.context_extension import grown_tables
 from megatron_crossbert.checkpoint.data_record import check_dataset_contents
 from megatron_crossbert.checkpoint.load import load_checkpoint, read_model_weights
 from megatron_crossbert.checkpoint.resume_schedule import schedule_on_resume
@@ -107,7 +106,7 @@ class CheckpointManager:
         source = verify_contents(source, self.run_cfg.checkpoint.verify, collective=True)
         try:
             if source.weights_only:
-                read_model_weights(model, source, grown_tables(source.saved, self.run_cfg))
+                read_model_weights(model, source)
                 reload = getattr(optimizer, "reload_model_params", None)  # bf16: fp32 main params live there
                 if reload is not None:
                     reload()

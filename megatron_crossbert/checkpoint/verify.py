@@ -16,11 +16,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from megatron_crossbert.checkpoint.checksums import ContentsVerdict, check_contents
-from megatron_crossbert.checkpoint.context_extension import extension_refusals, log_extension, resume_mismatches
+from megatron_crossbert.checkpoint.context_extension import (
+    extension_refusals, grown_tables, log_extension, resume_mismatches,
+)
 from megatron_crossbert.checkpoint.data_record import check_resume_data
 from megatron_crossbert.checkpoint.directories import load_saved_config, resolve_checkpoint_dir
 from megatron_crossbert.checkpoint.errors import CheckpointError
-from megatron_crossbert.checkpoint.optimizer_format import reshard_refusal, saved_sharding_type
+from megatron_crossbert.checkpoint.optimizer_format import SavedOptimizer, read_saved_optimizer, reshard_refusal
 from megatron_crossbert.checkpoint.pins import ReaderPin, pin_resolved, reading, vanished
 from megatron_crossbert.checkpoint.tokenizer_record import TokenizerVerdict, check_checkpoint_tokenizer
 from megatron_crossbert.config import RunConfig
@@ -50,6 +52,12 @@ class VerifiedCheckpoint:
     """The reference as the user gave it (a root, an ``iter_*`` directory), for messages."""
     contents: ContentsVerdict = "pending"
     """What the checksum check found (``checksums.ContentsVerdict``); loads refuse ``"pending"``."""
+    optimizer_impl: str | None = None
+    """The Adam implementation that wrote its optimizer state (``optimizer_format.SavedOptimizer``), read
+    with the layout when a resume is verified; None: not recorded, or a weights-only use."""
+    grown_tables: dict[str, int] = field(default_factory=dict)
+    """``init_from`` into a longer context: ``{state-dict key suffix: saved rows}`` of the learned position
+    tables the load grows (``context_extension.grown_tables``); empty otherwise."""
     pin: ReaderPin | None = field(default=None, compare=False, repr=False)
     """The reader's pin on ``directory`` (``pins``): pruning keeps it while this object (or a copy made
     by ``dataclasses.replace``) lives or until :meth:`release`. None: saved before pins, or no flock."""
@@ -78,13 +86,6 @@ def config_mismatches(saved: RunConfig, current: RunConfig, *, weights_only: boo
     if weights_only:
         return diffs + extension_refusals(saved, current)
     return diffs + resume_mismatches(saved, current)
-
-
-def _stored_sharding_type(ckpt_dir: Path, saved: RunConfig, current: RunConfig) -> str | None:
-    """The optimizer layout a full resume must request (read from disk once); None without a distributed optimizer."""
-    if not current.parallel.use_distributed_optimizer:
-        return None
-    return saved_sharding_type(ckpt_dir, saved)
 
 
 def verify_contents(source: VerifiedCheckpoint, mode: str, *, collective: bool = False) -> VerifiedCheckpoint:
@@ -119,9 +120,9 @@ def verify_checkpoint(ckpt_dir: Path, current: RunConfig, *, weights_only: bool 
     pin = _pin(ckpt_dir)
     saved = load_saved_config(ckpt_dir)
     diffs = config_mismatches(saved, current, weights_only=weights_only)
-    sharding_type = None if weights_only else _stored_sharding_type(ckpt_dir, saved, current)
+    optimizer = SavedOptimizer() if weights_only else read_saved_optimizer(ckpt_dir, saved)
     if not weights_only:
-        diffs += reshard_refusal(ckpt_dir, saved, sharding_type, current)
+        diffs += reshard_refusal(ckpt_dir, saved, optimizer.sharding_type, current)
     if diffs:
         raise CheckpointError(f"checkpoint {ckpt_dir} is incompatible with this run:\n  " + "\n  ".join(diffs))
     if not weights_only:
@@ -129,8 +130,11 @@ def verify_checkpoint(ckpt_dir: Path, current: RunConfig, *, weights_only: bool 
     else:
         log_extension(str(ckpt_dir), saved, current)
     verdict = check_checkpoint_tokenizer(ckpt_dir, current)
+    # the layout a resume requests: none unless this run uses the distributed optimizer
+    sharding_type = optimizer.sharding_type if current.parallel.use_distributed_optimizer else None
     return VerifiedCheckpoint(ckpt_dir, saved, sharding_type, verdict, weights_only,
-                              str(ckpt_dir if reference is None else reference), "pending", pin)
+                              str(ckpt_dir if reference is None else reference), "pending", optimizer.impl,
+                              grown_tables(saved, current) if weights_only else {}, pin)
 
 
 def open_checkpoint(reference: str | Path, verify: str = "full") -> VerifiedCheckpoint:
@@ -143,4 +147,4 @@ def open_checkpoint(reference: str | Path, verify: str = "full") -> VerifiedChec
     with reading(ckpt_dir):
         contents = check_contents(ckpt_dir, verify)
         saved = load_saved_config(ckpt_dir)
-    return VerifiedCheckpoint(ckpt_dir, saved, None, "not checked", True, str(reference), contents, pin)
+    return VerifiedCheckpoint(ckpt_dir, saved, None, "not checked", True, str(reference), contents, pin=pin)

@@ -83,7 +83,7 @@ def _scenario(indexed_corpus: str, root: Path, saved_layout: dict, resumed_layou
 def _legacy(indexed_corpus: str, root: Path, new_format_root: Path) -> dict:
     """Re-save a DP=2 checkpoint in the old dp_reshardable layout; it must load at DP=2 only."""
     from megatron_crossbert.checkpoint.errors import CheckpointError
-    from megatron_crossbert.checkpoint.optimizer_format import LEGACY_DP_RESHARDABLE, saved_sharding_type
+    from megatron_crossbert.checkpoint.optimizer_format import LEGACY_DP_RESHARDABLE, read_saved_optimizer
     from megatron_crossbert.checkpoint.save import save_checkpoint
     from megatron_crossbert.training import train
     from megatron_crossbert.training.setup import build_session
@@ -98,7 +98,7 @@ def _legacy(indexed_corpus: str, root: Path, new_format_root: Path) -> dict:
         refusal = None
     except CheckpointError as err:
         refusal = str(err)
-    return {**result, "format": saved_sharding_type(old, session.run_cfg), "refusal": refusal}
+    return {**result, "format": read_saved_optimizer(old, session.run_cfg).sharding_type, "refusal": refusal}
 
 
 def _worker(rank: int, world_size: int, indexed_corpus: str, root: str) -> dict:
