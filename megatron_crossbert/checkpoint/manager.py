@@ -3,11 +3,12 @@
 Training knows one name, :class:`CheckpointManager` (as torchtitan's trainer knows its ``CheckpointManager``);
 the guards stay in their own modules, and this file only puts them in order:
 
-- **start** (:meth:`CheckpointManager.start`, every rank, before anything is built or written): the save
-  directory's run lock (``run_lock``, rank 0), where the run starts, verified once (``start_guard``,
-  ``verify``), room for the next checkpoint (``save_errors``), the datasets' records (``tokenizer_record``,
-  ``data_record``), and the resume-schedule policy (``resume_schedule``), which fixes the run config the
-  run trains with (:attr:`CheckpointManager.run_cfg`);
+- **start** (:meth:`CheckpointManager.start`, every rank, before anything is built or written), each guard
+  entered once, in this order: the save directory's run lock (``run_lock``, rank 0), where the run starts,
+  verified once (``start_guard``, ``verify``), what it trains on against the records of the checkpoint and
+  the datasets (:func:`check_records`: ``tokenizer_record``, ``data_record``), the resume-schedule policy
+  (``resume_schedule``), which fixes the run config the run trains with (:attr:`CheckpointManager.run_cfg`),
+  and room for the next checkpoint (``save_errors``);
 - once the process group and the model exist, :meth:`~CheckpointManager.restore`: rank 0 finishes a killed
   commit and clears what ``--overwrite`` moves, then the source's hashes are checked (each rank its share)
   and its state (a resume) or its weights (``init_from``) loaded;
@@ -24,7 +25,7 @@ from typing import Iterator
 
 import torch
 
-from megatron_crossbert.checkpoint.data_record import check_dataset_contents
+from megatron_crossbert.checkpoint.data_record import check_dataset_contents, check_resume_data
 from megatron_crossbert.checkpoint.load import load_checkpoint, read_model_weights
 from megatron_crossbert.checkpoint.resume_schedule import schedule_on_resume
 from megatron_crossbert.checkpoint.run_lock import run_lock_for
@@ -32,12 +33,22 @@ from megatron_crossbert.checkpoint.save import RunSaves, save_checkpoint
 from megatron_crossbert.checkpoint.save_errors import check_room_to_start
 from megatron_crossbert.checkpoint.start_guard import StartPlan, apply_plan, plan_start
 from megatron_crossbert.checkpoint.state import Progress
-from megatron_crossbert.checkpoint.tokenizer_record import check_dataset_tokenizers
-from megatron_crossbert.checkpoint.verify import verify_contents
+from megatron_crossbert.checkpoint.tokenizer_record import check_tokenizers
+from megatron_crossbert.checkpoint.verify import VerifiedCheckpoint, verify_contents
 from megatron_crossbert.config import RunConfig
 from megatron_crossbert.platform import is_rank_zero
 
 __all__ = ["CheckpointManager", "Progress"]
+
+
+def check_records(run_cfg: RunConfig, source: VerifiedCheckpoint | None) -> None:
+    """What the run trains on, against the records: the tokenizer of the checkpoint it starts from and of
+    every dataset (``tokenizer_record``), then the data (``data_record``: a full resume continues on the
+    checkpoint's data; every dataset still holds what preprocessing wrote)."""
+    check_tokenizers(run_cfg, None if source is None else source.directory)
+    if source is not None and not source.weights_only:
+        check_resume_data(source.directory, source.saved, run_cfg)
+    check_dataset_contents(run_cfg)
 
 
 @dataclass
@@ -60,15 +71,15 @@ class CheckpointManager:
 
     @classmethod
     def check(cls, run_cfg: RunConfig) -> CheckpointManager:
-        """Read-only, before anything is built or written: the verified source, the schedule policy, room
-        for the next checkpoint (before TensorBoard writes its first event), the datasets' tokenizers and
-        contents. Raises the first refusal in one line."""
+        """Read-only, before anything is built or written, in one order: where the run starts, verified
+        (``start_guard``, ``verify``), what it trains on (:func:`check_records`), the schedule policy, and
+        room for the next checkpoint (before TensorBoard writes its first event). Raises the first refusal
+        in one line."""
         plan = plan_start(run_cfg)
         try:
+            check_records(run_cfg, plan.source)
             effective = schedule_on_resume(run_cfg, plan.source)
             check_room_to_start(run_cfg.checkpoint.save_dir)
-            check_dataset_tokenizers(effective)
-            check_dataset_contents(effective)
         except BaseException:
             if plan.source is not None:
                 plan.source.release()

@@ -2,8 +2,10 @@
 
 megatron-core's idiom (``verify_checkpoint_and_load_strategy``, then load): the directory is
 resolved once, its files' contents checked once against ``checksums.json`` (``checkpoint.verify``),
-``run_config.json`` parsed once, the model shape, optimizer format, data and tokenizer
-are checked once, and everything a later step needs travels in one frozen :class:`VerifiedCheckpoint`.
+``run_config.json`` parsed once, what the checkpoint is (model shape, positions, optimizer format) checked
+once, and everything a later step needs travels in one frozen :class:`VerifiedCheckpoint`. What it was
+trained on (its tokenizer and data records) is the training start's next step (``checkpoint.manager``),
+compared beside the datasets' own records.
 Resume and ``init_from`` (``checkpoint.start_guard.plan_start``), HF export (``convert``) and
 evaluation take that object and never resolve the reference again; the loads in ``checkpoint.load``
 refuse one whose contents were not checked. A training start checks the contents once the process
@@ -16,15 +18,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from megatron_crossbert.checkpoint.checksums import ContentsVerdict, check_contents
-from megatron_crossbert.checkpoint.context_extension import (
-    extension_refusals, grown_tables, log_extension, resume_mismatches,
-)
-from megatron_crossbert.checkpoint.data_record import check_resume_data
+from megatron_crossbert.checkpoint.context_extension import NO_EXTENSION, plan_extension, resume_mismatches
 from megatron_crossbert.checkpoint.directories import load_saved_config, resolve_checkpoint_dir
 from megatron_crossbert.checkpoint.errors import CheckpointError
 from megatron_crossbert.checkpoint.optimizer_format import SavedOptimizer, read_saved_optimizer, reshard_refusal
 from megatron_crossbert.checkpoint.pins import ReaderPin, pin_resolved, reading, vanished
-from megatron_crossbert.checkpoint.tokenizer_record import TokenizerVerdict, check_checkpoint_tokenizer
 from megatron_crossbert.config import RunConfig
 
 # Fields that fix parameter shapes or the meaning of positions: a mismatch makes a resume wrong.
@@ -44,8 +42,6 @@ class VerifiedCheckpoint:
     sharding_type: str | None
     """The distributed-optimizer layout stored in it (``optimizer_format``); None for a weights-only
     use, or when neither the saved run nor this one uses the distributed optimizer."""
-    tokenizer: TokenizerVerdict
-    """What the tokenizer check found (``tokenizer_record.TokenizerVerdict``)."""
     weights_only: bool
     """True when only the ``"model"`` entry is read (init_from, export, evaluation)."""
     reference: str
@@ -57,7 +53,7 @@ class VerifiedCheckpoint:
     with the layout when a resume is verified; None: not recorded, or a weights-only use."""
     grown_tables: dict[str, int] = field(default_factory=dict)
     """``init_from`` into a longer context: ``{state-dict key suffix: saved rows}`` of the learned position
-    tables the load grows (``context_extension.grown_tables``); empty otherwise."""
+    tables the load grows (``context_extension.ContextExtension``); empty otherwise."""
     pin: ReaderPin | None = field(default=None, compare=False, repr=False)
     """The reader's pin on ``directory`` (``pins``): pruning keeps it while this object (or a copy made
     by ``dataclasses.replace``) lives or until :meth:`release`. None: saved before pins, or no flock."""
@@ -77,15 +73,13 @@ def config_mismatches(saved: RunConfig, current: RunConfig, *, weights_only: boo
     """Human-readable model differences that make ``saved`` unusable for ``current`` (the data,
     ``seq_length`` included, is ``data_record``'s to compare on a resume).
 
-    ``init_from`` (``weights_only``) may extend the context (``context_extension``: a longer position
-    table, new RoPE bases and windows); a full resume may change none of them.
+    ``init_from`` (``weights_only``) may extend the context: its position table and RoPE options are
+    ``context_extension.plan_extension``'s to judge; a full resume may change none of them.
     """
     fields = [name for name in _MODEL_FIELDS if not (weights_only and name == "max_position_embeddings")]
     diffs = [f"model.{name}: checkpoint {getattr(saved.model, name)!r} vs run {getattr(current.model, name)!r}"
              for name in fields if getattr(saved.model, name) != getattr(current.model, name)]
-    if weights_only:
-        return diffs + extension_refusals(saved, current)
-    return diffs + resume_mismatches(saved, current)
+    return diffs if weights_only else diffs + resume_mismatches(saved, current)
 
 
 def verify_contents(source: VerifiedCheckpoint, mode: str, *, collective: bool = False) -> VerifiedCheckpoint:
@@ -106,35 +100,31 @@ def _pin(ckpt_dir: Path) -> ReaderPin | None:
 
 def verify_checkpoint(ckpt_dir: Path, current: RunConfig, *, weights_only: bool = False,
                       reference: str | Path | None = None) -> VerifiedCheckpoint:
-    """Check a resolved checkpoint directory against this run; CheckpointError naming every problem.
+    """Check what a resolved checkpoint directory is against this run; CheckpointError naming every problem.
 
     The checkpoint is pinned first (a run writing into its directory does not prune it while the
     returned object lives, ``pins``). Its files' contents are left ``"pending"``: a training start checks
     them once its process group exists, each rank its share (:func:`verify_contents`), and every load
-    refuses a pending one. A full resume
-    (``weights_only=False``) then checks the model shape, that the stored optimizer state can be read
-    at this TP/PP and the data (``data_record``: datasets, weights, split, seq_length); ``init_from`` checks
-    the model shape only. Both check the tokenizer. What a resume does with changed schedules is
-    ``resume_schedule``'s policy, applied by the front door (``manager``).
+    refuses a pending one. Both uses check the model shape; a full resume (``weights_only=False``) that the
+    stored optimizer state can be read at this TP/PP, ``init_from`` what its context extension may do
+    (``context_extension``). What the checkpoint was trained on (tokenizer, data) and what a resume does
+    with changed schedules are the front door's next steps (``manager``).
     """
     pin = _pin(ckpt_dir)
     saved = load_saved_config(ckpt_dir)
-    diffs = config_mismatches(saved, current, weights_only=weights_only)
     optimizer = SavedOptimizer() if weights_only else read_saved_optimizer(ckpt_dir, saved)
+    extension = plan_extension(saved, current) if weights_only else NO_EXTENSION
+    diffs = config_mismatches(saved, current, weights_only=weights_only) + list(extension.refusals)
     if not weights_only:
         diffs += reshard_refusal(ckpt_dir, saved, optimizer.sharding_type, current)
     if diffs:
         raise CheckpointError(f"checkpoint {ckpt_dir} is incompatible with this run:\n  " + "\n  ".join(diffs))
-    if not weights_only:
-        check_resume_data(ckpt_dir, saved, current)
-    else:
-        log_extension(str(ckpt_dir), saved, current)
-    verdict = check_checkpoint_tokenizer(ckpt_dir, current)
+    extension.log(str(ckpt_dir))
     # the layout a resume requests: none unless this run uses the distributed optimizer
     sharding_type = optimizer.sharding_type if current.parallel.use_distributed_optimizer else None
-    return VerifiedCheckpoint(ckpt_dir, saved, sharding_type, verdict, weights_only,
+    return VerifiedCheckpoint(ckpt_dir, saved, sharding_type, weights_only,
                               str(ckpt_dir if reference is None else reference), "pending", optimizer.impl,
-                              grown_tables(saved, current) if weights_only else {}, pin)
+                              extension.grown_tables, pin)
 
 
 def open_checkpoint(reference: str | Path, verify: str = "full") -> VerifiedCheckpoint:
@@ -147,4 +137,4 @@ def open_checkpoint(reference: str | Path, verify: str = "full") -> VerifiedChec
     with reading(ckpt_dir):
         contents = check_contents(ckpt_dir, verify)
         saved = load_saved_config(ckpt_dir)
-    return VerifiedCheckpoint(ckpt_dir, saved, None, "not checked", True, str(reference), contents, pin=pin)
+    return VerifiedCheckpoint(ckpt_dir, saved, None, True, str(reference), contents, pin=pin)

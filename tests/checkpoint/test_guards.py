@@ -239,7 +239,7 @@ def test_swapped_tokenizer_of_the_same_size_is_refused(tmp_path, caplog):
     """Same vocab size and special ids, different id -> word map: resume, init_from and the
     dataset check refuse it, naming both fingerprints and files; the override flag downgrades to a warning."""
     from megatron_crossbert.checkpoint.errors import CheckpointError
-    from megatron_crossbert.checkpoint.tokenizer_record import TokenizerMismatchError, check_dataset_tokenizers
+    from megatron_crossbert.checkpoint.tokenizer_record import TokenizerMismatchError, check_tokenizers
     from megatron_crossbert.data.fingerprint import record_path, tokenizer_fingerprint, write_dataset_record
     from megatron_crossbert.data.tokenizer import load_tokenizer
     from megatron_crossbert.training import train
@@ -269,18 +269,18 @@ def test_swapped_tokenizer_of_the_same_size_is_refused(tmp_path, caplog):
     assert CheckpointManager.check(allowed).plan.source.directory == ckpt / ITER2
     assert "allowed by checkpoint.allow_tokenizer_change" in caplog.text
 
-    check_dataset_tokenizers(tiny_config("crossbert", corpus, None, data__tokenizer=str(dir_b)))
+    check_tokenizers(tiny_config("crossbert", corpus, None, data__tokenizer=str(dir_b)))
     # a dataset written by another tool (no record): warned once by each start that reached the dataset
     # check (the first train, the allowed check, the call above), not once per process
     assert caplog.text.count(f"dataset {corpus} has no tokenizer record") == 3
-    check_dataset_tokenizers(tiny_config("crossbert", corpus, None, data__tokenizer=str(dir_b),
+    check_tokenizers(tiny_config("crossbert", corpus, None, data__tokenizer=str(dir_b),
                                          data__data_path=["0.5", corpus, "0.5", corpus]))
     assert caplog.text.count(f"dataset {corpus} has no tokenizer record") == 4  # twice in a blend, warned once
     write_dataset_record(corpus, tok_a, dir_a)
     with pytest.raises(TokenizerMismatchError) as data:
-        check_dataset_tokenizers(tiny_config("crossbert", corpus, None, data__tokenizer=str(dir_b)))
+        check_tokenizers(tiny_config("crossbert", corpus, None, data__tokenizer=str(dir_b)))
     assert str(data.value) == expected.replace(f"{record}: the checkpoint", f"{record_path(corpus)}: this dataset")
-    check_dataset_tokenizers(tiny_config("crossbert", corpus, None, data__tokenizer=str(dir_a)))
+    check_tokenizers(tiny_config("crossbert", corpus, None, data__tokenizer=str(dir_a)))
 
 
 def test_lr_schedule_change_on_resume_is_refused_kept_or_applied(real, caplog):

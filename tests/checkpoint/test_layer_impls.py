@@ -104,7 +104,7 @@ def test_the_checkpoint_records_the_adam_implementation_and_a_change_is_logged(t
     monkeypatch.setattr(optimizer_format, "saved_content", lambda ckpt_dir: {OPTIMIZER_IMPL_KEY: fused})
     saved = read_saved_optimizer(tmp_path, tiny_config())
     assert saved == SavedOptimizer(None, fused)  # read once, with the layout (none: no distributed optimizer)
-    source = VerifiedCheckpoint(tmp_path, tiny_config(), None, "same", False, str(tmp_path), optimizer_impl=saved.impl)
+    source = VerifiedCheckpoint(tmp_path, tiny_config(), None, False, str(tmp_path), optimizer_impl=saved.impl)
     with caplog.at_level(logging.WARNING, logger=load_module.__name__):
         assert note_optimizer_impl(source) == fused
     assert "written by transformer_engine.pytorch.optimizers.fused_adam.FusedAdam; this run continues it with " \
