@@ -22,7 +22,7 @@ from megatron_crossbert.training.hooks import ProbeFn, InTrainingProbes
 from megatron_crossbert.training.logging import MetricsLogger
 from megatron_crossbert.training.optimizer import current_lr
 from megatron_crossbert.training.setup import (
-    Session, build_data, build_session, check_exit_iteration, check_support, valid_iterator,
+    Session, build_data, build_session, check_support, valid_iterator,
 )
 from megatron_crossbert.training.signals import StopSignal
 from megatron_crossbert.training.steps import StepResult, evaluate, train_step
@@ -57,6 +57,17 @@ def _model_flops(run_cfg: RunConfig) -> float | None:
     except ImportError:
         return None
     return float(model_flops_per_sample(run_cfg))
+
+
+def check_exit_iteration(exit_at: int | None, start_iteration: int) -> None:
+    """``--exit-at-iteration`` is a total step count after the step this run starts from."""
+    if exit_at is None:
+        return
+    if exit_at < 1:
+        raise ValueError(f"--exit-at-iteration must be >= 1 (a total step count), got {exit_at}")
+    if exit_at <= start_iteration:
+        raise ValueError(f"--exit-at-iteration {exit_at} is not after the resumed step {start_iteration}: "
+                         f"nothing would be trained; give a larger value")
 
 
 def _account(result: StepResult, state: LoopState, max_nonfinite: int, iteration: int) -> None:
@@ -146,8 +157,9 @@ def _one_step(session: Session, train_iter, state: LoopState, logger: MetricsLog
 
 def _make_logger(session: Session) -> MetricsLogger:
     world = dist.get_world_size() if dist.is_initialized() else 1
-    logger = MetricsLogger(session.run_cfg, world_size=world, flops_per_sample=_model_flops(session.run_cfg),
-                           enabled=is_rank_zero(), start_iteration=session.progress.iteration)
+    flops = _model_flops(session.run_cfg)
+    logger = MetricsLogger(session.run_cfg, world_size=world, flops_per_sample=flops, enabled=is_rank_zero(),
+                           start_iteration=session.progress.iteration)
     logger.print(session.model.attention.describe())
     if session.resumed_from is not None:
         logger.print(f"resumed from {session.resumed_from} at step {session.progress.iteration}, "

@@ -59,24 +59,17 @@ def build_model_chunk(run_cfg: RunConfig) -> torch.nn.Module:
 
 
 def check_support(run_cfg: RunConfig) -> None:
-    """Refuse, in one line, settings this machine cannot honour: fp8 or TE layers without CUDA and TE
-    (``models.specs.require_support``), an attention backend that cannot train here
-    (``models.attention_plan.attention_backend``), a job shape that cannot run (:func:`check_job_shape`).
-    It reads and writes nothing, so it runs before the save directory's run lock is taken: a refused run
-    leaves no trace there."""
+    """Refuse, in one line, what this machine or this job cannot run, before anything is built: fp8 or TE
+    layers without CUDA and TE (``models.specs.require_support``), an attention backend that cannot train here
+    (``models.attention_plan.attention_backend``), a launcher's world size that does not fit TP*PP, no data to
+    read, and output directories that cannot be directories. It reads and writes nothing, so it runs before
+    the save directory's run lock is taken: a refused run leaves no trace there."""
     from megatron_crossbert.models.attention_plan import attention_backend
     from megatron_crossbert.models.specs import require_support
+    from megatron_crossbert.platform.distributed import check_world_size, launched_world_size
 
     require_support(run_cfg.training.precision, run_cfg.model.transformer_impl)
     attention_backend(run_cfg, training=True)
-    check_job_shape(run_cfg)
-
-
-def check_job_shape(run_cfg: RunConfig) -> None:
-    """What the config cannot tell alone but the job can, before anything is built: the launcher's world
-    size fits TP*PP, there is data to read, and the output directories can be directories."""
-    from megatron_crossbert.platform.distributed import check_world_size, launched_world_size
-
     check_world_size(run_cfg.parallel, launched_world_size())
     run_cfg.checkpoint.check_saving()
     if not run_cfg.data.static_masks:
@@ -85,17 +78,6 @@ def check_job_shape(run_cfg: RunConfig) -> None:
                       ("training.tensorboard_dir", run_cfg.training.tensorboard_dir)):
         if path:
             require_output_dir(path, key)
-
-
-def check_exit_iteration(exit_at: int | None, start_iteration: int) -> None:
-    """``--exit-at-iteration`` is a total step count after the step this run starts from."""
-    if exit_at is None:
-        return
-    if exit_at < 1:
-        raise ValueError(f"--exit-at-iteration must be >= 1 (a total step count), got {exit_at}")
-    if exit_at <= start_iteration:
-        raise ValueError(f"--exit-at-iteration {exit_at} is not after the resumed step {start_iteration}: "
-                         f"nothing would be trained; give a larger value")
 
 
 def build_trainable(run_cfg: RunConfig) -> tuple[torch.nn.Module, torch.nn.Module, object, object]:

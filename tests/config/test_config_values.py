@@ -56,7 +56,7 @@ def test_validation_needs_validation_documents():
 
 def test_saving_without_a_place_is_refused_at_the_start_not_in_the_yaml():
     """Example YAMLs set save_interval and take --save on the command line, so the rule runs at start-up
-    (``training.setup.check_job_shape``), where a run without --save would save nothing at all."""
+    (``training.setup.check_support``), where a run without --save would save nothing at all."""
     cfg = load_run_config(None, ["checkpoint.save_interval=1"])
     with pytest.raises(ValueError, match=r"^checkpoint.save_interval=1 needs checkpoint.save_dir \(--save\); "
                                          "nothing would be saved"):
