@@ -18,13 +18,10 @@ what it changes (logged) and which tables it grows travel together in one :class
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
 from megatron_crossbert.arch import get_encoder
 from megatron_crossbert.config import RunConfig
-
-logger = logging.getLogger(__name__)
 
 POSITION_FIELDS = ("rotary_base", "local_rotary_base", "local_attention", "global_attn_every_n_layers")
 """ModelConfig fields that fix what a position means to a trained model (beyond the table sizes)."""
@@ -46,13 +43,9 @@ class ContextExtension:
     refusals: tuple[str, ...]
     """What it cannot do, in the verifier's format (empty: the load may go ahead)."""
     changes: tuple[str, ...]
-    """Every position-related change it applies (logged by :meth:`log` once the load is allowed)."""
+    """Every position-related change it applies (the verifier logs them once the load is allowed)."""
     grown_tables: dict[str, int]
     """``{state-dict key suffix: saved rows}`` of the learned position tables the load grows."""
-
-    def log(self, reference: str) -> None:
-        for change in self.changes:
-            logger.warning("init_from %s: %s", reference, change)
 
 
 NO_EXTENSION = ContextExtension((), (), {})

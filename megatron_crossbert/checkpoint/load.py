@@ -65,6 +65,18 @@ def _grow_requests(request: dict, grown: dict[str, int]) -> dict[str, tuple[torc
     return swapped
 
 
+def _read_entries(request: dict, ckpt_dir: Path, what: str) -> dict:
+    """The requested entries, read under the reader's pin (``pins.reading``) and the restricted unpickler
+    (``safe_pickle.checked_read``); any failure is one CheckpointError saying what could not be done."""
+    try:
+        with reading(ckpt_dir), checked_read(ckpt_dir):
+            return load_across_layer_impls(request, ckpt_dir)
+    except CheckpointError:
+        raise
+    except (Exception, TorchCheckpointException) as err:  # DCP's CheckpointException is a BaseException
+        raise CheckpointError(f"cannot {what} {ckpt_dir}: {err}") from err
+
+
 def read_model_weights(model, source: VerifiedCheckpoint) -> Path:
     """Load the 'model' entry of a verified checkpoint into ``model`` (any TP/PP layout, local or TE layers).
 
@@ -74,13 +86,7 @@ def read_model_weights(model, source: VerifiedCheckpoint) -> Path:
     ckpt_dir = _checked(source)
     request = model.sharded_state_dict()
     swapped = _grow_requests(request, source.grown_tables)
-    try:
-        with reading(ckpt_dir), checked_read(ckpt_dir):
-            state = load_across_layer_impls({"model": request}, ckpt_dir)
-    except CheckpointError:
-        raise
-    except (Exception, TorchCheckpointException) as err:  # DCP's CheckpointException is a BaseException
-        raise CheckpointError(f"cannot load model weights from {ckpt_dir}: {err}") from err
+    state = _read_entries({"model": request}, ckpt_dir, "load model weights from")
     for key, (table, saved) in swapped.items():
         table = table.detach().clone()
         table[:saved.shape[0]] = state["model"][key]
@@ -135,13 +141,7 @@ def _read(ckpt_dir: Path, request: dict, model, optimizer) -> dict:
     """dist_checkpointing.load plus the in-place model/optimizer loads (under no_grad)."""
     # no_grad: the distributed optimizer copies into views of leaf parameters
     with torch.no_grad(), model_space_load(optimizer):
-        try:
-            with reading(ckpt_dir), checked_read(ckpt_dir):
-                loaded = load_across_layer_impls(request, ckpt_dir)
-        except CheckpointError:
-            raise
-        except (Exception, TorchCheckpointException) as err:  # the latter derives from BaseException
-            raise CheckpointError(f"cannot resume from {ckpt_dir}: {err}") from err
+        loaded = _read_entries(request, ckpt_dir, "resume from")
         load_model_state(model, loaded["model"], ckpt_dir)
         optimizer.load_state_dict(loaded["optimizer"])
     return loaded

@@ -5,10 +5,10 @@ the guards stay in their own modules, and this file only puts them in order:
 
 - **start** (:meth:`CheckpointManager.start`, every rank, before anything is built or written), each guard
   entered once, in this order: the save directory's run lock (``run_lock``, rank 0), where the run starts,
-  verified once (``start_guard``, ``verify``), what it trains on against the records of the checkpoint and
-  the datasets (:func:`check_records`: ``tokenizer_record``, ``data_record``), the resume-schedule policy
-  (``resume_schedule``), which fixes the run config the run trains with (:attr:`CheckpointManager.run_cfg`),
-  and room for the next checkpoint (``save_errors``);
+  verified once (``start_guard``, ``verify``), the data records (``data_record``), the resume-schedule
+  policy (``resume_schedule``), which fixes the run config the run trains with
+  (:attr:`CheckpointManager.run_cfg`), room for the next checkpoint (``save_errors``), and the tokenizer
+  records of the checkpoint and the datasets (``tokenizer_record``);
 - once the process group and the model exist, :meth:`~CheckpointManager.restore`: rank 0 finishes a killed
   commit and clears what ``--overwrite`` moves, then the source's hashes are checked (each rank its share)
   and its state (a resume) or its weights (``init_from``) loaded;
@@ -34,21 +34,11 @@ from megatron_crossbert.checkpoint.save_errors import check_room_to_start
 from megatron_crossbert.checkpoint.start_guard import StartPlan, apply_plan, plan_start
 from megatron_crossbert.checkpoint.state import Progress
 from megatron_crossbert.checkpoint.tokenizer_record import check_tokenizers
-from megatron_crossbert.checkpoint.verify import VerifiedCheckpoint, verify_contents
+from megatron_crossbert.checkpoint.verify import verify_contents
 from megatron_crossbert.config import RunConfig
 from megatron_crossbert.platform import is_rank_zero
 
 __all__ = ["CheckpointManager", "Progress"]
-
-
-def check_records(run_cfg: RunConfig, source: VerifiedCheckpoint | None) -> None:
-    """What the run trains on, against the records: the tokenizer of the checkpoint it starts from and of
-    every dataset (``tokenizer_record``), then the data (``data_record``: a full resume continues on the
-    checkpoint's data; every dataset still holds what preprocessing wrote)."""
-    check_tokenizers(run_cfg, None if source is None else source.directory)
-    if source is not None and not source.weights_only:
-        check_resume_data(source.directory, source.saved, run_cfg)
-    check_dataset_contents(run_cfg)
 
 
 @dataclass
@@ -71,18 +61,24 @@ class CheckpointManager:
 
     @classmethod
     def check(cls, run_cfg: RunConfig) -> CheckpointManager:
-        """Read-only, before anything is built or written, in one order: where the run starts, verified
-        (``start_guard``, ``verify``), what it trains on (:func:`check_records`), the schedule policy, and
-        room for the next checkpoint (before TensorBoard writes its first event). Raises the first refusal
-        in one line."""
+        """Read-only, before anything is built or written, each guard once, in this order: where the run
+        starts, verified (``start_guard``, ``verify``); the data (a full resume continues on the checkpoint's,
+        every dataset holds what preprocessing wrote: ``data_record``); the schedule policy; room for the next
+        checkpoint (before TensorBoard writes its first event); the tokenizers of the checkpoint and of every
+        dataset (``tokenizer_record``, the one check that loads the run's tokenizer). Raises the first
+        refusal in one line."""
         plan = plan_start(run_cfg)
+        source = plan.source
         try:
-            check_records(run_cfg, plan.source)
-            effective = schedule_on_resume(run_cfg, plan.source)
+            if source is not None and not source.weights_only:
+                check_resume_data(source.directory, source.saved, run_cfg)
+            check_dataset_contents(run_cfg)
+            effective = schedule_on_resume(run_cfg, source)
             check_room_to_start(run_cfg.checkpoint.save_dir)
+            check_tokenizers(run_cfg, None if source is None else source.directory)
         except BaseException:
-            if plan.source is not None:
-                plan.source.release()
+            if source is not None:
+                source.release()
             raise
         return cls(effective, plan)
 

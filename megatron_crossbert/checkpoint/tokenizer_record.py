@@ -21,7 +21,7 @@ from pathlib import Path
 
 from megatron_crossbert.checkpoint.errors import CheckpointError
 from megatron_crossbert.config import RunConfig
-from megatron_crossbert.data.fingerprint import dataset_record, read_dataset_record, record_path
+from megatron_crossbert.data.fingerprint import dataset_record, read_dataset_record, record_mismatch, record_path
 from megatron_crossbert.fsutil import atomic_write_text
 
 logger = logging.getLogger(__name__)
@@ -29,6 +29,10 @@ logger = logging.getLogger(__name__)
 RECORD_PREFIX = "checkpoint"
 """A checkpoint's record is ``<iter dir>/checkpoint.tokenizer.json`` (``data.fingerprint.record_path``)."""
 RECORD_FILE = record_path(RECORD_PREFIX).name
+
+_ALLOW = "Set --allow-tokenizer-change (checkpoint.allow_tokenizer_change) only if the change is deliberate"
+"""How a refused tokenizer change is let through, said at the end of every refusal."""
+
 
 class TokenizerMismatchError(ValueError):
     """A dataset was tokenized with a different tokenizer than this run's."""
@@ -59,39 +63,6 @@ def write_checkpoint_record(ckpt_dir: Path, run_cfg: RunConfig) -> None:
         atomic_write_text(record_path(ckpt_dir / RECORD_PREFIX), json.dumps(record, indent=2) + "\n")
 
 
-def _mismatch(what: str, saved: dict, saved_file: Path, current: dict) -> str:
-    return (f"{saved_file}: {what} used tokenizer {saved['fingerprint']} ({saved.get('tokenizer')}), but this "
-            f"run's data.tokenizer is {current['fingerprint']} ({current['tokenizer']}); the same ids would "
-            f"mean different tokens. Set --allow-tokenizer-change (checkpoint.allow_tokenizer_change) "
-            f"only if the change is deliberate")
-
-
-def _refuse_unless_allowed(message: str, run_cfg: RunConfig, error: type[Exception]) -> None:
-    if not run_cfg.checkpoint.allow_tokenizer_change:
-        raise error(message)
-    logger.warning("allowed by checkpoint.allow_tokenizer_change: %s", message)
-
-
-def _check_checkpoint(ckpt_dir: Path, saved: dict | None, current: dict, run_cfg: RunConfig) -> None:
-    """CheckpointError when the checkpoint's tokenizer is not this run's; warn without a record."""
-    if saved is None:
-        logger.warning("%s has no %s (saved by an older version): the tokenizer cannot be checked",
-                       ckpt_dir, RECORD_FILE)
-    elif saved["fingerprint"] != current["fingerprint"]:
-        message = _mismatch("the checkpoint", saved, record_path(ckpt_dir / RECORD_PREFIX), current)
-        _refuse_unless_allowed(message, run_cfg, CheckpointError)
-
-
-def _check_dataset(prefix: str, saved: dict | None, current: dict, run_cfg: RunConfig) -> None:
-    """TokenizerMismatchError when a dataset's record names another tokenizer; warn without one."""
-    if saved is None:
-        logger.warning("dataset %s has no tokenizer record (%s): written by another tool? Its "
-                       "tokenizer cannot be checked", prefix, record_path(prefix))
-    elif saved["fingerprint"] != current["fingerprint"]:
-        _refuse_unless_allowed(_mismatch("this dataset", saved, record_path(prefix), current), run_cfg,
-                               TokenizerMismatchError)
-
-
 def _prefixes(run_cfg: RunConfig) -> list[str]:
     """Every dataset prefix of the run, each once (a blend may name one prefix twice); none for synthetic ids."""
     from megatron_crossbert.data.indexed import resolve_prefix
@@ -105,16 +76,25 @@ def _prefixes(run_cfg: RunConfig) -> list[str]:
 
 def check_tokenizers(run_cfg: RunConfig, checkpoint: Path | None = None) -> None:
     """Every start: the checkpoint it starts from (a resume or ``init_from``; ``checkpoint``) and every
-    dataset of the run were tokenized with this run's ``data.tokenizer``. Every record is read in one
-    pass, then compared: CheckpointError for the checkpoint's, TokenizerMismatchError for a dataset's,
-    unless ``checkpoint.allow_tokenizer_change``; a missing record warns."""
-    current = run_record(run_cfg)
-    if current is None:
-        return
-    prefixes = _prefixes(run_cfg)
-    own = [checkpoint / RECORD_PREFIX] if checkpoint is not None else []
-    records = [read_dataset_record(path) for path in own + prefixes]
+    dataset of the run were tokenized with this run's ``data.tokenizer``: CheckpointError for the
+    checkpoint's record, TokenizerMismatchError for a dataset's, unless ``checkpoint.allow_tokenizer_change``
+    (then logged); a missing record warns. The run's tokenizer is loaded once, and each record read once."""
+    if not run_cfg.data.tokenizer:
+        return  # synthetic ids: nothing to compare
+    sources = [(p, "this dataset", TokenizerMismatchError) for p in _prefixes(run_cfg)]
     if checkpoint is not None:
-        _check_checkpoint(checkpoint, records.pop(0), current, run_cfg)
-    for prefix, saved in zip(prefixes, records):
-        _check_dataset(prefix, saved, current, run_cfg)
+        sources.insert(0, (checkpoint / RECORD_PREFIX, "the checkpoint", CheckpointError))
+    current = run_record(run_cfg)
+    for prefix, what, error in sources:
+        saved, saved_file = read_dataset_record(prefix), record_path(prefix)
+        mismatch = None if saved is None else record_mismatch(saved, saved_file, what, current)
+        if saved is None and error is CheckpointError:
+            logger.warning("%s has no %s (saved by an older version): the tokenizer cannot be checked",
+                           checkpoint, RECORD_FILE)
+        elif saved is None:
+            logger.warning("dataset %s has no tokenizer record (%s): written by another tool? Its "
+                           "tokenizer cannot be checked", prefix, saved_file)
+        elif mismatch and not run_cfg.checkpoint.allow_tokenizer_change:
+            raise error(f"{mismatch}. {_ALLOW}")
+        elif mismatch:
+            logger.warning("allowed by checkpoint.allow_tokenizer_change: %s. %s", mismatch, _ALLOW)

@@ -14,6 +14,7 @@ group exists (:func:`verify_contents`, ``collective=True``), so every rank hashe
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -24,6 +25,8 @@ from megatron_crossbert.checkpoint.errors import CheckpointError
 from megatron_crossbert.checkpoint.optimizer_format import SavedOptimizer, read_saved_optimizer, reshard_refusal
 from megatron_crossbert.checkpoint.pins import ReaderPin, pin_resolved, reading, vanished
 from megatron_crossbert.config import RunConfig
+
+logger = logging.getLogger(__name__)
 
 # Fields that fix parameter shapes or the meaning of positions: a mismatch makes a resume wrong.
 _MODEL_FIELDS = ("arch", "encoder", "vocab_size", "hidden_size", "num_layers", "num_attention_heads", "ffn",
@@ -112,14 +115,16 @@ def verify_checkpoint(ckpt_dir: Path, current: RunConfig, *, weights_only: bool 
     """
     pin = _pin(ckpt_dir)
     saved = load_saved_config(ckpt_dir)
-    optimizer = SavedOptimizer() if weights_only else read_saved_optimizer(ckpt_dir, saved)
+    diffs = config_mismatches(saved, current, weights_only=weights_only)
     extension = plan_extension(saved, current) if weights_only else NO_EXTENSION
-    diffs = config_mismatches(saved, current, weights_only=weights_only) + list(extension.refusals)
+    optimizer = SavedOptimizer() if weights_only else read_saved_optimizer(ckpt_dir, saved)
+    diffs += extension.refusals
     if not weights_only:
         diffs += reshard_refusal(ckpt_dir, saved, optimizer.sharding_type, current)
     if diffs:
         raise CheckpointError(f"checkpoint {ckpt_dir} is incompatible with this run:\n  " + "\n  ".join(diffs))
-    extension.log(str(ckpt_dir))
+    for change in extension.changes:
+        logger.warning("init_from %s: %s", ckpt_dir, change)
     # the layout a resume requests: none unless this run uses the distributed optimizer
     sharding_type = optimizer.sharding_type if current.parallel.use_distributed_optimizer else None
     return VerifiedCheckpoint(ckpt_dir, saved, sharding_type, weights_only,

@@ -118,32 +118,30 @@ def dataset_sizes(session: Session) -> tuple[int, int, int]:
     return n_train, n_valid, 0
 
 
-def _loader(dataset, sampler: PretrainingSampler, run_cfg: RunConfig):
-    """A DataLoader with its own generator: creating an iterator otherwise draws from the global
-    torch RNG, which would shift the dropout stream of a resumed run against an uninterrupted one."""
-    workers = run_cfg.data.num_workers
-    generator = torch.Generator().manual_seed(run_cfg.training.seed)
-    return torch.utils.data.DataLoader(dataset, batch_sampler=sampler, num_workers=workers, generator=generator,
-                                       pin_memory=torch.cuda.is_available(), persistent_workers=workers > 0)
+def _batches(session: Session, dataset, total: int, consumed: int):
+    """An iterator over this DP rank's micro-batches of ``dataset``'s first ``total`` samples, from sample
+    ``consumed`` on (``PretrainingSampler``). The DataLoader has its own generator: creating an iterator
+    otherwise draws from the global torch RNG, which would shift the dropout stream of a resumed run against
+    an uninterrupted one."""
+    cfg = session.run_cfg
+    sampler = PretrainingSampler(total, consumed, cfg.training.micro_batch_size,
+                                 parallel_state.get_data_parallel_rank(), session.dp_size)
+    workers = cfg.data.num_workers
+    generator = torch.Generator().manual_seed(cfg.training.seed)
+    return iter(torch.utils.data.DataLoader(dataset, batch_sampler=sampler, num_workers=workers, generator=generator,
+                                            pin_memory=torch.cuda.is_available(), persistent_workers=workers > 0))
 
 
 def build_data(session: Session):
     """(train iterator, valid dataset or None). The train sampler starts at the restored position."""
     from megatron_crossbert.data.build import build_datasets
 
-    cfg = session.run_cfg
     sizes = dataset_sizes(session)
-    train_ds, valid_ds, _ = build_datasets(cfg, sizes)
-    dp_rank = parallel_state.get_data_parallel_rank()
-    sampler = PretrainingSampler(sizes[0], session.progress.consumed_samples, cfg.training.micro_batch_size,
-                                 dp_rank, session.dp_size)
-    return iter(_loader(train_ds, sampler, cfg)), (valid_ds if sizes[1] else None)
+    train_ds, valid_ds, _ = build_datasets(session.run_cfg, sizes)
+    return _batches(session, train_ds, sizes[0], session.progress.consumed_samples), (valid_ds if sizes[1] else None)
 
 
 def valid_iterator(session: Session, valid_ds):
     """A fresh pass over the same fixed validation samples (comparable across evaluations)."""
-    cfg = session.run_cfg
-    total = cfg.training.eval_iters * cfg.training.micro_batch_size * session.dp_size
-    sampler = PretrainingSampler(total, 0, cfg.training.micro_batch_size,
-                                 parallel_state.get_data_parallel_rank(), session.dp_size)
-    return iter(_loader(valid_ds, sampler, cfg))
+    train = session.run_cfg.training
+    return _batches(session, valid_ds, train.eval_iters * train.micro_batch_size * session.dp_size, 0)
