@@ -21,6 +21,7 @@ import torch
 from megatron_crossbert.platform.peak import mfu, mfu_peak
 from megatron_crossbert.progress import progress_bar
 
+
 def memory_report() -> tuple[str, float]:
     """('cuda max alloc' | 'rss', GiB): CUDA peak allocation on GPU, process RSS on CPU."""
     if torch.cuda.is_available():
