@@ -38,7 +38,7 @@ from megatron_crossbert.shared_data import find_shared
 
 def stsb_pairs(glue_dir: str | Path, min_score: float) -> list[tuple[str, str]]:
     """STS-B train pairs whose similarity score is at least ``min_score`` (0-5)."""
-    from megatron_crossbert.evaluation.probing.glue import GLUE_FORMATS, read_glue_split
+    from megatron_crossbert.evaluation.tasks.glue import GLUE_FORMATS, read_glue_split
 
     texts, pairs, scores = read_glue_split(Path(glue_dir) / "STS-B" / "train.tsv", GLUE_FORMATS["STS-B"])
     return [(a, b) for a, b, score in zip(texts, pairs, scores) if score >= min_score]

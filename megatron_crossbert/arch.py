@@ -112,7 +112,7 @@ class ArchSpec:
     whiten_frozen_features: bool = False
     """Evaluation reads its frozen pooled features through PCA whitening by default (``evaluation/whitening.py``).
     On for all three: CrossBERT's encoder, read only through the decoder's cross-attention, collapses onto a few
-    directions, BERT's less so, and whitening lifts both (issue 31, docs/results.md); the same readout for every
+    directions, BERT's less so, and whitening lifts both (docs/results.md, "Frozen features"); the same readout for every
     architecture keeps the claims study's comparisons like for like. Foreign models keep their own recipe."""
 
 

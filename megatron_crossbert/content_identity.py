@@ -32,6 +32,11 @@ def hash_file(path: str | Path) -> str:
     return state.hexdigest()
 
 
+def hash_bytes(data: bytes) -> str:
+    """xxh3-128 hex digest of ``data`` (what :func:`hash_file` gives for a file holding it)."""
+    return xxhash.xxh3_128_hexdigest(data)
+
+
 BLOCKS, BLOCK = 16, 64 << 10
 """A sampled digest reads 16 blocks of 64 KiB spread from a file's first byte to its last."""
 SAMPLE_ABOVE = 256 << 20

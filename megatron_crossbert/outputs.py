@@ -10,6 +10,9 @@ whole or not at all, a full disk said in one line naming the output, a path that
 - :func:`writing`: around a write phase, a full disk (``ENOSPC``/``EDQUOT``, however the library reports it:
   :func:`no_space_in_chain`) or any other ``OSError`` becomes one :class:`OutputError` naming the output,
   and the directories the phase created are removed again when it leaves them empty.
+- :func:`write_section`: one tool's section of a page that several tools fill (``docs/results.md``), between
+  ``<!-- NAME:start ... -->`` and ``<!-- NAME:end -->``, replaced in place or appended; every other byte of the
+  page stays as it was, so no tool rewrites another's numbers.
 
 Training's checkpoint saves have their own rules (``checkpoint/save_errors.py``), built on the same
 recogniser. This module imports nothing but ``fsutil``, so every layer may use it.
@@ -25,7 +28,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from megatron_crossbert.fsutil import apply_umask_modes, move_aside, remove_stale_temporaries, temp_sibling
+from megatron_crossbert.fsutil import (
+    apply_umask_modes, atomic_write_text, move_aside, remove_stale_temporaries, temp_sibling,
+)
 
 NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 _NO_SPACE_TEXT = ("no space left on device", "disk quota exceeded", "[errno 28]", "[errno 122]", "os error 28")
@@ -163,3 +168,26 @@ def _take_place(stage: Path, out_dir: Path, merge: bool) -> None:
     if out_dir.exists():
         move_aside(out_dir)
     stage.rename(out_dir)
+
+
+def section_marks(name: str, note: str = "") -> tuple[str, str]:
+    """The start and end comments of section ``name`` (``note``: who writes it, shown in the start comment)."""
+    return f"<!-- {name}:start{f' ({note})' if note else ''} -->", f"<!-- {name}:end -->"
+
+
+def write_section(page: str | Path, name: str, text: str, note: str = "") -> Path:
+    """Replace section ``name`` of ``page`` with ``text`` (markers included), or append it when the page has
+    none; atomic, and the rest of the page is kept byte for byte. A page that does not exist is created."""
+    page = Path(page)
+    start, end = section_marks(name, note)
+    old = page.read_text() if page.is_file() else ""
+    head, found, rest = old.partition(f"<!-- {name}:start")
+    block = f"{start}\n\n{text.strip()}\n\n{end}"
+    if found and end in rest:
+        new = head + block + rest.split(end, 1)[1]
+    else:
+        new = old.rstrip("\n") + ("\n\n" if old.strip() else "") + block + "\n"
+    with writing(page, f"the {name} section of {page}"):
+        page.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(page, new)
+    return page

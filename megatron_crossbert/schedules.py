@@ -7,7 +7,7 @@ Nothing here imports torch or megatron, so ``config`` validates through it. Thre
   exponential | linear | cosine | minus_sqrt): warmup, then ``max_lr`` until ``lr_decay_steps -
   wsd_decay_steps``, then the decay to ``min_lr``. ``scheduler_decay_kwargs`` maps our fields onto it;
   steps are optimizer steps, as for every style here. megatron's scheduler state does not hold the two
-  WSD fields, so they come from the run config on resume (``checkpoint.verify.SCHEDULE_FIELDS`` guards them).
+  WSD fields, so they come from the run config on resume (``checkpoint.resume_schedule.SCHEDULE_FIELDS`` guards them).
 - **Batch-size warmup** (``training.step_batch_size_schedule`` / ``training.rampup_batch_size``).
   megatron-core 0.19 ignores ``rampup_batch_size`` (deprecated) and offers
   ``StepBatchsizeNumMicroBatchesCalculator`` over Megatron-LM's ``--step-batch-size-schedule``

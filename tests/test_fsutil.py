@@ -1,7 +1,7 @@
 """Files a run leaves: a killed preprocess's temporaries are removed by the next run (and nothing
 else is), and outputs meant to be shared get the modes the umask asks for.
 
-Before issue 17 a SIGKILLed ``crossbert-preprocess`` left ``<prefix>.tmp-<pid>.bin`` behind for good
+Without owner names a SIGKILLed ``crossbert-preprocess`` left ``<prefix>.tmp-<pid>.bin`` behind for good
 (a pid alone cannot say whose file it is on a shared filesystem), and an HF export was created 0700
 with ``model.safetensors`` 0600 (``mkdtemp``, safetensors), like every ``run_config.json`` (``mkstemp``).
 """

@@ -1,5 +1,5 @@
 """``outputs.py``: outputs outside training appear whole or not at all, a full disk is one line naming the
-output, and a file where a directory goes is refused before any work (issue 27). The real full disk is
+output, and a file where a directory goes is refused before any work. The real full disk is
 ``tests/cli/test_disk_full_outputs.py``; here the rules, with real files and a real SIGKILL."""
 
 from __future__ import annotations
@@ -101,3 +101,18 @@ def test_the_cli_prints_it_in_one_line(tmp_path, capsys):
     afile.write_text("x")
     assert probe.main(["--model", str(tmp_path), "--jsonl", str(tmp_path), "--out", str(afile)]) == 2
     assert capsys.readouterr().err == f"error: --out {afile}: is a file, not a directory\n"
+
+
+def test_a_tool_writes_only_its_own_section_of_a_shared_page(tmp_path):
+    from megatron_crossbert.outputs import write_section
+
+    page = tmp_path / "docs" / "results.md"
+    write_section(page, "claims", "## Claims\n\nfirst", note="written by the study")
+    page.write_text("# Results\n\nBy hand.\n\n" + page.read_text() + "\nA closing line by hand.\n")
+    write_section(page, "gpu", "## GPU\n\nH200")
+    before = page.read_text()
+    write_section(page, "claims", "## Claims\n\nsecond", note="written by the study")
+    after = page.read_text()
+    assert after == before.replace("first", "second")  # nothing outside the section moved
+    assert after.startswith("# Results\n\nBy hand.\n\n<!-- claims:start (written by the study) -->")
+    assert after.endswith("A closing line by hand.\n\n<!-- gpu:start -->\n\n## GPU\n\nH200\n\n<!-- gpu:end -->\n")

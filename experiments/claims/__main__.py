@@ -12,8 +12,8 @@ import argparse
 import os
 import sys
 
-from megatron_crossbert.benchmarking.study.plan import plan_names
-from megatron_crossbert.benchmarking.study.stopping import StudyStopped
+from .study.plan import plan_names
+from .study.stopping import StudyStopped
 from megatron_crossbert.cli.errors import add_debug_flag, cli_main
 from megatron_crossbert.shared_data import default_or_error, find_shared
 
@@ -48,6 +48,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--follow", action="store_true",
                    help="probe/report only: keep probing checkpoints as a concurrent 'train' invocation writes them")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
+    timed = p.add_argument_group("equal FLOPs inside a time budget (what the device check runs; see timed.py)")
+    timed.add_argument("--train-seconds", type=float, default=None,
+                       help="instead of the plan's budgets: one run per arm, every arm the same model FLOPs, all "
+                            "of them training for about this many seconds together (speeds measured first)")
+    timed.add_argument("--time-budget", type=float, default=None,
+                       help="wall seconds for the whole timed run: a further seed runs only if it still fits")
+    timed.add_argument("--seeds", type=int, nargs="+", default=[], help="seeds of the timed run (default: the plan's)")
+    timed.add_argument("--probe-workers", type=int, default=4, help="processes probing checkpoints in parallel")
+    timed.add_argument("--probe-max-train", type=int, default=None, help="train rows per probe task (default: the plan's)")
+    timed.add_argument("--dry-run", action="store_true",
+                       help="the CPU dry run: a fixed budget of two BERT steps, a tiny fp32 calibration, "
+                            "subsampled dev sets")
+    timed.add_argument("--result-json", default=None,
+                       help="the timed run's result, rewritten after every step (default: WORK_DIR/timed.json)")
     add_debug_flag(p)
     return p
 
@@ -67,17 +81,37 @@ def _mteb_lite_dir(value: str | None) -> str | None:
     return value
 
 
+def _run_timed(args: argparse.Namespace, corpus: str, glue_dir: str, mteb_lite_dir: str | None) -> int:
+    """The equal-FLOPs run in a time budget; exit 1 when an arm failed or was not probed (the result says which)."""
+    from .timed import TimedStudy, run_timed
+
+    study = TimedStudy(plan=args.plan, work_dir=args.work_dir, corpus=corpus, glue_dir=glue_dir,
+                       result_json=args.result_json or os.path.join(args.work_dir, "timed.json"),
+                       train_seconds=args.train_seconds, time_budget=args.time_budget, mteb_lite_dir=mteb_lite_dir,
+                       seeds=args.seeds, probe_max_train=args.probe_max_train, probe_workers=args.probe_workers,
+                       dry_run=args.dry_run)
+    try:
+        result = run_timed(study)
+    except StudyStopped as stop:
+        print(f"[claims] {stop}: {study.result_json} holds what was measured", file=sys.stderr, flush=True)
+        return 128 + stop.signum
+    print(f"[claims] wrote {study.result_json}", flush=True)
+    return 0 if result["ok"] else 1
+
+
 @cli_main
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     corpus = args.corpus or default_or_error("--corpus", "corpus", "corpus")
     glue_dir = args.glue_dir or default_or_error("--glue-dir", "GLUE folder", "glue")
-    probe_dir = args.probe_dir or default_or_error("--probe-dir", "probe task folder", "probe")
     mteb_lite_dir = _mteb_lite_dir(args.mteb_lite_dir)
     import torch
 
     torch.set_num_threads(args.threads or max(1, os.cpu_count() or 1))
     os.environ.setdefault("TQDM_DISABLE", "1")  # probe progress bars would flood the experiment log
+    if args.train_seconds is not None:
+        return _run_timed(args, corpus, glue_dir, mteb_lite_dir)
+    probe_dir = args.probe_dir or default_or_error("--probe-dir", "probe task folder", "probe")
     paths = ExperimentPaths(work_dir=args.work_dir, corpus=corpus, glue_dir=glue_dir, probe_dir=probe_dir,
                             results_md=args.results_md, figures_dir=args.figures_dir,
                             throughput_json=args.throughput_json, mteb_lite_dir=mteb_lite_dir)

@@ -17,11 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from megatron_crossbert.benchmarking.study.plan import Plan, RunSpec, arm_of, compute_budget_flops, run_flops_per_sample
-from megatron_crossbert.benchmarking.study.probe_stage import load_probe_results
-from megatron_crossbert.benchmarking.study.stats import Interval, mean_interval, paired_difference, ratio_interval
-from megatron_crossbert.benchmarking.study.train_stage import valid_losses
-from megatron_crossbert.evaluation.probing.metrics import average_scores
+from .study.plan import Plan, RunSpec, arm_of, compute_budget_flops, run_flops_per_sample
+from .study.probe_stage import load_probe_results
+from .study.stats import Interval, mean_interval, paired_difference, ratio_interval
+from .study.train_stage import valid_losses
+from megatron_crossbert.evaluation.tasks.metrics import average_scores
 
 HEADLINE = "glue_average"
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from megatron_crossbert.arch import get_arch
 from megatron_crossbert.benchmarking.report import fmt, markdown_table
-from megatron_crossbert.benchmarking.study.commands import read_command_log
-from megatron_crossbert.benchmarking.study.plan import Plan, RunSpec, arm_of, compute_budget_flops, run_flops_per_sample
-from megatron_crossbert.benchmarking.study.stats import NOT_RESOLVED, Interval, paired_difference, verdict
+from .study.commands import read_command_log
+from .study.plan import Plan, RunSpec, arm_of, compute_budget_flops, run_flops_per_sample
+from .study.stats import NOT_RESOLVED, Interval, paired_difference, verdict
 
 from . import analysis as an
 from .plan import CPU_KEY, seeds
@@ -40,7 +40,7 @@ def _plan_text(plan: Plan, runs: list[RunSpec], work_dir: Path) -> str:
     subset = work_dir / "corpus_subset.json"
     corpus = json.loads(subset.read_text()) if subset.is_file() else None
     seed_list = ", ".join(str(s) for s in seeds(plan) if s is not None) or str(plan.seed)
-    lines = [f"- Plan `{plan.name}` (`megatron_crossbert/benchmarking/study/plans/{plan.name}.yaml`): L={plan.seq_length}, global batch "
+    lines = [f"- Plan `{plan.name}` (`experiments/claims/plans/{plan.name}.yaml`): L={plan.seq_length}, global batch "
              f"{plan.global_batch}, AdamW lr {plan.lr} constant after {plan.warmup} warm-up steps, {plan.precision}, "
              f"one process; seeds {seed_list} (a seed sets the initialisation, the data order and the masks).",
              f"- Corpus: {fmt(corpus['bytes'] / 1e6, 1) if corpus else '?'} MB of the corpus (`--corpus`), round-robin "
@@ -248,7 +248,7 @@ def claims_section(plan: Plan, runs: list[RunSpec], work_dir: Path, curves: an.S
     states = [f"`{k}`: {v}" for k, v in status.items()
               if isinstance(v, str) and not k.startswith(CPU_KEY) and not v.startswith("done")]
     return "\n\n".join([
-        "## The paper's claims, with seeds and intervals (issue 26)",
+        "## The paper's claims, with seeds and intervals",
         "Verdicts (a verdict only where the 95% interval of the paired difference excludes zero):\n\n" + claims,
         "Stages not done when this page was written: " + ("; ".join(states) if states else "none") + ".",
         "### What was run", _plan_text(plan, runs, work_dir), _cost_text(work_dir, status),

@@ -2,7 +2,7 @@
 
 Every stage skips what is already on disk, so re-running the same command continues a partial
 run; what each stage's outputs were made with is recorded in the work dir and checked first
-(``benchmarking.study.stage_keys``), so a changed plan or changed data is refused instead of reported
+(``study/stage_keys.py``), so a changed plan or changed data is refused instead of reported
 over the old numbers. A failing stage does not lose the others' results: the error is recorded in ``status.json``
 and the report stage still writes ``docs/results.md`` from whatever was measured, marking the
 rest as not completed.
@@ -18,8 +18,8 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from megatron_crossbert.benchmarking.study.plan import Plan, RunSpec, compute_budget_flops, resolve_plan
-from megatron_crossbert.benchmarking.study.stopping import StudyStopped, stop_requested, stopping
+from .study.plan import Plan, RunSpec, compute_budget_flops, resolve_plan
+from .study.stopping import StudyStopped, stop_requested, stopping
 from megatron_crossbert.fsutil import pid_start_time, process_is_alive
 
 from . import analysis as an
@@ -135,7 +135,7 @@ def _add_cpu(work_dir: Path, name: str, seconds: float) -> dict:
 
 
 def make_figures(plan: Plan, curves: an.StudyCurves, figures_dir: Path) -> dict[str, Path | None]:
-    from megatron_crossbert.benchmarking.study.plan import flops_per_sample
+    from .study.plan import flops_per_sample
 
     from . import plots
 
@@ -170,8 +170,8 @@ def follow_probes(plan: Plan, runs: list[RunSpec], work: Path, paths: Experiment
     Lets probing overlap training (``--stages probe report --follow`` beside ``--stages data train``);
     the page is rewritten after every probed checkpoint.
     """
-    from megatron_crossbert.benchmarking.study.probe_stage import run_probe_stage
-    from megatron_crossbert.benchmarking.study.train_stage import is_complete
+    from .study.probe_stage import run_probe_stage
+    from .study.train_stage import is_complete
 
     while True:
         finished, cpu = all(is_complete(work, run) for run in runs), _cpu_seconds()
@@ -196,7 +196,7 @@ def run_experiment(paths: ExperimentPaths, plan_name: str = "cpu", stages: list[
     A changed plan or data in a used work dir is refused first (``stage_keys``); a stop signal ends the study
     with its stage recorded as stopped (``StudyStopped``, ``study.stopping``).
     """
-    from megatron_crossbert.benchmarking.study.stage_keys import claim_work_dir, plan_keys
+    from .study.stage_keys import claim_work_dir, plan_keys
 
     plan, work = resolve_plan(plan_name), Path(paths.work_dir)
     work.mkdir(parents=True, exist_ok=True)
@@ -211,9 +211,9 @@ def run_experiment(paths: ExperimentPaths, plan_name: str = "cpu", stages: list[
 def _run_stages(plan: Plan, runs: list[RunSpec], wanted: list[str], work: Path, paths: ExperimentPaths,
                 follow: bool) -> None:
     """``run_experiment``'s stages, in order (see there)."""
-    from megatron_crossbert.benchmarking.study.data_stage import data_prefix, run_data_stage, tokenizer_dir
-    from megatron_crossbert.benchmarking.study.probe_stage import run_probe_stage
-    from megatron_crossbert.benchmarking.study.train_stage import run_train_stage
+    from .study.data_stage import data_prefix, run_data_stage, tokenizer_dir
+    from .study.probe_stage import run_probe_stage
+    from .study.train_stage import run_train_stage
 
     if follow:
         follow_probes(plan, runs, work, paths)

@@ -5,18 +5,18 @@ masking, and quality that rises with model size. A plan repeats every arm (``ARM
 CrossBERT r=0.5 single view and complementary, the fastest complementary setting) with each of its seeds,
 on the same data and optimizer, plus the untrained reference and a model-size sweep.
 
-Budgets (the types and the FLOPs arithmetic are the library's ``benchmarking.study.plan``): every main
+Budgets (the types and the FLOPs arithmetic are ``study/plan.py``'s): every main
 run trains to ``max(sample budget, compute budget)`` steps and saves checkpoints along the way (the LR is
 constant after warm-up, so a checkpoint is the end of a shorter run). A setting cheaper per sample trains
 longer to spend BERT's FLOPs; a dearer one reaches the FLOPs budget before the sample budget.
 
-The plans differ in sizes and budgets, not in code: the library's ``benchmarking/study/plans/*.yaml``
+The plans differ in sizes and budgets, not in code: ``experiments/claims/plans/*.yaml``
 holds the named ones (``resolve_plan``), and ``--plan FILE`` takes a user's own (a node, a cluster).
 """
 
 from __future__ import annotations
 
-from megatron_crossbert.benchmarking.study.plan import (Arm, Plan, RunSpec, arm_flops_per_sample, arm_run,
+from .study.plan import (Arm, Plan, RunSpec, arm_flops_per_sample, arm_run,
                                                         chosen_arms, compute_budget_flops, reference_run, seeded,
                                                         steps_for_flops)
 

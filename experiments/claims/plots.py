@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from megatron_crossbert.benchmarking.study.stats import mean_interval
+from .study.stats import mean_interval
 
 from .analysis import HEADLINE, METRICS, Point
 

@@ -7,8 +7,9 @@ import sys
 from pathlib import Path
 
 from megatron_crossbert.cli import quiet_library_warnings
-from megatron_crossbert.cli.config_flags import ConfigFlag, add_config_flags, flag_values, replace_sections
+from megatron_crossbert.cli.config_flags import ConfigFlag, add_config_flags, flag_values
 from megatron_crossbert.cli.errors import add_debug_flag, cli_main
+from megatron_crossbert.config import replace_sections
 
 from .pipeline import DemoOptions, DemoStopped, format_summary, run_demo
 

@@ -93,7 +93,7 @@ def _stage(number: int, name: str, detail: str) -> float:
 
 
 def _read_records(path: Path) -> list[dict]:
-    from megatron_crossbert.evaluation.probing.tasks import read_jsonl_rows
+    from megatron_crossbert.evaluation.tasks.data import read_jsonl_rows
 
     return [r for r in read_jsonl_rows(path)
             if isinstance(r, dict) and isinstance(r.get("text"), str) and r["text"].strip()]
@@ -222,7 +222,7 @@ def pretrain_stage(run_cfg: RunConfig) -> dict:
 
 def probe_stage(models: dict[str, Path], task_dir: Path, opts: DemoOptions, out: Path) -> dict[str, dict]:
     from megatron_crossbert.evaluation.probing.runner import ProbeRunConfig, run_probing
-    from megatron_crossbert.evaluation.probing.tasks import load_jsonl_task
+    from megatron_crossbert.evaluation.tasks.data import load_jsonl_task
 
     task = load_jsonl_task(task_dir)
     config = ProbeRunConfig(max_len=opts.data.seq_length, max_train=opts.probe_train, max_test=opts.probe_test,

@@ -1,6 +1,6 @@
 """Stage ``attention`` of the device check: FlexAttention against SDPA at L=8192, and the MFU SDPA buys.
 
-1. Kernels (issue 21): one core-attention layer (``CoreAttention``, 12 heads x 64, bf16) at L=8192 on the
+1. Kernels: one core-attention layer (``CoreAttention``, 12 heads x 64, bf16) at L=8192 on the
    documents of a packed sample (geometric lengths of the shared corpus' mean, ~120 documents), with
    and without ModernBERT's 128-token window: compiled flex (block mask) against SDPA (dense bool mask),
    forward+backward tokens/s and peak memory, and flex's output and q/k/v gradients against SDPA's

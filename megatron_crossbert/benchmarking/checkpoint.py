@@ -31,9 +31,14 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
-from tqdm import tqdm
+
+from megatron_crossbert.progress import progress_bar
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 SIZES: dict[str, dict] = {
     "tiny": dict(hidden_size=64, num_layers=2, num_attention_heads=2, vocab_size=512),
@@ -153,7 +158,7 @@ def _load(trainable, ckpt_root: Path, state: str, verify: str) -> _Clock:
             source = open_checkpoint(ckpt_root / MODEL_DIR, verify)
         read_model_weights(trainable.model, source)
     else:
-        source = verify_checkpoint(resolve_checkpoint_dir(ckpt_root), cfg, defer_contents=True)
+        source = verify_checkpoint(resolve_checkpoint_dir(ckpt_root), cfg)
         with _Clock() as check:
             source = verify_contents(source, verify)
         load_checkpoint(source, trainable.model, trainable.optimizer, trainable.scheduler, cfg)
@@ -267,7 +272,7 @@ def run_checkpoint_bench(options: CheckpointBenchOptions) -> dict:
     initialize(ParallelConfig(use_distributed_optimizer=True), options.seed)
     work_dir = Path(options.work_dir or tempfile.gettempdir())
     work_dir.mkdir(parents=True, exist_ok=True)
-    with tqdm(total=len(options.sizes) * len(CASES), desc="checkpoint bench", unit="case") as progress:
+    with progress_bar(total=len(options.sizes) * len(CASES), desc="checkpoint bench", unit="case") as progress:
         warm_up(work_dir, options)
         sizes = [measure_size(name, options, work_dir, progress) for name in options.sizes]
     meta = {"benchmark": "checkpoint", "options": asdict(options), "torch_threads": torch.get_num_threads(),

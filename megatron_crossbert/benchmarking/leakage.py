@@ -1,4 +1,4 @@
-"""How much attention crosses documents in packed samples without document masks (what issue 21 removes).
+"""How much attention crosses documents in packed samples without document masks (what ``data.document_mask`` removes).
 
 The corpus is tokenized (the given tokenizer, or a 32k WordPiece trained on a sample of it) and packed
 with the project's own packing index ([CLS] + documents joined by [SEP], samples of L tokens). Per L:

@@ -1,7 +1,7 @@
 """Content hashes for every file of a checkpoint: recorded at commit, verified before any use.
 
-DCP's ``.metadata`` records only where each item lies (offset, length), so before issue 17 one
-flipped byte in a ``.distcp`` shard loaded silently, and export and resume ran on the changed
+DCP's ``.metadata`` records only where each item lies (offset, length), so without a record one
+flipped byte in a ``.distcp`` shard loads silently, and export and resume run on the changed
 weight. ``iter_*/checksums.json`` records, for every other file of the directory, its size and a
 streaming xxh3-128 digest: xxhash runs at ~20 GB/s on one core here, against ~1.1 for blake2b and
 ~1.6 for SHA-256 (megatron-core's own ``integrity.json``, which also makes rank 0 hash every file).
@@ -11,14 +11,14 @@ Recording (``save._commit``), after every rank's shards are on disk and before `
 marks the save complete: each rank hashes the shards it wrote (``__<rank>_*.distcp``), rank 0
 gathers them, hashes the rest (``.metadata``, ``metadata.json``, the records) and the text of
 ``run_config.json`` about to be written, so the completeness marker is covered too. Verifying
-(``verify.verify_contents``): sizes first, then hashes, split across the ranks of a job
+(:func:`check_contents`, through ``verify.verify_contents``): sizes first, then hashes, split across the ranks of a job
 (:func:`files_for_rank`) and gathered, so every rank raises the same one line naming the file.
 
-What a record must cover (issue 27): a checkpoint saved by a version that writes records and found
+What a record must cover: a checkpoint saved by a version that writes records and found
 without one is damaged, not old (:func:`missing_record`; its ``run_config.json`` says which version
 wrote it), and every file a load reads must be listed (:func:`unrecorded_reads`): the shards ``.metadata``
-lists, ``.metadata`` itself, the configs and records. Before, deleting the record, or one entry of
-it, let a flipped byte through with a misleading warning or none. Only a checkpoint from before
+lists, ``.metadata`` itself, the configs and records. Otherwise deleting the record, or one entry of
+it, would let a flipped byte through with a misleading warning or none. Only a checkpoint from before
 records loads without one, with one warning per directory; a file no load reads may stay unrecorded.
 """
 
@@ -30,10 +30,14 @@ import re
 from pathlib import Path
 from typing import Literal
 
-import xxhash
-
+from megatron_crossbert.checkpoint.data_record import RECORD_FILE as DATA_RECORD_FILE
+from megatron_crossbert.checkpoint.directories import RUN_CONFIG_FILE
 from megatron_crossbert.checkpoint.errors import CheckpointError, ChecksumMismatchError
-from megatron_crossbert.content_identity import hash_file
+from megatron_crossbert.checkpoint.safe_pickle import (
+    LEGACY_COMMON_FILE, MEGATRON_CONFIG_FILE, METADATA_FILE, listed_shards, load_metadata,
+)
+from megatron_crossbert.checkpoint.tokenizer_record import RECORD_FILE as TOKENIZER_RECORD_FILE
+from megatron_crossbert.content_identity import hash_bytes, hash_file
 from megatron_crossbert.fsutil import atomic_write_text
 
 logger = logging.getLogger(__name__)
@@ -47,10 +51,6 @@ an older version); not checked (``checkpoint.verify=off``); or not yet checked (
 checks after the process group exists, so the ranks can share the work)."""
 
 _warned: set[str] = set()
-
-
-def hash_bytes(data: bytes) -> str:
-    return xxhash.xxh3_128_hexdigest(data)
 
 
 def _entry(path: Path) -> dict:
@@ -147,3 +147,60 @@ def raise_first(found: list[str]) -> None:
     if found:
         more = f" (and {len(found) - 1} more file(s))" if len(found) > 1 else ""
         raise ChecksumMismatchError(found[0] + more)
+
+
+def _recording_evidence(ckpt_dir: Path) -> str | None:
+    """Why ``ckpt_dir`` must have a checksum record: the version that introduced ``checksums.json``
+    also introduced ``checkpoint.verify`` (in ``run_config.json``) and ``checkpoint.data.json``. None for
+    a checkpoint older than both. Read only when the record is missing."""
+    try:
+        saved = json.loads((ckpt_dir / RUN_CONFIG_FILE).read_text())
+    except (OSError, ValueError):
+        saved = None
+    if isinstance(saved, dict) and isinstance(saved.get("checkpoint"), dict) and "verify" in saved["checkpoint"]:
+        return f"its {RUN_CONFIG_FILE} records checkpoint.verify"
+    return f"it has {DATA_RECORD_FILE}" if (ckpt_dir / DATA_RECORD_FILE).is_file() else None
+
+
+def _read_by_loads(ckpt_dir: Path, files: dict[str, dict]) -> dict[str, str]:
+    """Every file a load of ``ckpt_dir`` reads -> why. The shards come from ``.metadata``, unpickled
+    (under ``safe_pickle``'s allowlist) only once its recorded hash was checked."""
+    reads = {METADATA_FILE: "the index of every load", RUN_CONFIG_FILE: "the saved run config"}
+    for name, why in ((MEGATRON_CONFIG_FILE, "megatron's checkpoint config"),
+                      (TOKENIZER_RECORD_FILE, "the tokenizer record"),
+                      (DATA_RECORD_FILE, "the data record"), (LEGACY_COMMON_FILE, "megatron's common state")):
+        if (ckpt_dir / name).is_file():
+            reads[name] = why
+    if METADATA_FILE in files:
+        shards = listed_shards(load_metadata(ckpt_dir / METADATA_FILE))
+        reads |= {name: f"{METADATA_FILE} lists it" for name in shards}
+    return reads
+
+
+def check_contents(ckpt_dir: Path, mode: str, collective: bool = False) -> ContentsVerdict:
+    """The checksum check of ``ckpt_dir`` (``checkpoint.verify``: ``full`` or ``off``): ChecksumMismatchError
+    naming the first damaged file, or the first file a load reads that the record does not cover (checked once
+    the hashes are, on every rank).
+
+    ``collective``: every rank of the initialised process group hashes its share of the files and
+    the problems are gathered, so all ranks raise the same line (each byte is read once per job).
+    """
+    if mode == "off":
+        return "off"
+    files = read_record(ckpt_dir)
+    if files is None:
+        missing_record(ckpt_dir, _recording_evidence(ckpt_dir))
+        return "unrecorded"
+    rank, world = 0, 1
+    if collective:
+        import torch.distributed as dist
+
+        rank, world = dist.get_rank(), dist.get_world_size()
+    found = problems(ckpt_dir, files, files_for_rank({n: e["bytes"] for n, e in files.items()}, rank, world))
+    if world > 1:
+        shares: list = [None] * world
+        dist.all_gather_object(shares, found)
+        found = [line for share in shares for line in share]
+    raise_first(found)
+    raise_first(unrecorded_reads(ckpt_dir, files, _read_by_loads(ckpt_dir, files)))
+    return "verified"

@@ -12,17 +12,16 @@ frequencies are not saved, so a new base needs no weight surgery; what has rows 
   warning that the rows past the trained length start untrained.
 
 A full resume must not change the meaning of positions at all: ``resume_mismatches`` lists the RoPE
-and window options that differ.
+and window options that differ. An ``init_from`` is decided once (:func:`plan_extension`): what it refuses,
+what it changes (logged) and which tables it grows travel together in one :class:`ContextExtension`.
 """
 
 from __future__ import annotations
 
-import logging
+from dataclasses import dataclass
 
 from megatron_crossbert.arch import get_encoder
 from megatron_crossbert.config import RunConfig
-
-logger = logging.getLogger(__name__)
 
 POSITION_FIELDS = ("rotary_base", "local_rotary_base", "local_attention", "global_attn_every_n_layers")
 """ModelConfig fields that fix what a position means to a trained model (beyond the table sizes)."""
@@ -37,12 +36,27 @@ def resume_mismatches(saved: RunConfig, current: RunConfig) -> list[str]:
             for name in POSITION_FIELDS if getattr(saved.model, name) != getattr(current.model, name)]
 
 
-def extension_refusals(saved: RunConfig, current: RunConfig) -> list[str]:
-    """What an ``init_from`` cannot do with positions (empty: the load may go ahead)."""
+@dataclass(frozen=True)
+class ContextExtension:
+    """What an ``init_from`` does with positions, decided once from the saved and the current config."""
+
+    refusals: tuple[str, ...]
+    """What it cannot do, in the verifier's format (empty: the load may go ahead)."""
+    changes: tuple[str, ...]
+    """Every position-related change it applies (the verifier logs them once the load is allowed)."""
+    grown_tables: dict[str, int]
+    """``{state-dict key suffix: saved rows}`` of the learned position tables the load grows."""
+
+
+NO_EXTENSION = ContextExtension((), (), {})
+"""A full resume extends nothing: positions keep their meaning (:func:`resume_mismatches`)."""
+
+
+def _refusals(saved: RunConfig, current: RunConfig, learned: bool) -> list[str]:
     old, new = saved.model.max_position_embeddings, current.model.max_position_embeddings
     if new < old:
         return [f"model.max_position_embeddings: checkpoint {old} vs run {new} (a position table cannot shrink)"]
-    if new > old and get_encoder(current.model.encoder).learned_positions:
+    if new > old and learned:
         return [f"classic encoder: the learned position table has {old} rows, seq_length "
                 f"{current.data.seq_length} needs {new}; positions past the table were never trained (use "
                 f"model.encoder=modern for context extension, or train with max_position_embeddings >= {new} "
@@ -50,8 +64,7 @@ def extension_refusals(saved: RunConfig, current: RunConfig) -> list[str]:
     return []
 
 
-def log_extension(reference: str, saved: RunConfig, current: RunConfig) -> list[str]:
-    """Log (and return) every position-related change an ``init_from`` applies."""
+def _changes(saved: RunConfig, current: RunConfig, learned: bool) -> list[str]:
     changes = [f"{_NAMES[name]} {getattr(saved.model, name)!r} -> {getattr(current.model, name)!r}"
                for name in POSITION_FIELDS if getattr(saved.model, name) != getattr(current.model, name)]
     old, new = saved.model.max_position_embeddings, current.model.max_position_embeddings
@@ -60,17 +73,17 @@ def log_extension(reference: str, saved: RunConfig, current: RunConfig) -> list[
                        "start from their initialisation)")
     if current.data.seq_length > saved.data.seq_length:
         changes.append(f"seq_length {saved.data.seq_length} -> {current.data.seq_length}")
-        if get_encoder(current.model.encoder).learned_positions:
+        if learned:
             changes.append(f"warning: position-table rows {saved.data.seq_length}..{current.data.seq_length - 1} "
                            "were never trained by that checkpoint")
-    for change in changes:
-        logger.warning("init_from %s: %s", reference, change)
     return changes
 
 
-def grown_tables(saved: RunConfig, current: RunConfig) -> dict[str, int]:
-    """``{state-dict key suffix: saved rows}`` of the learned position tables an init_from must grow."""
+def plan_extension(saved: RunConfig, current: RunConfig) -> ContextExtension:
+    """An ``init_from``'s refusals, changes and grown tables; the encoder family (learned or rotary
+    positions) is looked up once for all three."""
+    learned = get_encoder(current.model.encoder).learned_positions
     old, new = saved.model.max_position_embeddings, current.model.max_position_embeddings
-    if new == old or not current.model.decoder_position_embedding:
-        return {}
-    return {"decoder_position_embedding.weight": old}
+    grown = {"decoder_position_embedding.weight": old} if new != old and current.model.decoder_position_embedding \
+        else {}
+    return ContextExtension(tuple(_refusals(saved, current, learned)), tuple(_changes(saved, current, learned)), grown)

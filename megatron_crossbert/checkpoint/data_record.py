@@ -1,7 +1,7 @@
 """What data a checkpoint was trained on, and whether a resume continues on the same data.
 
 A resumed run's sample stream is "sample ``consumed_samples`` onward of this run's blend". On other
-data the same index means other samples, and before issue 17 nothing noticed: the tokenizer may be
+data the same index means other samples, and nothing else would notice: the tokenizer may be
 the same, and so are the shapes. Every checkpoint records its data (``checkpoint.data.json``, beside
 ``checkpoint.tokenizer.json``): each dataset of the blend with its weight, its files' sizes and a
 fingerprint (xxh3-128 of every ``.idx``/``.json`` file, which holds the document and sequence

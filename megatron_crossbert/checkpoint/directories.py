@@ -6,9 +6,9 @@
 <root>/iter_0000100/               megatron-core dist_checkpointing (torch_dist) directory
 <root>/iter_0000100/run_config.json   the resolved RunConfig (written last: it marks the save complete)
 ```
-The commit journal (issue 27): a process killed after ``run_config.json`` made a checkpoint complete
-but before ``latest`` moved left a complete checkpoint newer than ``latest``, and every rerun of the
-same command was refused as if that checkpoint came from some other run. The commit now writes
+The commit journal: a process killed after ``run_config.json`` made a checkpoint complete but before
+``latest`` moved leaves a complete checkpoint newer than ``latest``, which every rerun of the same
+command would refuse as if it came from some other run. So the commit writes
 ``latest.pending`` (the checkpoint, what ``latest`` named, a hash of the ``run_config.json`` about to
 be written and who writes it) before ``run_config.json``, and removes it once ``latest`` moved. A
 journal whose checkpoint is complete with exactly that ``run_config.json``, while ``latest`` still
@@ -34,9 +34,9 @@ import socket
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from megatron_crossbert.checkpoint.checksums import hash_bytes
 from megatron_crossbert.checkpoint.errors import CheckpointError
 from megatron_crossbert.config import RunConfig
+from megatron_crossbert.content_identity import hash_bytes
 from megatron_crossbert.fsutil import atomic_write_text, pid_start_time
 
 LATEST_FILE = "latest"
@@ -110,7 +110,7 @@ class PendingCommit:
     after: str | None
     """What 'latest' named when the commit began (None: there was no 'latest')."""
     run_config_xxh3: str
-    """The hash of the ``run_config.json`` text the commit writes (``checksums.hash_bytes``)."""
+    """The hash of the ``run_config.json`` text the commit writes (``content_identity.hash_bytes``)."""
     writer: dict
     """Who commits: host, pid, pid start time (for the log line of whoever finishes the commit)."""
 
@@ -210,7 +210,3 @@ def load_saved_config(ckpt_dir: Path) -> RunConfig:
     except (ValueError, TypeError, KeyError) as err:
         raise CheckpointError(f"{ckpt_dir / RUN_CONFIG_FILE} is not a valid run config: {err}") from err
 
-
-def read_run_config(path: str | Path) -> RunConfig:
-    """The RunConfig saved with a checkpoint reference (root or iter_* directory): resolve, then parse."""
-    return load_saved_config(resolve_checkpoint_dir(path))

@@ -1,8 +1,8 @@
 """Load checkpoints that ``checkpoint.verify`` has already checked: a full resume or the weights only.
 
 Nothing here resolves a reference or parses ``run_config.json``: a :class:`VerifiedCheckpoint`
-carries the directory, the saved config, the optimizer layout and the verdict of the checksum
-check (a load refuses a checkpoint whose contents were not checked), and every read goes through
+carries the directory, the saved config, the optimizer layout and Adam implementation, the position
+tables an ``init_from`` grows and the verdict of the checksum check, all read once (a load refuses a checkpoint whose contents were not checked), and every read goes through
 ``safe_pickle.checked_read``. The one exception is :func:`load_model_weights`, the convenience for
 callers holding only a path (tests, benchmarks), which opens (and so verifies) it first.
 """
@@ -26,7 +26,6 @@ from megatron_crossbert.checkpoint.optimizer_format import (
     optimizer_impl,
     prime_optimizer_state,
     restore_adam_steps,
-    saved_content,
 )
 from megatron_crossbert.checkpoint.pins import reading
 from megatron_crossbert.checkpoint.safe_pickle import checked_read
@@ -66,22 +65,28 @@ def _grow_requests(request: dict, grown: dict[str, int]) -> dict[str, tuple[torc
     return swapped
 
 
-def read_model_weights(model, source: VerifiedCheckpoint, grown: dict[str, int] | None = None) -> Path:
-    """Load the 'model' entry of a verified checkpoint into ``model`` (any TP/PP layout, local or TE layers).
-
-    ``grown`` (``context_extension.grown_tables``): position tables the model holds more rows of than
-    the checkpoint; their saved rows are copied in and the new rows keep the model's initialisation.
-    """
-    ckpt_dir = _checked(source)
-    request = model.sharded_state_dict()
-    swapped = _grow_requests(request, grown or {})
+def _read_entries(request: dict, ckpt_dir: Path, what: str) -> dict:
+    """The requested entries, read under the reader's pin (``pins.reading``) and the restricted unpickler
+    (``safe_pickle.checked_read``); any failure is one CheckpointError saying what could not be done."""
     try:
         with reading(ckpt_dir), checked_read(ckpt_dir):
-            state = load_across_layer_impls({"model": request}, ckpt_dir)
+            return load_across_layer_impls(request, ckpt_dir)
     except CheckpointError:
         raise
     except (Exception, TorchCheckpointException) as err:  # DCP's CheckpointException is a BaseException
-        raise CheckpointError(f"cannot load model weights from {ckpt_dir}: {err}") from err
+        raise CheckpointError(f"cannot {what} {ckpt_dir}: {err}") from err
+
+
+def read_model_weights(model, source: VerifiedCheckpoint) -> Path:
+    """Load the 'model' entry of a verified checkpoint into ``model`` (any TP/PP layout, local or TE layers).
+
+    ``source.grown_tables`` (an ``init_from`` into a longer context): position tables the model holds more
+    rows of than the checkpoint; their saved rows are copied in and the new rows keep the model's initialisation.
+    """
+    ckpt_dir = _checked(source)
+    request = model.sharded_state_dict()
+    swapped = _grow_requests(request, source.grown_tables)
+    state = _read_entries({"model": request}, ckpt_dir, "load model weights from")
     for key, (table, saved) in swapped.items():
         table = table.detach().clone()
         table[:saved.shape[0]] = state["model"][key]
@@ -136,13 +141,7 @@ def _read(ckpt_dir: Path, request: dict, model, optimizer) -> dict:
     """dist_checkpointing.load plus the in-place model/optimizer loads (under no_grad)."""
     # no_grad: the distributed optimizer copies into views of leaf parameters
     with torch.no_grad(), model_space_load(optimizer):
-        try:
-            with reading(ckpt_dir), checked_read(ckpt_dir):
-                loaded = load_across_layer_impls(request, ckpt_dir)
-        except CheckpointError:
-            raise
-        except (Exception, TorchCheckpointException) as err:  # the latter derives from BaseException
-            raise CheckpointError(f"cannot resume from {ckpt_dir}: {err}") from err
+        loaded = _read_entries(request, ckpt_dir, "resume from")
         load_model_state(model, loaded["model"], ckpt_dir)
         optimizer.load_state_dict(loaded["optimizer"])
     return loaded
@@ -172,9 +171,9 @@ def load_checkpoint(source: VerifiedCheckpoint, model, optimizer, scheduler, run
         sharding_type = source.sharding_type or SAVE_SHARDING_TYPE
     request = training_state_dict(model, optimizer, scheduler, Progress(), sharding_type, is_loading=True,
                                   with_rng=same_layout)
-    note_optimizer_impl(_checked(source))
+    note_optimizer_impl(source)
     loaded = _read(_checked(source), request, model, optimizer)
-    # verify.check_schedule already refused or logged any difference; 'config' applies this run's.
+    # resume_schedule already refused or logged any difference; 'config' applies this run's.
     scheduler.override_opt_param_scheduler = run_cfg.checkpoint.lr_schedule_on_resume == "config"
     if not scheduler.override_opt_param_scheduler:
         _use_saved_wsd(scheduler, source.saved)
@@ -186,13 +185,13 @@ def load_checkpoint(source: VerifiedCheckpoint, model, optimizer, scheduler, run
     return progress
 
 
-def note_optimizer_impl(ckpt_dir: Path) -> str | None:
+def note_optimizer_impl(source: VerifiedCheckpoint) -> str | None:
     """The Adam implementation that wrote the checkpoint's optimizer state (None: not recorded); a log line
     when this run's differs (their states share names, so the resume continues)."""
-    saved, now = saved_content(ckpt_dir).get(OPTIMIZER_IMPL_KEY), optimizer_impl()
+    saved, now = source.optimizer_impl, optimizer_impl()
     if saved and saved != now:
         logger.warning("resume: the optimizer state in %s was written by %s; this run continues it with %s",
-                       ckpt_dir, saved, now)
+                       source.directory, saved, now)
     return saved
 
 

@@ -14,6 +14,7 @@ in the param groups); :func:`restore_adam_steps` re-derives them after a load.
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -72,15 +73,25 @@ def sharding_metadata(sharding_type: str | None) -> dict | None:
     return None if sharding_type is None else {SHARDING_TYPE_KEY: sharding_type}
 
 
-def saved_sharding_type(ckpt_dir: Path, saved_cfg: RunConfig) -> str | None:
-    """The layout of the distributed-optimizer state in ``ckpt_dir`` (None: saved without one).
+@dataclass(frozen=True)
+class SavedOptimizer:
+    """What a checkpoint's content metadata says about its optimizer state, read once."""
 
-    A checkpoint without our content-metadata entry predates this format and is ``dp_reshardable``
-    (that includes a directory holding only run_config.json, e.g. in tests).
-    """
-    if not saved_cfg.parallel.use_distributed_optimizer:
-        return None
-    return saved_content(ckpt_dir).get(CONTENT_FORMAT_KEY, LEGACY_DP_RESHARDABLE)
+    sharding_type: str | None = None
+    """The distributed-optimizer layout stored (None: saved without one). A checkpoint without our entry
+    predates this format and is ``dp_reshardable`` (that includes a directory holding only
+    run_config.json, e.g. in tests)."""
+    impl: str | None = None
+    """The Adam implementation that wrote the state (:func:`optimizer_impl`); None: not recorded."""
+
+
+def read_saved_optimizer(ckpt_dir: Path, saved_cfg: RunConfig) -> SavedOptimizer:
+    """The optimizer layout and Adam implementation of the checkpoint in ``ckpt_dir``, which ``saved_cfg``
+    (its run_config.json) wrote."""
+    content = saved_content(ckpt_dir)
+    layout = content.get(CONTENT_FORMAT_KEY, LEGACY_DP_RESHARDABLE) if saved_cfg.parallel.use_distributed_optimizer \
+        else None
+    return SavedOptimizer(layout, content.get(OPTIMIZER_IMPL_KEY))
 
 
 def saved_content(ckpt_dir: Path) -> dict:
@@ -105,7 +116,7 @@ def _layout(cfg: RunConfig) -> tuple[int, int]:
 def reshard_refusal(ckpt_dir: Path, saved_cfg: RunConfig, sharding_type: str | None,
                     current: RunConfig) -> list[str]:
     """One-line reasons why ``current`` cannot resume the optimizer state in ``ckpt_dir``, whose
-    layout :func:`saved_sharding_type` read as ``sharding_type``. Switching the distributed optimizer on
+    layout :func:`read_saved_optimizer` read as ``sharding_type``. Switching the distributed optimizer on
     or off between save and resume is refused by name: the two layouts store Adam's state differently
     and megatron's loader fails on the other one with a serialized traceback (resharding between them
     is possible in principle; not done or verified here)."""

@@ -1,9 +1,9 @@
 """Readers pin the checkpoint they read; pruning leaves a pinned checkpoint alone until a later save.
 
 A training run prunes its checkpoints older than the ``checkpoint.keep_last`` newest after every
-save. Before issue 27 nothing knew about readers: an export, probe or MTEB run of the same save
-directory (or another run's ``--load``/``--init-from`` of it) resolved 'latest', and by the time it
-read the shards they were gone; every export failed, saying the checkpoint was "incomplete".
+save. Pruning that knows no readers breaks them: an export, probe or MTEB run of the same save
+directory (or another run's ``--load``/``--init-from`` of it) resolves 'latest', and by the time it
+reads the shards they are gone; every export fails, saying the checkpoint is "incomplete".
 
 - Every save creates an empty ``iter_*/.readers.lock`` at its commit, after the shards and before the
   records (:func:`create_pin_file`); checksums cover it like any file. Readers never create it: a reader adds nothing to a checkpoint it did not

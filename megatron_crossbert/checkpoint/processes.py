@@ -6,10 +6,10 @@ by itself. megatron-core 0.19's checkpoint writer starts two kinds of helper:
 - ``filesystem_async.get_write_results_queue`` starts a *spawn* ``multiprocessing.Manager`` server
   on the first save, sync or async, to carry the writers' results. The spawned child re-imports the
   main module (torch, megatron: ~620 MiB resident), then sleeps in ``serve_forever``; nothing in it
-  watches the trainer. Before issue 17 it stayed behind after every SIGKILL, with multiprocessing's
+  watches the trainer. Left alone it stays behind after every SIGKILL, with multiprocessing's
   resource tracker.
-- ``TemporalAsyncCaller`` forks one writer per async save; killed mid-save, it kept writing shards
-  of a save that could never be committed.
+- ``TemporalAsyncCaller`` forks one writer per async save; left alone, a writer whose trainer was killed
+  mid-save keeps writing shards of a save that can never be committed.
 
 The fixes: a synchronous save needs no server at all (megatron's writer threads run in the trainer,
 so a ``queue.Queue`` carries the results); for async saves the Manager is started here, asking the
@@ -18,13 +18,13 @@ the same first thing. The resource tracker then sees its pipe close and exits. P
 fires when the *thread* that forked the child exits: both are started from the training thread.
 Elsewhere than Linux this is a no-op. The queues live for the process, like megatron's own global.
 
-Issue 27: a batch system signals every process of a job (SLURM's SIGTERM at preemption or the time
-limit, to torchrun's workers and their helpers alike). The results server kept SIGTERM's default
-action and died of it mid-save, and every later save of the run, the stop checkpoint included,
-failed. Both helpers now start with the stop signals blocked and ignore them
-(:func:`arm_helper`, ``platform.signals``), so they finish the save the trainer then commits. The
-server listens on an abstract Unix socket (Linux), so a SIGKILLed trainer leaves no ``pymp-*``
-directory in ``$TMPDIR`` either: that directory was removed only by the server's own finalizer.
+A batch system signals every process of a job (SLURM's SIGTERM at preemption or the time
+limit, to torchrun's workers and their helpers alike). A results server with SIGTERM's default action
+dies of it mid-save, and every later save of the run, the stop checkpoint included, fails. So both
+helpers start with the stop signals blocked and ignore them (:func:`arm_helper`, ``platform.signals``),
+and finish the save the trainer then commits. The server listens on an abstract Unix socket (Linux),
+so a SIGKILLed trainer leaves no ``pymp-*`` directory in ``$TMPDIR`` either: only the server's own
+finalizer would remove that directory.
 """
 
 from __future__ import annotations
@@ -36,14 +36,11 @@ import queue
 import secrets
 import signal
 import sys
-import time
 
+from megatron_crossbert.checkpoint import fault_points
 from megatron_crossbert.platform import signals
 
 PR_SET_PDEATHSIG = 1
-SLOW_WRITER_ENV = "CROSSBERT_TEST_SLOW_WRITER"
-"""Test hook, seconds: a forked async writer waits this long before writing, so a test can kill
-the trainer while a writer is alive (tiny checkpoints are written in milliseconds)."""
 
 _queues: dict[bool, object] = {}
 """asynchronous -> the results queue handed to megatron (one per process, as megatron keeps one)."""
@@ -73,7 +70,7 @@ def arm_helper(parent_pid: int) -> None:
 def _call_dying_with_parent(parent_pid: int, fn, *args, **kwargs):
     """Target of a forked async writer: arm it (:func:`arm_helper`), then write."""
     arm_helper(parent_pid)
-    time.sleep(float(os.environ.get(SLOW_WRITER_ENV, "0") or 0))
+    fault_points.slow_writer()  # a test kills the trainer while this writer is alive
     return fn(*args, **kwargs)
 
 

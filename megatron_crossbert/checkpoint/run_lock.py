@@ -109,10 +109,13 @@ class RunLock:
         self.stale_after = stale_after
         self.fd: int | None = None
         self.holder: Holder | None = None
+        self.created: Path | None = None
+        """The outermost directory :meth:`acquire` created for the lock (None: save_dir existed)."""
         self._stop = threading.Event()
         self._io = threading.Lock()  # release() closes the fd under it: a reused fd is never written
 
     def acquire(self) -> RunLock:
+        self.created = outermost_missing(self.path.parent)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)  # the umask decides, as for any file
         try:
@@ -174,6 +177,16 @@ class RunLock:
                 os.close(self.fd)
                 self.fd = None
 
+    def abandon(self) -> None:
+        """After a run that failed before writing anything but its lock into the directories :meth:`acquire`
+        created: remove the lock file and those directories (a refused run leaves no trace). A directory
+        holding anything else (a partial checkpoint, TensorBoard events of steps taken) is kept as it is."""
+        save_dir = self.path.parent
+        if self.created is None or [p.name for p in save_dir.iterdir()] != [LOCK_FILE]:
+            return
+        self.path.unlink(missing_ok=True)
+        remove_empty_dirs(self.created, save_dir)
+
     def __enter__(self) -> RunLock:
         return self.acquire()
 
@@ -181,33 +194,20 @@ class RunLock:
         self.release()
 
 
-def _remove_untouched(lock: RunLock, created: Path) -> None:
-    """After a run that failed before writing anything but its lock into the directories it created:
-    remove the lock and those directories (a refused run leaves no trace). A directory holding anything
-    else (a partial checkpoint, TensorBoard events of steps taken) is kept as it is."""
-    save_dir = lock.path.parent
-    if [p.name for p in save_dir.iterdir()] != [LOCK_FILE]:
-        return
-    lock.path.unlink(missing_ok=True)
-    remove_empty_dirs(created, save_dir)
-
-
 @contextmanager
 def run_lock_for(run_cfg: RunConfig) -> Iterator[RunLock | None]:
     """The save directory's lock for this run, held by rank 0 of the job (``RANK``, read before the
     process group exists); a no-op on other ranks and for runs that save nothing. A run that fails before
-    it wrote anything there leaves no trace in a directory it created (:func:`_remove_untouched`)."""
+    it wrote anything there leaves no trace in a directory it created (:meth:`RunLock.abandon`)."""
     save_dir = run_cfg.checkpoint.save_dir
     if not save_dir or int(os.environ.get("RANK", "0") or 0) != 0:
         yield None
         return
-    created = outermost_missing(Path(save_dir))
     lock = RunLock(save_dir).acquire()
     try:
         yield lock
     except BaseException:
-        if created is not None:
-            _remove_untouched(lock, created)
+        lock.abandon()
         raise
     finally:
         lock.release()

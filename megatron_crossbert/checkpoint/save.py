@@ -29,10 +29,7 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import shutil
-import signal
-import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +39,7 @@ import torch.distributed as dist
 from megatron.core import dist_checkpointing
 from torch.distributed.checkpoint.api import CheckpointException as TorchCheckpointException
 
+from megatron_crossbert.checkpoint import fault_points
 from megatron_crossbert.checkpoint.async_strategy import calls_queue_class, run_async_strategy
 from megatron_crossbert.checkpoint.checksums import own_shards
 from megatron_crossbert.checkpoint.checksums import write_record as write_checksums
@@ -73,15 +71,7 @@ from megatron_crossbert.config import RunConfig
 from megatron_crossbert.fsutil import atomic_write_text
 from megatron_crossbert.platform import is_rank_zero
 
-SLEEP_IN_SAVE_ENV = "CROSSBERT_TEST_SLEEP_IN_SAVE"
-"""Test hook, "ITERATION:SECONDS": sleep that long after the shards of that iteration's save are
-written but before the save is committed, so a test can kill the process mid-save."""
-KILL_BEFORE_LATEST_ENV = "CROSSBERT_TEST_KILL_BEFORE_LATEST"
-"""Test hook, "ITERATION": SIGKILL this process once that iteration's ``run_config.json`` is written,
-before 'latest' moves (what a node failure at that moment does)."""
-
 logger = logging.getLogger(__name__)
-
 
 
 class AsyncSaves:
@@ -231,18 +221,6 @@ def prune_checkpoints(root: Path, keep_last: int) -> list[Path]:
     return removed
 
 
-def _test_sleep(iteration: int) -> None:
-    spec = os.environ.get(SLEEP_IN_SAVE_ENV, "")
-    target, _, seconds = spec.partition(":")
-    if spec and int(target) == iteration:
-        time.sleep(float(seconds))
-
-
-def _test_kill(ckpt_dir: Path) -> None:
-    if os.environ.get(KILL_BEFORE_LATEST_ENV) == str(iteration_of(ckpt_dir)):
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
 def _hashed_shards(ckpt_dir: Path) -> dict[str, dict]:
     """Collective: every rank hashes the shards it wrote; every rank gets them all (``checksums``)."""
     if not dist.is_initialized():
@@ -266,7 +244,7 @@ def _seal(ckpt_dir: Path, run_cfg: RunConfig, hashed: dict[str, dict], consumed_
     write_checksums(ckpt_dir, hashed, {RUN_CONFIG_FILE: text.encode()})
     begin_commit(ckpt_dir, text)
     atomic_write_text(ckpt_dir / RUN_CONFIG_FILE, text)
-    _test_kill(ckpt_dir)
+    fault_points.kill_before_latest(iteration_of(ckpt_dir))
     point_latest(ckpt_dir)
     end_commit(ckpt_dir.parent)
 
@@ -274,7 +252,7 @@ def _seal(ckpt_dir: Path, run_cfg: RunConfig, hashed: dict[str, dict], consumed_
 def _commit(saves: RunSaves, ckpt_dir: Path, run_cfg: RunConfig, progress: Progress, target: SaveTarget) -> None:
     """Collective, once every rank's shards are on disk: records, checksums and run_config.json, then
     'latest', then prune."""
-    _test_sleep(progress.iteration)
+    fault_points.pause_before_commit(progress.iteration)
     hashed = _hashed_shards(ckpt_dir)  # an all-gather: every rank's shards are on disk past it
 
     def work() -> None:

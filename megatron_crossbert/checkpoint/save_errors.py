@@ -26,14 +26,13 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from megatron_crossbert.checkpoint import fault_points
 from megatron_crossbert.checkpoint.errors import CheckpointSaveError, DiskFullError
 from megatron_crossbert.checkpoint.directories import complete_checkpoints, iteration_dir_name
 from megatron_crossbert.outputs import NO_SPACE_ERRNOS, iter_causes, no_space_in_chain
 
 PROBE_BYTES = 1 << 20
 """A write probe this large fails on a full disk; it is deleted at once."""
-NO_SPACE_CHECK_ENV = "CROSSBERT_TEST_NO_SPACE_CHECK"
-"""Test hook: skip the free-space checks so a test can reach a real ENOSPC in the middle of a save."""
 
 
 @dataclass(frozen=True)
@@ -124,7 +123,7 @@ def room_problem(target: SaveTarget, what: str, reclaimable: int = 0) -> str | N
 
     ``reclaimable``: bytes the save frees first (a stale partial directory of the same iteration).
     """
-    if os.environ.get(NO_SPACE_CHECK_ENV) or not target.needed_bytes:
+    if fault_points.space_checks_skipped() or not target.needed_bytes:
         return None
     free = free_bytes(target.root) + reclaimable
     if free >= target.needed_bytes:

@@ -157,12 +157,12 @@ def plan_start(run_cfg: RunConfig) -> StartPlan:
     source = _source(run_cfg)
     move_aside = _move_aside(run_cfg, source)
     if source is not None:
-        return StartPlan(verify_checkpoint(source, run_cfg, defer_contents=True), move_aside,
+        return StartPlan(verify_checkpoint(source, run_cfg), move_aside,
                          _unfinished_commit(run_cfg, source))
     if ckpt.init_from:
         init_dir = resolve_checkpoint_dir(ckpt.init_from)
-        return StartPlan(verify_checkpoint(init_dir, run_cfg, weights_only=True, reference=ckpt.init_from,
-                                           defer_contents=True), move_aside)
+        return StartPlan(verify_checkpoint(init_dir, run_cfg, weights_only=True, reference=ckpt.init_from),
+                         move_aside)
     return StartPlan(None, move_aside)
 
 

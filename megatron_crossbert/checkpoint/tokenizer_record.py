@@ -4,10 +4,10 @@ Two WordPiece vocabularies of the same size fit the same embedding table, so not
 notice that id 517 now means a different token. Every checkpoint gets ``checkpoint.tokenizer.json``
 beside its ``run_config.json``: the record ``data.fingerprint.dataset_record`` builds, named and read
 like the ``<prefix>.tokenizer.json`` preprocessing writes beside a dataset (the record format stays
-in ``data.fingerprint`` because preprocessing, below this package, writes it). Resume and init_from
-compare the checkpoint's record with this run's ``data.tokenizer`` (once, in ``checkpoint.verify``);
-training compares every dataset prefix's record. A mismatch is an error naming both fingerprints and
-files unless ``checkpoint.allow_tokenizer_change`` is set. A dataset without a record (written by
+in ``data.fingerprint`` because preprocessing, below this package, writes it). A training start
+compares the checkpoint's record (resume and init_from) and every dataset prefix's with this run's
+``data.tokenizer``, all in one pass (:func:`check_tokenizers`, called by ``checkpoint.manager``). A
+mismatch is an error naming both fingerprints and files unless ``checkpoint.allow_tokenizer_change`` is set. A dataset without a record (written by
 another tool) or a checkpoint without one (older version) warns, once per start. Runs without
 ``data.tokenizer`` (synthetic ids) have nothing to compare and record nothing.
 """
@@ -18,11 +18,10 @@ import functools
 import json
 import logging
 from pathlib import Path
-from typing import Literal
 
 from megatron_crossbert.checkpoint.errors import CheckpointError
 from megatron_crossbert.config import RunConfig
-from megatron_crossbert.data.fingerprint import dataset_record, read_dataset_record, record_path
+from megatron_crossbert.data.fingerprint import dataset_record, read_dataset_record, record_mismatch, record_path
 from megatron_crossbert.fsutil import atomic_write_text
 
 logger = logging.getLogger(__name__)
@@ -31,11 +30,8 @@ RECORD_PREFIX = "checkpoint"
 """A checkpoint's record is ``<iter dir>/checkpoint.tokenizer.json`` (``data.fingerprint.record_path``)."""
 RECORD_FILE = record_path(RECORD_PREFIX).name
 
-TokenizerVerdict = Literal["same", "changed (allowed)", "unrecorded", "no tokenizer", "not checked"]
-"""What verifying a checkpoint found about its tokenizer: the same as this run's; a different one
-that ``checkpoint.allow_tokenizer_change`` let through; none recorded in the checkpoint (older
-version); none configured for this run (synthetic ids); or not compared (export and evaluation,
-which have no run tokenizer of their own)."""
+_ALLOW = "Set --allow-tokenizer-change (checkpoint.allow_tokenizer_change) only if the change is deliberate"
+"""How a refused tokenizer change is let through, said at the end of every refusal."""
 
 
 class TokenizerMismatchError(ValueError):
@@ -67,53 +63,38 @@ def write_checkpoint_record(ckpt_dir: Path, run_cfg: RunConfig) -> None:
         atomic_write_text(record_path(ckpt_dir / RECORD_PREFIX), json.dumps(record, indent=2) + "\n")
 
 
-def _mismatch(what: str, saved: dict, saved_file: Path, current: dict) -> str:
-    return (f"{saved_file}: {what} used tokenizer {saved['fingerprint']} ({saved.get('tokenizer')}), but this "
-            f"run's data.tokenizer is {current['fingerprint']} ({current['tokenizer']}); the same ids would "
-            f"mean different tokens. Set --allow-tokenizer-change (checkpoint.allow_tokenizer_change) "
-            f"only if the change is deliberate")
-
-
-def check_checkpoint_tokenizer(ckpt_dir: Path, run_cfg: RunConfig) -> TokenizerVerdict:
-    """Resume / init_from: CheckpointError when the checkpoint's tokenizer is not this run's."""
-    current = run_record(run_cfg)
-    if current is None:
-        return "no tokenizer"
-    saved = read_dataset_record(ckpt_dir / RECORD_PREFIX)
-    if saved is None:
-        logger.warning("%s has no %s (saved by an older version): the tokenizer cannot be checked",
-                       ckpt_dir, record_path(ckpt_dir / RECORD_PREFIX).name)
-        return "unrecorded"
-    if saved["fingerprint"] == current["fingerprint"]:
-        return "same"
-    message = _mismatch("the checkpoint", saved, record_path(ckpt_dir / RECORD_PREFIX), current)
-    if not run_cfg.checkpoint.allow_tokenizer_change:
-        raise CheckpointError(message)
-    logger.warning("allowed by checkpoint.allow_tokenizer_change: %s", message)
-    return "changed (allowed)"
-
-
 def _prefixes(run_cfg: RunConfig) -> list[str]:
-    """Every dataset prefix of the run, each once (a blend may name one prefix twice)."""
+    """Every dataset prefix of the run, each once (a blend may name one prefix twice); none for synthetic ids."""
     from megatron_crossbert.data.indexed import resolve_prefix
 
     if run_cfg.data.static_masks:
         return [run_cfg.data.static_masks]
+    if not run_cfg.data.data_path:
+        return []
     return list(dict.fromkeys(resolve_prefix(prefix) for prefix in run_cfg.data.blend()[0]))
 
 
-def check_dataset_tokenizers(run_cfg: RunConfig) -> None:
-    """Training: TokenizerMismatchError when a dataset's record names another tokenizer; warn without one."""
+def check_tokenizers(run_cfg: RunConfig, checkpoint: Path | None = None) -> None:
+    """Every start: the checkpoint it starts from (a resume or ``init_from``; ``checkpoint``) and every
+    dataset of the run were tokenized with this run's ``data.tokenizer``: CheckpointError for the
+    checkpoint's record, TokenizerMismatchError for a dataset's, unless ``checkpoint.allow_tokenizer_change``
+    (then logged); a missing record warns. The run's tokenizer is loaded once, and each record read once."""
+    if not run_cfg.data.tokenizer:
+        return  # synthetic ids: nothing to compare
+    sources = [(p, "this dataset", TokenizerMismatchError) for p in _prefixes(run_cfg)]
+    if checkpoint is not None:
+        sources.insert(0, (checkpoint / RECORD_PREFIX, "the checkpoint", CheckpointError))
     current = run_record(run_cfg)
-    if current is None or not run_cfg.data.data_path and not run_cfg.data.static_masks:
-        return
-    for prefix in _prefixes(run_cfg):
-        saved = read_dataset_record(prefix)
-        if saved is None:
+    for prefix, what, error in sources:
+        saved, saved_file = read_dataset_record(prefix), record_path(prefix)
+        mismatch = None if saved is None else record_mismatch(saved, saved_file, what, current)
+        if saved is None and error is CheckpointError:
+            logger.warning("%s has no %s (saved by an older version): the tokenizer cannot be checked",
+                           checkpoint, RECORD_FILE)
+        elif saved is None:
             logger.warning("dataset %s has no tokenizer record (%s): written by another tool? Its "
-                           "tokenizer cannot be checked", prefix, record_path(prefix))
-        elif saved["fingerprint"] != current["fingerprint"]:
-            message = _mismatch("this dataset", saved, record_path(prefix), current)
-            if not run_cfg.checkpoint.allow_tokenizer_change:
-                raise TokenizerMismatchError(message)
-            logger.warning("allowed by checkpoint.allow_tokenizer_change: %s", message)
+                           "tokenizer cannot be checked", prefix, saved_file)
+        elif mismatch and not run_cfg.checkpoint.allow_tokenizer_change:
+            raise error(f"{mismatch}. {_ALLOW}")
+        elif mismatch:
+            logger.warning("allowed by checkpoint.allow_tokenizer_change: %s. %s", mismatch, _ALLOW)

@@ -2,8 +2,10 @@
 
 megatron-core's idiom (``verify_checkpoint_and_load_strategy``, then load): the directory is
 resolved once, its files' contents checked once against ``checksums.json`` (``checkpoint.verify``),
-``run_config.json`` parsed once, the model shape, optimizer format, data, LR schedule and tokenizer
-are checked once, and everything a later step needs travels in one frozen :class:`VerifiedCheckpoint`.
+``run_config.json`` parsed once, what the checkpoint is (model shape, positions, optimizer format) checked
+once, and everything a later step needs travels in one frozen :class:`VerifiedCheckpoint`. What it was
+trained on (its tokenizer and data records) is the training start's next step (``checkpoint.manager``),
+compared beside the datasets' own records.
 Resume and ``init_from`` (``checkpoint.start_guard.plan_start``), HF export (``convert``) and
 evaluation take that object and never resolve the reference again; the loads in ``checkpoint.load``
 refuse one whose contents were not checked. A training start checks the contents once the process
@@ -12,34 +14,16 @@ group exists (:func:`verify_contents`, ``collective=True``), so every rank hashe
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from megatron_crossbert.checkpoint.checksums import (
-    ContentsVerdict,
-    files_for_rank,
-    missing_record,
-    problems,
-    raise_first,
-    read_record,
-    unrecorded_reads,
-)
-from megatron_crossbert.checkpoint.context_extension import extension_refusals, log_extension, resume_mismatches
-from megatron_crossbert.checkpoint.data_record import RECORD_FILE as DATA_RECORD_FILE
-from megatron_crossbert.checkpoint.data_record import check_resume_data
+from megatron_crossbert.checkpoint.checksums import ContentsVerdict, check_contents
+from megatron_crossbert.checkpoint.context_extension import NO_EXTENSION, plan_extension, resume_mismatches
+from megatron_crossbert.checkpoint.directories import load_saved_config, resolve_checkpoint_dir
 from megatron_crossbert.checkpoint.errors import CheckpointError
-from megatron_crossbert.checkpoint.directories import (
-    RUN_CONFIG_FILE, iteration_of, load_saved_config, resolve_checkpoint_dir,
-)
-from megatron_crossbert.checkpoint.optimizer_format import reshard_refusal, saved_sharding_type
+from megatron_crossbert.checkpoint.optimizer_format import SavedOptimizer, read_saved_optimizer, reshard_refusal
 from megatron_crossbert.checkpoint.pins import ReaderPin, pin_resolved, reading, vanished
-from megatron_crossbert.checkpoint.safe_pickle import (
-    LEGACY_COMMON_FILE, MEGATRON_CONFIG_FILE, METADATA_FILE, listed_shards, load_metadata,
-)
-from megatron_crossbert.checkpoint.tokenizer_record import RECORD_FILE as TOKENIZER_RECORD_FILE
-from megatron_crossbert.checkpoint.tokenizer_record import TokenizerVerdict, check_checkpoint_tokenizer
 from megatron_crossbert.config import RunConfig
 
 logger = logging.getLogger(__name__)
@@ -48,18 +32,6 @@ logger = logging.getLogger(__name__)
 _MODEL_FIELDS = ("arch", "encoder", "vocab_size", "hidden_size", "num_layers", "num_attention_heads", "ffn",
                  "max_position_embeddings", "decoder_num_layers", "dec_hidden", "dec_heads", "dec_ffn",
                  "decoder_position_embedding")
-
-LR_SCHEDULE_FIELDS = ("training.train_iters", "training.lr_warmup_iters", "training.lr_decay_style",
-                      "training.lr", "training.min_lr", "training.lr_wsd_decay_iters",
-                      "training.lr_wsd_decay_fraction", "training.lr_wsd_decay_style")
-"""What the LR scheduler is built from (``training.optimizer.build_scheduler``). megatron's scheduler state
-holds the first five; the WSD fields it does not (``checkpoint.load`` sets them from the saved run)."""
-DATA_SCHEDULE_FIELDS = ("training.step_batch_size_schedule", "training.rampup_batch_size",
-                        "masking.bert_mask_prob_schedule", "masking.bert_mask_prob_schedule_style")
-"""The batch-size warmup and the masking-rate schedule: functions of consumed samples and of the sample
-index, so a resume is exact only under the same values."""
-SCHEDULE_FIELDS = LR_SCHEDULE_FIELDS + DATA_SCHEDULE_FIELDS
-"""``section.field`` of every schedule a resume must agree on (``checkpoint.lr_schedule_on_resume``)."""
 
 
 @dataclass(frozen=True)
@@ -73,14 +45,18 @@ class VerifiedCheckpoint:
     sharding_type: str | None
     """The distributed-optimizer layout stored in it (``optimizer_format``); None for a weights-only
     use, or when neither the saved run nor this one uses the distributed optimizer."""
-    tokenizer: TokenizerVerdict
-    """What the tokenizer check found (``tokenizer_record.TokenizerVerdict``)."""
     weights_only: bool
     """True when only the ``"model"`` entry is read (init_from, export, evaluation)."""
     reference: str
     """The reference as the user gave it (a root, an ``iter_*`` directory), for messages."""
     contents: ContentsVerdict = "pending"
     """What the checksum check found (``checksums.ContentsVerdict``); loads refuse ``"pending"``."""
+    optimizer_impl: str | None = None
+    """The Adam implementation that wrote its optimizer state (``optimizer_format.SavedOptimizer``), read
+    with the layout when a resume is verified; None: not recorded, or a weights-only use."""
+    grown_tables: dict[str, int] = field(default_factory=dict)
+    """``init_from`` into a longer context: ``{state-dict key suffix: saved rows}`` of the learned position
+    tables the load grows (``context_extension.ContextExtension``); empty otherwise."""
     pin: ReaderPin | None = field(default=None, compare=False, repr=False)
     """The reader's pin on ``directory`` (``pins``): pruning keeps it while this object (or a copy made
     by ``dataclasses.replace``) lives or until :meth:`release`. None: saved before pins, or no flock."""
@@ -100,132 +76,13 @@ def config_mismatches(saved: RunConfig, current: RunConfig, *, weights_only: boo
     """Human-readable model differences that make ``saved`` unusable for ``current`` (the data,
     ``seq_length`` included, is ``data_record``'s to compare on a resume).
 
-    ``init_from`` (``weights_only``) may extend the context (``context_extension``: a longer position
-    table, new RoPE bases and windows); a full resume may change none of them.
+    ``init_from`` (``weights_only``) may extend the context: its position table and RoPE options are
+    ``context_extension.plan_extension``'s to judge; a full resume may change none of them.
     """
     fields = [name for name in _MODEL_FIELDS if not (weights_only and name == "max_position_embeddings")]
     diffs = [f"model.{name}: checkpoint {getattr(saved.model, name)!r} vs run {getattr(current.model, name)!r}"
              for name in fields if getattr(saved.model, name) != getattr(current.model, name)]
-    if weights_only:
-        return diffs + extension_refusals(saved, current)
-    return diffs + resume_mismatches(saved, current)
-
-
-def schedule_changes(saved: RunConfig, current: RunConfig) -> list[str]:
-    """'section.field: checkpoint X -> run Y' for every schedule field that differs."""
-    return [f"{key}: checkpoint {saved.value_at(key)!r} -> run {current.value_at(key)!r}"
-            for key in SCHEDULE_FIELDS if saved.value_at(key) != current.value_at(key)]
-
-
-def schedule_for_resume(current: RunConfig, source: VerifiedCheckpoint | None) -> RunConfig:
-    """The run config a resume trains with: under ``lr_schedule_on_resume=checkpoint`` the checkpoint's
-    batch-size and masking-rate schedules replace this run's (its LR schedule comes from the scheduler
-    state, ``checkpoint.load``); otherwise ``current`` unchanged."""
-    if source is None or source.weights_only or current.checkpoint.lr_schedule_on_resume != "checkpoint":
-        return current
-    sections: dict[str, dict] = {}
-    for key in DATA_SCHEDULE_FIELDS:
-        section, _, name = key.partition(".")
-        sections.setdefault(section, {})[name] = source.saved.value_at(key)
-    return replace(current, **{section: replace(getattr(current, section), **fields)
-                                           for section, fields in sections.items()})
-
-
-def check_schedule(ckpt_dir: Path, saved: RunConfig, current: RunConfig) -> list[str]:
-    """Apply checkpoint.lr_schedule_on_resume to the differences; returns them (logged when kept/applied)."""
-    changes = schedule_changes(saved, current)
-    policy = current.checkpoint.lr_schedule_on_resume
-    if changes and policy == "refuse":
-        raise CheckpointError(
-            f"{ckpt_dir}: the schedule differs from the checkpoint's ({'; '.join(changes)}); set "
-            f"--lr-schedule-on-resume checkpoint (keep the saved schedule) or config (apply this run's "
-            f"from step {iteration_of(ckpt_dir) or 0} on), or restore the old values")
-    if changes:
-        verb = "keeping the checkpoint's schedule" if policy == "checkpoint" else "applying this run's schedule"
-        logger.warning("resume from %s: schedule changed (%s); %s (checkpoint.lr_schedule_on_resume=%s)",
-                       ckpt_dir, "; ".join(changes), verb, policy)
-    return changes
-
-
-LOGGED_CHANGES = {
-    "training.global_batch_size": "samples per step change from here on; the LR schedule counts steps",
-    "training.micro_batch_size": "the same samples per step, in micro-batches of another size",
-    "data.document_mask": "what attention sees changes, no shape does",
-}
-"""Settings a resume may change (no tensor's shape depends on them): allowed, and logged, as schedule
-changes are. ``load_saved_config`` reads checkpoints from before document masks as trained without."""
-
-
-def _note_changes(ckpt_dir: Path, saved: RunConfig, current: RunConfig) -> None:
-    """One log line per :data:`LOGGED_CHANGES` setting this resume changes."""
-    for key, why in LOGGED_CHANGES.items():
-        before, after = saved.value_at(key), current.value_at(key)
-        if before != after:
-            logger.warning("resume from %s: %s %r -> %r from step %d (%s)", ckpt_dir, key, before, after,
-                           iteration_of(ckpt_dir) or 0, why)
-
-
-def _stored_sharding_type(ckpt_dir: Path, saved: RunConfig, current: RunConfig) -> str | None:
-    """The optimizer layout a full resume must request (read from disk once); None without a distributed optimizer."""
-    if not current.parallel.use_distributed_optimizer:
-        return None
-    return saved_sharding_type(ckpt_dir, saved)
-
-
-def _recording_evidence(ckpt_dir: Path) -> str | None:
-    """Why ``ckpt_dir`` must have a checksum record: the version that introduced ``checksums.json``
-    also introduced ``checkpoint.verify`` (in ``run_config.json``) and ``checkpoint.data.json``. None for
-    a checkpoint older than both. Read only when the record is missing."""
-    try:
-        saved = json.loads((ckpt_dir / RUN_CONFIG_FILE).read_text())
-    except (OSError, ValueError):
-        saved = None
-    if isinstance(saved, dict) and isinstance(saved.get("checkpoint"), dict) and "verify" in saved["checkpoint"]:
-        return f"its {RUN_CONFIG_FILE} records checkpoint.verify"
-    return f"it has {DATA_RECORD_FILE}" if (ckpt_dir / DATA_RECORD_FILE).is_file() else None
-
-
-def _read_by_loads(ckpt_dir: Path, files: dict[str, dict]) -> dict[str, str]:
-    """Every file a load of ``ckpt_dir`` reads -> why. The shards come from ``.metadata``, unpickled
-    (under ``safe_pickle``'s allowlist) only once its recorded hash was checked."""
-    reads = {METADATA_FILE: "the index of every load", RUN_CONFIG_FILE: "the saved run config"}
-    for name, why in ((MEGATRON_CONFIG_FILE, "megatron's checkpoint config"),
-                      (TOKENIZER_RECORD_FILE, "the tokenizer record"),
-                      (DATA_RECORD_FILE, "the data record"), (LEGACY_COMMON_FILE, "megatron's common state")):
-        if (ckpt_dir / name).is_file():
-            reads[name] = why
-    if METADATA_FILE in files:
-        shards = listed_shards(load_metadata(ckpt_dir / METADATA_FILE))
-        reads |= {name: f"{METADATA_FILE} lists it" for name in shards}
-    return reads
-
-
-def _contents(ckpt_dir: Path, mode: str, collective: bool) -> ContentsVerdict:
-    """The checksum check of ``ckpt_dir``: ChecksumMismatchError naming the first damaged file, or the
-    first file a load reads that the record does not cover (checked once the hashes are, on every rank).
-
-    ``collective``: every rank of the initialised process group hashes its share of the files and
-    the problems are gathered, so all ranks raise the same line (each byte is read once per job).
-    """
-    if mode == "off":
-        return "off"
-    files = read_record(ckpt_dir)
-    if files is None:
-        missing_record(ckpt_dir, _recording_evidence(ckpt_dir))
-        return "unrecorded"
-    rank, world = 0, 1
-    if collective:
-        import torch.distributed as dist
-
-        rank, world = dist.get_rank(), dist.get_world_size()
-    found = problems(ckpt_dir, files, files_for_rank({n: e["bytes"] for n, e in files.items()}, rank, world))
-    if world > 1:
-        shares: list = [None] * world
-        dist.all_gather_object(shares, found)
-        found = [line for share in shares for line in share]
-    raise_first(found)
-    raise_first(unrecorded_reads(ckpt_dir, files, _read_by_loads(ckpt_dir, files)))
-    return "verified"
+    return diffs if weights_only else diffs + resume_mismatches(saved, current)
 
 
 def verify_contents(source: VerifiedCheckpoint, mode: str, *, collective: bool = False) -> VerifiedCheckpoint:
@@ -233,7 +90,7 @@ def verify_contents(source: VerifiedCheckpoint, mode: str, *, collective: bool =
     ``full`` or ``off``); a no-op when already checked. Collective when ``collective``."""
     if source.contents != "pending":
         return source
-    return replace(source, contents=_contents(source.directory, mode, collective))
+    return replace(source, contents=check_contents(source.directory, mode, collective))
 
 
 def _pin(ckpt_dir: Path) -> ReaderPin | None:
@@ -245,35 +102,34 @@ def _pin(ckpt_dir: Path) -> ReaderPin | None:
 
 
 def verify_checkpoint(ckpt_dir: Path, current: RunConfig, *, weights_only: bool = False,
-                      reference: str | Path | None = None, defer_contents: bool = False) -> VerifiedCheckpoint:
-    """Check a resolved checkpoint directory against this run; CheckpointError naming every problem.
+                      reference: str | Path | None = None) -> VerifiedCheckpoint:
+    """Check what a resolved checkpoint directory is against this run; CheckpointError naming every problem.
 
     The checkpoint is pinned first (a run writing into its directory does not prune it while the
-    returned object lives, ``pins``). Its files' contents are checked next (``checkpoint.verify``),
-    unless ``defer_contents`` (a training start, before its process group exists: :func:`verify_contents`
-    follows). A full resume
-    (``weights_only=False``) then checks the model shape, that the stored optimizer state can be read
-    at this TP/PP, the data (``data_record``: datasets, weights, split, seq_length) and the
-    LR-schedule policy; ``init_from`` checks the model shape only. Both check the tokenizer.
+    returned object lives, ``pins``). Its files' contents are left ``"pending"``: a training start checks
+    them once its process group exists, each rank its share (:func:`verify_contents`), and every load
+    refuses a pending one. Both uses check the model shape; a full resume (``weights_only=False``) that the
+    stored optimizer state can be read at this TP/PP, ``init_from`` what its context extension may do
+    (``context_extension``). What the checkpoint was trained on (tokenizer, data) and what a resume does
+    with changed schedules are the front door's next steps (``manager``).
     """
     pin = _pin(ckpt_dir)
-    contents = "pending" if defer_contents else _contents(ckpt_dir, current.checkpoint.verify, False)
     saved = load_saved_config(ckpt_dir)
     diffs = config_mismatches(saved, current, weights_only=weights_only)
-    sharding_type = None if weights_only else _stored_sharding_type(ckpt_dir, saved, current)
+    extension = plan_extension(saved, current) if weights_only else NO_EXTENSION
+    optimizer = SavedOptimizer() if weights_only else read_saved_optimizer(ckpt_dir, saved)
+    diffs += extension.refusals
     if not weights_only:
-        diffs += reshard_refusal(ckpt_dir, saved, sharding_type, current)
+        diffs += reshard_refusal(ckpt_dir, saved, optimizer.sharding_type, current)
     if diffs:
         raise CheckpointError(f"checkpoint {ckpt_dir} is incompatible with this run:\n  " + "\n  ".join(diffs))
-    if not weights_only:
-        check_resume_data(ckpt_dir, saved, current)
-        check_schedule(ckpt_dir, saved, current)
-        _note_changes(ckpt_dir, saved, current)
-    else:
-        log_extension(str(ckpt_dir), saved, current)
-    verdict = check_checkpoint_tokenizer(ckpt_dir, current)
-    return VerifiedCheckpoint(ckpt_dir, saved, sharding_type, verdict, weights_only,
-                              str(ckpt_dir if reference is None else reference), contents, pin)
+    for change in extension.changes:
+        logger.warning("init_from %s: %s", ckpt_dir, change)
+    # the layout a resume requests: none unless this run uses the distributed optimizer
+    sharding_type = optimizer.sharding_type if current.parallel.use_distributed_optimizer else None
+    return VerifiedCheckpoint(ckpt_dir, saved, sharding_type, weights_only,
+                              str(ckpt_dir if reference is None else reference), "pending", optimizer.impl,
+                              extension.grown_tables, pin)
 
 
 def open_checkpoint(reference: str | Path, verify: str = "full") -> VerifiedCheckpoint:
@@ -284,6 +140,6 @@ def open_checkpoint(reference: str | Path, verify: str = "full") -> VerifiedChec
     removed before the pin took hold (or, unpinned, while it was read) is named as such."""
     ckpt_dir, pin = pin_resolved(Path(reference), resolve_checkpoint_dir)
     with reading(ckpt_dir):
-        contents = _contents(ckpt_dir, verify, False)
+        contents = check_contents(ckpt_dir, verify)
         saved = load_saved_config(ckpt_dir)
-    return VerifiedCheckpoint(ckpt_dir, saved, None, "not checked", True, str(reference), contents, pin)
+    return VerifiedCheckpoint(ckpt_dir, saved, None, True, str(reference), contents, pin=pin)

@@ -1,85 +1,16 @@
-"""Console entry points: thin argparse front ends over importable functions."""
+"""Console entry points: thin argparse front ends over importable functions, one module per console script
+(also ``python -m megatron_crossbert.cli.<name>``).
 
-import argparse
-import typing
-import warnings
+What they share: ``arguments.py`` (the help formatter, quiet library warnings, the model / encoder / verify
+flags), ``errors.py`` (one ``error:`` line per user error, exit 2; ``--debug`` for the traceback) and
+``config_flags.py`` (shorthand flags typed by the ``RunConfig`` field they set). This face defines nothing: it
+re-exports the shared names the scripts import from the package.
+"""
 
+from megatron_crossbert.cli.arguments import (
+    DefaultsHelpFormatter, add_encoder_arguments, add_model_arguments, add_verify_flag, cache_dir_arg,
+    quiet_library_warnings,
+)
 
-class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """``--help`` adds each flag's ``(default: X)``, except where the help string already says its default:
-    argparse's own formatter would then print it twice ("(default: mean) (default: mean)")."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
-        return text if "default" in text.lower() else super()._get_help_string(action)
-
-
-def quiet_library_warnings() -> None:
-    """Hide torch/megatron/transformers deprecation chatter so progress and results stay readable.
-
-    Only warning categories that libraries use for API churn are silenced; errors are untouched.
-    """
-    for category in (DeprecationWarning, FutureWarning, UserWarning, SyntaxWarning):
-        warnings.filterwarnings("ignore", category=category)
-
-
-def add_verify_flag(parser: argparse.ArgumentParser) -> None:
-    """--verify for the tools that read native checkpoints (export, probe, MTEB); training has
-    --checkpoint-verify (checkpoint.verify)."""
-    from megatron_crossbert.config import CheckpointConfig, field_choices
-
-    parser.add_argument("--verify", choices=field_choices(CheckpointConfig, "verify"), default="full",
-                        help="native checkpoints: check every file against the hashes recorded when it was saved "
-                             "(checksums.json) before reading it; 'off' skips that, and a flipped bit then goes "
-                             "unnoticed")
-
-
-def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    """--model and how it resolves (``evaluation/encoders.resolve_model``), for every tool that loads an encoder
-    (crossbert-probe, crossbert-mteb, crossbert-finetune)."""
-    parser.add_argument("--model", required=True,
-                        help="native checkpoint (root or iter_* dir), HF encoder directory, sentence-transformers "
-                             "directory, or hub name (online)")
-    parser.add_argument("--tokenizer-dir",
-                        help="native checkpoints: tokenizer to export with (default: the run config's)")
-    parser.add_argument("--device", help="torch device (default: cuda if available)")
-    parser.add_argument("--cache-dir", help="feature / export cache (default $CROSSBERT_EVAL_CACHE or "
-                                            "~/.cache/megatron_crossbert/eval); 'none' disables")
-    add_verify_flag(parser)
-
-
-def add_encoder_arguments(parser: argparse.ArgumentParser, *, max_len: int, recipe_defaults: bool = False) -> None:
-    """Options shared by the tools that embed text with a frozen encoder (crossbert-probe, crossbert-mteb).
-
-    ``recipe_defaults``: --pooling and --max-len default to the model's own sentence-transformers config
-    (``evaluation/recipe.py``), falling back to mean pooling and ``max_len`` tokens.
-    """
-    from megatron_crossbert.evaluation.encoders import Pooling
-
-    add_model_arguments(parser)
-    if recipe_defaults:
-        parser.add_argument("--pooling", choices=typing.get_args(Pooling), default=None,
-                            help="default: the model's sentence-transformers Pooling config, else mean")
-        parser.add_argument("--max-len", type=int, default=None,
-                            help=f"max tokens per text (default: the model's max_seq_length, else {max_len}; "
-                                 "either capped at the model's own limit, and a value above it refused)")
-    else:
-        parser.add_argument("--pooling", choices=typing.get_args(Pooling), default="mean",
-                            help="how token states become one vector (default: mean)")
-        parser.add_argument("--max-len", type=int, default=None,
-                            help=f"max tokens per text (default: {max_len}, or the model's own limit when lower; "
-                                 "a value above that limit is refused)")
-    parser.add_argument("--batch-size", type=int, default=32, help="texts per forward pass")
-    parser.add_argument("--whiten", action=argparse.BooleanOptionalAction, default=None,
-                        help="PCA-whiten the pooled features (scikit-learn's PCA(whiten=True) rule), fitted on the "
-                             "task's unlabelled train/first texts; default: on for this project's checkpoints and "
-                             "exports (their features are anisotropic, see docs/results.md), off for any other model")
-
-
-def cache_dir_arg(value: str | None) -> str | None:
-    """--cache-dir as the evaluation code wants it: 'none' disables caching, unset means the default dir."""
-    from megatron_crossbert.evaluation.encoders import default_cache_dir
-
-    if value and value.lower() == "none":
-        return None
-    return value or str(default_cache_dir())
+__all__ = ["DefaultsHelpFormatter", "add_encoder_arguments", "add_model_arguments", "add_verify_flag",
+           "cache_dir_arg", "quiet_library_warnings"]

@@ -99,14 +99,3 @@ def flag_values(args: argparse.Namespace, flags: tuple[ConfigFlag, ...]) -> dict
 def as_overrides(values: dict[str, Any]) -> list[str]:
     """``section.field=value`` strings for ``config.load_run_config`` (values JSON-encoded, YAML-parsed)."""
     return [f"{key}={json.dumps(value)}" for key, value in values.items()]
-
-
-def replace_sections(holder: Any, values: dict[str, Any]) -> Any:
-    """``holder`` (a dataclass with RunConfig section attributes) with ``values`` applied, one
-    ``dataclasses.replace`` per section, so each section validates its new fields together."""
-    by_section: dict[str, dict[str, Any]] = {}
-    for key, value in values.items():
-        section, _, name = key.partition(".")
-        by_section.setdefault(section, {})[name] = value
-    return dataclasses.replace(holder, **{section: dataclasses.replace(getattr(holder, section), **fields)
-                                          for section, fields in by_section.items()})

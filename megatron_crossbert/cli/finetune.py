@@ -68,19 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _positive(args: argparse.Namespace) -> None:
-    for flag in ("epochs", "batch_size", "max_len", "max_train", "max_dev", "threads"):
-        value = getattr(args, flag)
-        if value is not None and value < 1:
-            raise ValueError(f"--{flag.replace('_', '-')}: must be at least 1, got {value}")
-    if args.lr and min(args.lr) <= 0:
-        raise ValueError(f"--lr: learning rates must be positive, got {args.lr}")
-
-
 @cli_main
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    _positive(args)
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"--threads: must be at least 1, got {args.threads}")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     import torch
 
@@ -88,13 +80,13 @@ def main(argv: list[str] | None = None) -> int:
     from megatron_crossbert.evaluation.finetune.report import render_markdown
     from megatron_crossbert.evaluation.finetune.runner import FinetuneConfig, run_finetune
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
     preset = get_preset(args.preset).with_overrides(lrs=args.lr, seeds=args.seeds, epochs=args.epochs,
                                                     batch_size=args.batch_size, max_len=args.max_len)
     config = FinetuneConfig(preset=preset, max_train=args.max_train, max_dev=args.max_dev, device=args.device,
                             cache_dir=cache_dir_arg(args.cache_dir), tokenizer_dir=args.tokenizer_dir,
                             verify=args.verify, progress=not args.no_progress)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     tasks = [name.strip() for name in (args.tasks or "").split(",") if name.strip()] or None
     report = run_finetune(args.model, args.glue_dir, tasks, args.out, config)
     print(render_markdown(report))

@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         raise ValueError("--multimodal: multimodal indexed datasets are not supported; CrossBERT data is text only")
     if not args.output_prefix and not args.blend_file:
         raise ValueError("--output-prefix: give it, --blend-file, or both")
-    from tqdm import tqdm
+    from megatron_crossbert.progress import progress_bar
 
     from megatron_crossbert.data.blend_file import write_blend_file
     from megatron_crossbert.data.merge import merge_shards, read_shards
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"blend file: {args.blend_file} ({len(prefixes)} prefixes, {payload['documents']} documents, "
               f"{payload['tokens']} tokens)")
     if args.output_prefix:
-        with tqdm(total=len(prefixes), unit=" prefixes", disable=args.no_progress) as bar:
+        with progress_bar(total=len(prefixes), unit=" prefixes", disable=args.no_progress) as bar:
             summary = merge_shards(shard_set, args.output_prefix, force=args.force, progress=lambda _: bar.update())
         print(f"merged {summary['prefixes']} prefixes into {args.output_prefix}.bin/.idx: {summary['documents']} "
               f"documents, {summary['tokens']} tokens ({summary['dtype']})")

@@ -53,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "(bf16 rows of this architecture and family)")
     parser.add_argument("--tokens", type=float, default=TOKEN_BUDGET, help="token budget for the days estimate")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON on stdout")
+    parser.add_argument("--check", action="store_true",
+                        help="measure instead of plan: the bytes autograd saves for a few tiny runs on this CPU "
+                             "against the planner's prediction, as a markdown table (no --config needed)")
     add_debug_flag(parser)
     return parser
 
@@ -79,6 +82,11 @@ def main(argv: list[str] | None = None) -> int:
 
     quiet_library_warnings()
     args = build_parser().parse_args(argv)
+    if args.check:
+        from megatron_crossbert.planning.check import table_rows
+
+        print("\n".join(table_rows()))
+        return 0
     cluster = cluster_from_args(args)
     try:
         run_cfg = load_run_config(args.config, list(args.overrides)

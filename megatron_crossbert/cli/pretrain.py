@@ -111,8 +111,8 @@ def run(run_cfg: RunConfig, exit_at_iteration: int | None = None) -> int:
 
     probe_fn = None
     if run_cfg.training.probe_interval and run_cfg.training.probe_tasks:  # evaluation's extras load only then
-        from megatron_crossbert.evaluation.training_hook import prepare_probes
-        from megatron_crossbert.evaluation.training_hook import probe_in_training as probe_fn
+        from megatron_crossbert.evaluation.in_training import prepare_probes
+        from megatron_crossbert.evaluation.in_training import probe_in_training as probe_fn
 
         prepare_probes(run_cfg)  # before the run lock and the first step: a missing task is refused now
     try:

@@ -60,19 +60,17 @@ def main(argv: list[str] | None = None) -> int:
     from megatron_crossbert.evaluation.probing.runner import ProbeRunConfig, collect_tasks, run_probing
     from megatron_crossbert.outputs import require_output_dir
 
-    if args.knn < 0:
-        raise ValueError(f"--knn {args.knn}: the k-NN probe needs K >= 1 neighbours (0 turns it off)")
-    require_output_dir(args.out, "--out")  # before any task is read or text encoded
-    tasks = collect_tasks(glue_dir=args.glue_dir, glue_tasks=_split_list(args.glue_tasks) or None,
-                          jsonl=args.jsonl, hf_glue=_split_list(args.hf_glue))
-    if not tasks:
-        raise ValueError("no tasks: give --glue-dir, --jsonl or --hf-glue")
     config = ProbeRunConfig(pooling=args.pooling, layers=args.layers, max_len=args.max_len,
                             batch_size=args.batch_size, max_train=args.max_train, max_test=args.max_test,
                             seed=args.seed, cache_dir=cache_dir_arg(args.cache_dir), device=args.device,
                             tokenizer_dir=args.tokenizer_dir, verify=args.verify, whiten=args.whiten, knn=args.knn,
                             both_readouts=args.both_readouts,
-                            probe=ProbeConfig(folds=args.cv_folds, seed=args.seed))
+                            probe=ProbeConfig(folds=args.cv_folds, seed=args.seed))  # refuses what cannot run
+    require_output_dir(args.out, "--out")  # before any task is read or text encoded
+    tasks = collect_tasks(glue_dir=args.glue_dir, glue_tasks=_split_list(args.glue_tasks) or None,
+                          jsonl=args.jsonl, hf_glue=_split_list(args.hf_glue))
+    if not tasks:
+        raise ValueError("no tasks: give --glue-dir, --jsonl or --hf-glue")
     report = run_probing(args.model, tasks, config)
     paths = write_report(report, args.out)
     print(render_markdown(report))

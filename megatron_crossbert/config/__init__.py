@@ -13,11 +13,11 @@ from megatron_crossbert.config.checks import field_choices
 from megatron_crossbert.config.data import DataConfig, MaskingConfig, StripMode, parse_blend
 from megatron_crossbert.config.model import ATTENTION_KERNELS, ArchName, AttentionBackend, EncoderName, ModelConfig
 from megatron_crossbert.config.parallel import ParallelConfig
-from megatron_crossbert.config.run import RunConfig, load_run_config, parse_override
+from megatron_crossbert.config.run import RunConfig, load_run_config, parse_override, replace_sections
 from megatron_crossbert.config.training import CheckpointConfig, TrainingConfig
 
 __all__ = [
     "ATTENTION_KERNELS", "ArchName", "AttentionBackend", "CheckpointConfig", "DataConfig", "EncoderName",
     "MaskingConfig", "ModelConfig", "ParallelConfig", "RunConfig", "StripMode", "TrainingConfig",
-    "field_choices", "load_run_config", "parse_blend", "parse_override",
+    "field_choices", "load_run_config", "parse_blend", "parse_override", "replace_sections",
 ]

@@ -198,3 +198,14 @@ def load_run_config(path: str | Path | None = None, overrides: list[str] = ()) -
                                                  f"{describe(raw[section])}")
         raw[section][name] = value
     return RunConfig.from_dict(raw)
+
+
+def replace_sections(holder: Any, values: dict[str, Any]) -> Any:
+    """``holder`` (a dataclass with RunConfig section attributes) with ``values`` applied, one
+    ``dataclasses.replace`` per section, so each section validates its new fields together."""
+    by_section: dict[str, dict[str, Any]] = {}
+    for key, value in values.items():
+        section, _, name = key.partition(".")
+        by_section.setdefault(section, {})[name] = value
+    return dataclasses.replace(holder, **{section: dataclasses.replace(getattr(holder, section), **fields)
+                                          for section, fields in by_section.items()})

@@ -73,7 +73,7 @@ class TrainingConfig:
     """Steps between in-training frozen probes; 0 disables."""
     probe_tasks: list[str] = field(default_factory=list)
     """Probe task specs for in-training probes: ``glue:DIR:TASKS``, ``jsonl:DIR``, a directory, or
-    ``mteb:DIR[:TASKS]`` (MTEB-lite folders scored by mteb; evaluation/training_hook.py)."""
+    ``mteb:DIR[:TASKS]`` (MTEB-lite folders scored by mteb; evaluation/in_training.py)."""
 
     def __post_init__(self) -> None:
         _positive(self, "micro_batch_size", "global_batch_size", "train_iters", "lr", "log_interval",
@@ -85,7 +85,7 @@ class TrainingConfig:
         _require(0 <= self.lr_warmup_iters <= self.train_iters, "lr_warmup_iters must be in [0, train_iters]")
         self._check_optimisation()
         self._check_intervals()
-        if self.lr_decay_style == "wsd":  # the issue's and ModernBERT's spelling; megatron's is 'WSD'
+        if self.lr_decay_style == "wsd":  # ModernBERT's spelling; megatron's is 'WSD'
             self.lr_decay_style = "WSD"
         _check_choices(self)
         if self.lr_decay_style == "WSD":
@@ -164,7 +164,7 @@ class CheckpointConfig:
     instead of an error). Only for deliberate changes: ids then mean different tokens."""
     lr_schedule_on_resume: Literal["refuse", "checkpoint", "config"] = "refuse"
     """When a schedule field differs from the checkpoint's (train_iters, lr_warmup_iters, lr_decay_style, lr,
-    min_lr, the WSD fields, the batch-size schedule, the masking-rate schedule; ``verify.SCHEDULE_FIELDS``):
+    min_lr, the WSD fields, the batch-size schedule, the masking-rate schedule; ``checkpoint.resume_schedule.SCHEDULE_FIELDS``):
     'refuse' stops with the differences listed; 'checkpoint' keeps the saved schedules; 'config' applies
     this run's values from the resumed step on. Every change is logged."""
     allow_data_change: bool = False

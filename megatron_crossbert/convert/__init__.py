@@ -10,28 +10,11 @@ The shared machinery, named for what it does: ``export.py`` and ``importer.py`` 
 ``native.py`` (our side: build, load, save at TP=1), ``artifacts.py`` (tokenizer, sentence-transformers
 files, weights files, staging), ``model_card.py``, ``keymap.py`` (native key names), ``megatron_tensors.py``
 (head-interleaved QKV, TP shards), ``strict_mapping.py`` (strict state-dict access), ``hf_config.py``
-(config.json helpers). The heavy modules (megatron, transformers) load on first use, so importing this
-package is cheap.
+(config.json helpers). This face defines nothing: it re-exports the two drivers and the error.
 """
 
-from __future__ import annotations
-
 from megatron_crossbert.convert.errors import ConversionError
-
-
-def export_to_hf(checkpoint, out_dir, *, tokenizer_dir=None, force=False, format_name=None, verify="full"):
-    """See :func:`megatron_crossbert.convert.export.export_to_hf`."""
-    from megatron_crossbert.convert.export import export_to_hf as _export
-
-    return _export(checkpoint, out_dir, tokenizer_dir=tokenizer_dir, force=force, format_name=format_name,
-                   verify=verify)
-
-
-def import_from_hf(hf_dir, out_root, *, force=False):
-    """See :func:`megatron_crossbert.convert.importer.import_from_hf`."""
-    from megatron_crossbert.convert.importer import import_from_hf as _import
-
-    return _import(hf_dir, out_root, force=force)
-
+from megatron_crossbert.convert.export import export_to_hf
+from megatron_crossbert.convert.importer import import_from_hf
 
 __all__ = ["ConversionError", "export_to_hf", "import_from_hf"]

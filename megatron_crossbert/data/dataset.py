@@ -111,7 +111,7 @@ class CrossBertDataset(MegatronDataset):
                     self.dataset_path, strip.mode, strip.evidence, strip.lead, strip.trail)
         self.wrapper_strip = strip
         self.unique_identifiers["wrapper_strip"] = strip.describe()
-        self.unique_identifiers["mask_index"] = "global"  # blends mask at the blend's index (since issue 20)
+        self.unique_identifiers["mask_index"] = "global"  # blends mask at the blend's index (older caches: the constituent's)
         self.unique_description = json.dumps(self.unique_identifiers, indent=4,
                                              default=lambda obj: obj.unique_identifiers)
         self.unique_description_hash = hashlib.md5(self.unique_description.encode("utf-8"),

@@ -49,6 +49,16 @@ def dataset_record(tokenizer: Tokenizer, source: str | Path) -> dict:
             "vocab_size": tokenizer.vocab_size, "special_ids": dict(tokenizer.special_ids)}
 
 
+def record_mismatch(saved: dict, saved_file: str | Path, what: str, current: dict) -> str | None:
+    """One line when ``saved`` (``what``'s record, read from ``saved_file``) names another tokenizer than
+    the record ``current``; None when both name the same one."""
+    if saved["fingerprint"] == current["fingerprint"]:
+        return None
+    return (f"{saved_file}: {what} used tokenizer {saved['fingerprint']} ({saved.get('tokenizer')}), but this "
+            f"run's data.tokenizer is {current['fingerprint']} ({current['tokenizer']}); the same ids would "
+            f"mean different tokens")
+
+
 def write_dataset_record(path_prefix: str | Path, tokenizer: Tokenizer, source: str | Path,
                          content: str | None = None) -> Path:
     """Write ``<prefix>.tokenizer.json`` atomically (readers never see half a record); ``content``: the

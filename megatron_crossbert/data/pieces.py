@@ -2,7 +2,7 @@
 
 HF ``tokenizers`` keeps, per document, the normalized string with an alignment per byte, every
 pre-token's own copy and per-token offsets, strings and masks: measured, ~120 bytes of peak memory per
-input byte, so one 50 MB line took 5.9 GiB before issue 17 (gigatoken needs ~8). A document longer
+input byte, so one 50 MB line uncut takes 5.9 GiB (gigatoken needs ~8). A document longer
 than :data:`PIECE_CHARS` is therefore cut into pieces, each cut placed just before a whitespace
 character followed by a non-whitespace one (where byte-level BPE, WordPiece and Unigram
 pre-tokenizers split anyway); the pieces are encoded a few at a time and their ids concatenated.

@@ -38,7 +38,6 @@ from itertools import chain
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 from megatron_crossbert.config import MaskingConfig
 from megatron_crossbert.content_identity import dataset_fingerprint
@@ -55,6 +54,7 @@ from megatron_crossbert.data.preprocess_worker import (
 from megatron_crossbert.data.tokenizer_sources import open_tokenizer
 from megatron_crossbert.fsutil import atomic_write_text, remove_stale_temporaries
 from megatron_crossbert.outputs import require_output_dir, writing
+from megatron_crossbert.progress import progress_bar
 
 logger = logging.getLogger(__name__)
 
@@ -142,7 +142,7 @@ class _Tally:
         self.sequences: Counter[str] = Counter()
         self.start = time.perf_counter()
         self.opts = opts
-        self.bar = tqdm(unit=" docs", disable=not opts.progress, dynamic_ncols=True, mininterval=0.5)
+        self.bar = progress_bar(unit=" docs", disable=not opts.progress, dynamic_ncols=True, mininterval=0.5)
 
     def add(self, result: ChunkResult) -> None:
         for line_no, kind, detail in result.skips:

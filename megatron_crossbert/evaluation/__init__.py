@@ -1,15 +1,18 @@
-"""Evaluation of frozen encoders: linear probes (``probing/``) and MTEB (``mteb/``), on one encoder path.
+"""Evaluation of encoders: frozen probes (linear and k-NN), fine-tuning, MTEB and a pooler on a frozen backbone.
 
-Shared by both (here):
-- ``encoders.resolve_model(ref)`` / ``encoders.HFEncoder``: native checkpoints go through HF export;
-- ``recipe.resolve_recipe(dir)``: a model's own embedding recipe (pooling, L2 norm, max tokens, whitening);
-- ``whitening.fit_whitening(features)``: PCA whitening, the frozen-feature default of our checkpoints (issue 31);
-- ``feature_cache.FeatureCache``: pooled features on disk, keyed by model identity and exact texts;
-- ``training_hook.probe_in_training(model, run_cfg, tasks, iteration)``: what training calls every N steps.
+Peers, each with its own CLI, on what they share:
 
-``probing/``: ``runner.run_probing(model_ref, tasks, ProbeRunConfig)`` (what ``crossbert-probe`` runs),
-task loaders (``glue``, ``tasks``), the probes themselves (``linear_probes``), reports, and the live-model
-suite (``in_training``). ``mteb/``: ``adapter.run_mteb(...)`` (what ``crossbert-mteb`` runs), offline task
-folders, mteb task objects, result files, and the MTEB-lite in-training probe.
-Import from the modules; the package imports stay cheap (nothing heavy loads until a module is used).
+- ``tasks/``: the task data (the ``ProbeTask`` model, JSONL and GLUE readers, gold-label rules, metrics);
+- ``encoders.py``: ``resolve_model(ref)`` / ``HFEncoder`` (native checkpoints are verified and exported first);
+- ``recipe.py``: a model's own embedding recipe (pooling, L2 norm, max tokens, whitening);
+- ``whitening.py``: PCA whitening, the frozen-feature default of our checkpoints;
+- ``feature_cache.py``: pooled features on disk, keyed by model identity and exact texts;
+- ``dense_head.py``: a saved pooler's ``Dense`` over cached features.
+
+``probing/`` (``crossbert-probe``: frozen linear and k-NN probes), ``finetune/`` (``crossbert-finetune``: the
+peers' GLUE fine-tuning protocols), ``mteb/`` (``crossbert-mteb``: mteb on local folders or online) and
+``pooler/`` (``crossbert-pooler``: the paper's MTEB "(frozen)" protocol) import from the shared modules above,
+never from inside one another (the pooler runs MTEB through ``mteb/``, its consumer). ``in_training.py``:
+``probe_in_training(model, run_cfg, tasks, iteration)``, the in-training probes the pretrain CLI hands to
+training. Import from the modules; the package imports stay cheap (nothing heavy loads until a module is used).
 """

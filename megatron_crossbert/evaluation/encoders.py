@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Literal, Sequence
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
+
+from megatron_crossbert.progress import progress_bar
 
 if TYPE_CHECKING:
     from megatron_crossbert.checkpoint.verify import VerifiedCheckpoint
@@ -197,7 +198,7 @@ class HFEncoder:
         order = np.argsort([-len(t) for t in texts], kind="stable")
         chunks = []
         starts = range(0, len(texts), self.batch_size)
-        for start in tqdm(starts, desc=desc, disable=not progress, leave=False):
+        for start in progress_bar(starts, desc=desc, disable=not progress, leave=False):
             chunk = [texts[i] for i in order[start:start + self.batch_size]]
             chunks.append(self._embed_batch(chunk, pooling, layers))
         if not chunks:

@@ -19,7 +19,7 @@ A longer text would otherwise index past the position table and crash mid-run. `
 the same rule with its own default.
 
 On top of pooling sits ``whiten`` (``whitening.py``): PCA whitening of the pooled features. Its default is the
-architecture's (``arch.ArchSpec.whiten_frozen_features``, on for the project's architectures, issue 31), read
+architecture's (``arch.ArchSpec.whiten_frozen_features``, on for the project's architectures), read
 from the run config our exports carry (``crossbert_run_config.json``); any other model defaults to off;
 ``--whiten`` / ``--no-whiten`` override it.
 """

@@ -1,13 +1,13 @@
 """PCA whitening of pooled sentence features: the frozen-feature recipe of encoders whose output is anisotropic.
 
-Why (issue 31): a CrossBERT encoder is read during pretraining only through the decoder's learned
-cross-attention key/value maps, so nothing keeps its output isotropic. At the issue's scale its mean-pooled
+Why: a CrossBERT encoder is read during pretraining only through the decoder's learned
+cross-attention key/value maps, so nothing keeps its output isotropic. At the demo's scale its mean-pooled
 features have an effective rank of ~5-7 of 256 and one direction holds about half the variance, and the
 semantic signal sits in the low-variance directions. A per-coordinate ``StandardScaler`` does not reach them,
 and neither does a raw cosine or the probe's basis-dependent pair features ``|a-b|, a*b``: both are dominated
 by the few huge directions. Rotating onto the principal axes and scaling each to unit variance
 (``x -> (x - mu) V diag(lambda)^-1/2``, BERT-whitening, Su et al. 2021) gives every direction the same
-weight; on the issue's setting it lifts CrossBERT's STS-B probe from 39.9 to 67.8. BERT's features collapse
+weight; on the demo's setting (docs/results.md) it lifts CrossBERT's STS-B probe from 39.9 to 67.8. BERT's features collapse
 less (effective rank ~36) and gain too (53.4 to 63.3), so every architecture of ours is read this way.
 
 The map is fitted on unlabelled features only (a probe's train split, or the first texts an MTEB task

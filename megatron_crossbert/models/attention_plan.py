@@ -18,6 +18,7 @@ from megatron_crossbert.config import RunConfig
 from megatron_crossbert.models.core_attention import AttentionOptions, resolve_backend
 from megatron_crossbert.models.flex_compile import flex_shapes, register_flex_shapes
 
+
 @dataclass(frozen=True)
 class AttentionPlan:
     """The attention of one model: per-stack options, document masks, the local RoPE base."""
@@ -50,13 +51,21 @@ class AttentionPlan:
                 f"{'on' if self.document_mask else 'off'}; {windows}")
 
 
+def attention_backend(run_cfg: RunConfig, *, training: bool) -> tuple[str, str]:
+    """``(backend, why)`` of this run (``core_attention.resolve_backend`` over its settings); ValueError (one
+    line) when the requested backend cannot train here. It builds and registers nothing, so a run checks it
+    before it takes its save directory's lock (``training.setup.check_support``)."""
+    model = run_cfg.model
+    return resolve_backend(model.attention_backend, cuda=torch.cuda.is_available(),
+                           masked=run_cfg.data.document_mask or model.windowed,
+                           attention_dropout=model.attention_dropout, training=training)
+
+
 def attention_plan(run_cfg: RunConfig, *, training: bool) -> AttentionPlan:
     """The plan of this run; ValueError (one line) when the requested backend cannot train here."""
     model = run_cfg.model
     document_mask = run_cfg.data.document_mask
-    backend, why = resolve_backend(model.attention_backend, cuda=torch.cuda.is_available(),
-                                   masked=document_mask or model.windowed,
-                                   attention_dropout=model.attention_dropout, training=training)
+    backend, why = attention_backend(run_cfg, training=training)
     windows = dict(local_attention=model.local_attention, global_attn_every_n_layers=model.global_attn_every_n_layers)
     plan = AttentionPlan(
         encoder=AttentionOptions(backend, layer_half_windows(model.num_layers, **windows)),

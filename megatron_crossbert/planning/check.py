@@ -1,4 +1,4 @@
-"""The planner against measurement on this CPU: ``python -m megatron_crossbert.planning.check`` prints the table.
+"""The planner against measurement on this CPU: ``crossbert-plan --check`` prints the table.
 
 What it is checked against: the bytes autograd really saves for backward. ``saved_bytes`` runs one training
 forward under ``torch.autograd.graph.saved_tensors_hooks`` and adds up every distinct storage handed to the
@@ -134,9 +134,3 @@ def table_rows() -> list[str]:
                     f"| {measured.parameters:,} ({same}) |")
     return rows
 
-
-if __name__ == "__main__":
-    from megatron_crossbert.cli import quiet_library_warnings
-
-    quiet_library_warnings()
-    print("\n".join(table_rows()))

@@ -99,9 +99,9 @@ def measured_mfu(path: str, run_cfg: RunConfig, gpu: GpuSpec) -> tuple[float, st
     model = run_cfg.model
     runs = [run for run in payload.get("runs", []) if "report" in run and run.get("precision") == "bf16"
             and run.get("size") in SIZES]
-    key = (model.arch, model.encoder)  # the measured rows of this run's architecture and encoder family
+    this_run = (model.arch, model.encoder)  # the rows measured with this run's architecture and family
     rows_by_size = {run["size"]: [r["achieved_tflops"] for r in run["report"]["results"]
-                                  if (r.get("arch"), r.get("encoder")) == key and r.get("achieved_tflops")]
+                                  if (r.get("arch"), r.get("encoder")) == this_run and r.get("achieved_tflops")]
                     for run in runs}
     rows_by_size = {size: rows for size, rows in rows_by_size.items() if rows}
     if not rows_by_size:

@@ -18,8 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from megatron_crossbert.arch import get_arch
-from megatron_crossbert.cli.config_flags import replace_sections
-from megatron_crossbert.config import RunConfig
+from megatron_crossbert.config import RunConfig, replace_sections
 from megatron_crossbert.models.flops import model_flops_per_sample
 from megatron_crossbert.planning.activations import MicroBatchActivations, encoder_block, micro_batch_activations
 from megatron_crossbert.planning.device import Cluster, runtime

@@ -2,7 +2,7 @@
 
 The probing itself belongs to ``megatron_crossbert.evaluation``; this module only decides when to
 call it. The caller hands the probe function in (``train(..., probe_fn=...)``; the pretrain CLI
-passes ``megatron_crossbert.evaluation.training_hook.probe_in_training``), so training never imports evaluation::
+passes ``megatron_crossbert.evaluation.in_training.probe_in_training``), so training never imports evaluation::
 
     probe_fn(model, run_cfg, tasks: list[str], iteration: int) -> dict[str, float]
         # metric name -> value; called on EVERY rank (it may run collectives),
@@ -22,7 +22,7 @@ ProbeFn = Callable[..., dict]
 """``(model, run_cfg, tasks, iteration) -> {metric: value}``."""
 
 
-class ProbeHook:
+class InTrainingProbes:
     """Runs probes every ``probe_interval`` steps; results go to the metrics logger."""
 
     def __init__(self, run_cfg, logger, probe_fn: ProbeFn | None = None) -> None:

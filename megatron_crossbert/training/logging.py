@@ -19,6 +19,8 @@ import psutil
 import torch
 
 from megatron_crossbert.platform.peak import mfu, mfu_peak
+from megatron_crossbert.progress import progress_bar
+
 
 def memory_report() -> tuple[str, float]:
     """('cuda max alloc' | 'rss', GiB): CUDA peak allocation on GPU, process RSS on CPU."""
@@ -60,13 +62,15 @@ class MetricsLogger:
         self.world_size = world_size
         self.flops_per_sample = flops_per_sample
         self.enabled = enabled
-        self.peak = mfu_peak(run_cfg.training.peak_tflops)
-        if enabled:
-            print(f"MFU peak: {self.peak.tflops or 0:.0f} TFLOP/s per device ({self.peak.source})", flush=True)
         self.interval = IntervalStats()
         self.tb = self._tensorboard() if enabled else None
         self.wandb = self._wandb() if enabled else None
-        self.bar = self._progress_bar(start_iteration) if enabled else None
+        self.peak = mfu_peak(run_cfg.training.peak_tflops)
+        if enabled:
+            print(f"MFU peak: {self.peak.tflops or 0:.0f} TFLOP/s per device ({self.peak.source})", flush=True)
+        # a bar only on a terminal: a log file gets the step lines alone
+        self.bar = progress_bar(total=run_cfg.training.train_iters, initial=start_iteration, unit="step",
+                                dynamic_ncols=True) if enabled and sys.stdout.isatty() else None
 
     def _tensorboard(self):
         train, ckpt = self.cfg.training, self.cfg.checkpoint
@@ -86,13 +90,6 @@ class MetricsLogger:
             print("wandb_project is set but wandb is not installed; skipping W&B logging", flush=True)
             return None
         return wandb.init(project=self.cfg.training.wandb_project, config=self.cfg.to_dict())
-
-    def _progress_bar(self, start_iteration: int):
-        if not sys.stdout.isatty():
-            return None
-        from tqdm import tqdm
-
-        return tqdm(total=self.cfg.training.train_iters, initial=start_iteration, unit="step", dynamic_ncols=True)
 
     def record(self, loss_sum: float, num_tokens: float, skipped: bool, samples: int) -> None:
         """One step's results; ``samples`` = its global batch."""

@@ -12,19 +12,17 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch.distributed as dist
 
-from megatron_crossbert.checkpoint.run_lock import run_lock_for
-from megatron_crossbert.checkpoint.save import save_checkpoint
+from megatron_crossbert.checkpoint.manager import CheckpointManager
 from megatron_crossbert.config import RunConfig
 from megatron_crossbert.platform import is_rank_zero
-from megatron_crossbert.training.hooks import ProbeFn, ProbeHook
+from megatron_crossbert.training.hooks import ProbeFn, InTrainingProbes
 from megatron_crossbert.training.logging import MetricsLogger
 from megatron_crossbert.training.optimizer import current_lr
 from megatron_crossbert.training.setup import (
-    Session, build_data, build_session, check_exit_iteration, check_support, valid_iterator,
+    Session, build_data, build_session, check_support, valid_iterator,
 )
 from megatron_crossbert.training.signals import StopSignal
 from megatron_crossbert.training.steps import StepResult, evaluate, train_step
@@ -48,8 +46,6 @@ class LoopState:
     valid_losses: dict[int, float] = field(default_factory=dict)
     nonfinite_in_a_row: int = 0
     skipped_steps: int = 0
-    last_saved: int | None = None
-    checkpoint: str | None = None
     stopped_by_signal: bool = False
     stop_reason: str | None = None
     """Why the run stopped before ``train_iters``: the signal's name, or ``--exit-at-iteration``."""
@@ -63,13 +59,15 @@ def _model_flops(run_cfg: RunConfig) -> float | None:
     return float(model_flops_per_sample(run_cfg))
 
 
-def _save(session: Session, state: LoopState, asynchronous: bool | None = None) -> None:
-    root = session.run_cfg.checkpoint.save_dir
-    if not root or state.last_saved == session.progress.iteration:
+def check_exit_iteration(exit_at: int | None, start_iteration: int) -> None:
+    """``--exit-at-iteration`` is a total step count after the step this run starts from."""
+    if exit_at is None:
         return
-    path = save_checkpoint(session.saves, root, session.model, session.optimizer, session.scheduler,
-                           session.progress, session.run_cfg, asynchronous=asynchronous)
-    state.last_saved, state.checkpoint = session.progress.iteration, str(path)
+    if exit_at < 1:
+        raise ValueError(f"--exit-at-iteration must be >= 1 (a total step count), got {exit_at}")
+    if exit_at <= start_iteration:
+        raise ValueError(f"--exit-at-iteration {exit_at} is not after the resumed step {start_iteration}: "
+                         f"nothing would be trained; give a larger value")
 
 
 def _account(result: StepResult, state: LoopState, max_nonfinite: int, iteration: int) -> None:
@@ -85,7 +83,7 @@ def _account(result: StepResult, state: LoopState, max_nonfinite: int, iteration
             f"Lower the learning rate, check the data, or resume from an earlier checkpoint.")
 
 
-def _after_step(session: Session, state: LoopState, logger: MetricsLogger, probes: ProbeHook, valid_ds) -> None:
+def _after_step(session: Session, state: LoopState, logger: MetricsLogger, probes: InTrainingProbes, valid_ds) -> None:
     """Logging, then validation, probes and periodic saves (timed out of the throughput figures)."""
     cfg, it = session.run_cfg, session.progress.iteration
     if it % cfg.training.log_interval == 0 or it == cfg.training.train_iters:
@@ -97,10 +95,10 @@ def _after_step(session: Session, state: LoopState, logger: MetricsLogger, probe
         logger.log_validation(it, loss)
     if probes.due(it):
         probes(session.model, it)
-    session.saves.finalize(blocking=False)  # commit background saves that finished on every rank
+    session.checkpoints.commit_finished()
     interval = cfg.checkpoint.save_interval
     if interval and it % interval == 0:
-        _save(session, state)
+        session.save()
     logger.exclude(time.perf_counter() - start)
 
 
@@ -128,7 +126,7 @@ def _stop_line(session: Session, state: LoopState) -> str:
     if not ckpt.save_dir:
         return f"stopped at step {it} ({state.stop_reason}): nothing saved (checkpoint.save_dir is not set)"
     resumes = "" if ckpt.resume_from or ckpt.load_dir else "; the same command resumes from it"
-    return f"stopped at step {it} ({state.stop_reason}): saved {state.checkpoint}{resumes}"
+    return f"stopped at step {it} ({state.stop_reason}): saved {session.checkpoints.latest}{resumes}"
 
 
 def _finish(session: Session, state: LoopState, logger: MetricsLogger) -> None:
@@ -136,8 +134,8 @@ def _finish(session: Session, state: LoopState, logger: MetricsLogger) -> None:
     after a stop, the one line that says what was saved. A stop before this run's first step saves
     nothing: the state is the one it started from."""
     if state.losses or not state.stop_reason:
-        _save(session, state, asynchronous=False)
-    session.saves.finalize(blocking=True)
+        session.save(asynchronous=False)
+    session.checkpoints.finish()
     if state.stop_reason:
         logger.print(_stop_line(session, state))
 
@@ -159,19 +157,14 @@ def _one_step(session: Session, train_iter, state: LoopState, logger: MetricsLog
 
 def _make_logger(session: Session) -> MetricsLogger:
     world = dist.get_world_size() if dist.is_initialized() else 1
-    logger = MetricsLogger(session.run_cfg, world_size=world, flops_per_sample=_model_flops(session.run_cfg),
-                           enabled=is_rank_zero(), start_iteration=session.progress.iteration)
+    flops = _model_flops(session.run_cfg)
+    logger = MetricsLogger(session.run_cfg, world_size=world, flops_per_sample=flops, enabled=is_rank_zero(),
+                           start_iteration=session.progress.iteration)
     logger.print(session.model.attention.describe())
     if session.resumed_from is not None:
         logger.print(f"resumed from {session.resumed_from} at step {session.progress.iteration}, "
                      f"{session.progress.consumed_samples} samples consumed")
     return logger
-
-
-def _resumed_from_save_dir(session: Session) -> bool:
-    save_dir = session.run_cfg.checkpoint.save_dir
-    resumed = session.resumed_from
-    return bool(save_dir and resumed and Path(resumed).resolve().parent == Path(save_dir).resolve())
 
 
 def run_loop(session: Session, exit_at_iteration: int | None = None, probe_fn: ProbeFn | None = None,
@@ -180,11 +173,9 @@ def run_loop(session: Session, exit_at_iteration: int | None = None, probe_fn: P
 
     ``stop``: handlers ``train`` installed before start-up; without one the loop installs its own."""
     cfg, state = session.run_cfg, LoopState()
-    if _resumed_from_save_dir(session):  # that checkpoint exists: never rewrite (and risk) it
-        state.last_saved, state.checkpoint = session.progress.iteration, str(session.resumed_from)
     train_iter, valid_ds = build_data(session)
     logger = _make_logger(session)
-    probes = ProbeHook(cfg, logger, probe_fn)
+    probes = InTrainingProbes(cfg, logger, probe_fn)
     with contextlib.ExitStack() as stack:
         stop = stop or stack.enter_context(StopSignal())
         stack.callback(logger.close)
@@ -203,15 +194,16 @@ def train(run_cfg: RunConfig, *, exit_at_iteration: int | None = None, probe_fn:
     ``exit_at_iteration`` stops (with a checkpoint) after that many total steps without changing
     the LR schedule, like a preemption. ``probe_fn`` runs the in-training probes of
     ``training.probe_tasks`` (see ``hooks.py``). Returns a summary dict (identical on every rank).
-    Rank 0 holds ``save_dir``'s run lock for the whole run: a second run into the same directory is
-    refused before it reads or writes anything there; what this machine cannot run is refused before the
-    lock (``setup.check_support``), so such a run leaves the directory untouched.
+    The run's checkpoints go through one front door (``checkpoint.manager.CheckpointManager``): rank 0 holds
+    ``save_dir``'s run lock for the whole run, so a second run into the same directory is refused before it
+    reads or writes anything there; what this machine cannot run is refused before the lock
+    (``setup.check_support``), so such a run leaves the directory untouched.
     """
     with StopSignal() as stop:  # from here on a stop signal stops the run at a step boundary
         check_support(run_cfg)
         check_exit_iteration(exit_at_iteration, 0)
-        with run_lock_for(run_cfg):
-            session = build_session(run_cfg)
+        with CheckpointManager.start(run_cfg) as checkpoints:
+            session = build_session(run_cfg, checkpoints)
             start_iteration = session.progress.iteration
             check_exit_iteration(exit_at_iteration, start_iteration)
             state = run_loop(session, exit_at_iteration, probe_fn, stop)
@@ -221,7 +213,8 @@ def train(run_cfg: RunConfig, *, exit_at_iteration: int | None = None, probe_fn:
         "final_loss": state.losses[-1] if state.losses else None, "grad_norms": state.grad_norms,
         "batch_sizes": state.batch_sizes, "lrs": state.lrs,
         "valid_losses": state.valid_losses, "skipped_steps": state.skipped_steps,
-        "step_times": state.step_times, "checkpoint": state.checkpoint,
+        "step_times": state.step_times,
+        "checkpoint": str(session.checkpoints.latest) if session.checkpoints.latest else None,
         "stopped_by_signal": state.stopped_by_signal, "stop_reason": state.stop_reason,
         "resumed_from": str(session.resumed_from) if session.resumed_from else None,
     }

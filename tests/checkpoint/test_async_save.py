@@ -5,7 +5,7 @@ every rank's writer finished; a run saving asynchronously at every step and then
 bit-identical to an uninterrupted synchronous run (distributed optimizer, dropout on); and the
 async checkpoint holds exactly what a synchronous save of the same state holds.
 
-Issue 17, in the same spawn: the async checkpoint's checksums.json covers both ranks' shards; a
+In the same spawn: the async checkpoint's checksums.json covers both ranks' shards; a
 flipped byte in the file rank 1 verifies is raised on both ranks as the same line; a commit that
 fails on rank 0 (a full disk while writing run_config.json), or a free-space check that fails there,
 ends both ranks with the same one-line error instead of leaving rank 1 waiting in a barrier.
@@ -44,14 +44,14 @@ def _commit_waits_for_finalize(indexed_corpus: str, root: Path) -> dict:
                                  checkpoint__load_dir=str(root / "straight")))
     session.run_cfg.checkpoint.async_save = True
     args = (session.model, session.optimizer, session.scheduler, session.progress)
-    path = save_checkpoint(session.saves, root / "async_copy", *args, session.run_cfg)
-    before = {"pending": session.saves.in_flight.pending(), "latest": latest_iteration(root / "async_copy"),
+    path = save_checkpoint(session.checkpoints.saves, root / "async_copy", *args, session.run_cfg)
+    before = {"pending": session.checkpoints.saves.in_flight.pending(), "latest": latest_iteration(root / "async_copy"),
               "run_config": (path / "run_config.json").exists()}
-    session.saves.finalize(blocking=True)
-    after = {"pending": session.saves.in_flight.pending(), "latest": latest_iteration(root / "async_copy"),
+    session.checkpoints.saves.finalize(blocking=True)
+    after = {"pending": session.checkpoints.saves.in_flight.pending(), "latest": latest_iteration(root / "async_copy"),
              "run_config": (path / "run_config.json").exists()}
     session.run_cfg.checkpoint.async_save = False
-    sync = save_checkpoint(session.saves, root / "sync_copy", *args, session.run_cfg)
+    sync = save_checkpoint(session.checkpoints.saves, root / "sync_copy", *args, session.run_cfg)
     only_async, only_sync, unequal = diff(load_plain_tensors(str(path)), load_plain_tensors(str(sync)))
     return {"before": before, "after": after, "differences": [only_async, only_sync, unequal],
             "rank0_full": _fails_on_rank_zero_only(session, root)}
@@ -102,7 +102,7 @@ def _fails_on_rank_zero_only(session, root: Path) -> dict:
                         ("preflight", mock.patch.object(save_errors, "free_bytes", lambda path: 0))):
         try:
             with patch if dist.get_rank() == 0 else contextlib.nullcontext():
-                save.save_checkpoint(session.saves, root / f"full_{name}", *args)
+                save.save_checkpoint(session.checkpoints.saves, root / f"full_{name}", *args)
             out[name] = None
         except Exception as err:  # noqa: BLE001
             out[name] = f"{type(err).__name__}: {err}"

@@ -1,7 +1,7 @@
 """Checksums: every file of a checkpoint is recorded at commit and verified once before any use.
 
-Before issue 17 only sizes were checked: one flipped byte in a ``.distcp`` shard loaded silently and
-export and resume ran on the changed weight. The CLI rows (resume, init_from, export, probe, MTEB on a
+Checking sizes alone, one flipped byte in a ``.distcp`` shard would load silently and
+export and resume would run on the changed weight. The CLI rows (resume, init_from, export, probe, MTEB on a
 flipped byte) are in ``cli/test_error_lines.py``; the 2-rank split (each rank verifies its share, every
 rank raises the same line) and the async save's record in ``checkpoint/test_async_save.py``.
 """
@@ -93,8 +93,8 @@ def _drop_entries(ckpt: Path, *names: str) -> None:
 
 
 def test_a_record_that_should_be_there_and_is_not_is_damage(ckpt):
-    """Issue 27: before, a deleted record loaded with 'saved by an older version', so a flipped byte
-    beside it exported and trained on; the run's own files say it was saved with one."""
+    """A deleted record must not pass as 'saved by an older version', or a flipped byte beside it is
+    exported and trained on; the run's own files say it was saved with one."""
     (ckpt / CHECKSUMS_FILE).unlink()
     flip_byte(ckpt / "__0_0.distcp")
     with pytest.raises(ChecksumMismatchError) as info:
@@ -119,8 +119,8 @@ def test_a_record_that_should_be_there_and_is_not_is_damage(ckpt):
     (("checkpoint.data.json",), "checkpoint.data.json", "the data record"),
 ], ids=["shard", ".metadata", "empty record", "data record"])
 def test_every_file_a_load_reads_must_be_in_the_record(ckpt, dropped, named, why):
-    """Issue 27: before, only the names a record listed were checked: an entry removed from it let a
-    flipped byte in that file through without a word."""
+    """Checking only the names a record lists, an entry removed from it would let a flipped byte in
+    that file through without a word."""
     _drop_entries(ckpt, *dropped)
     if named == "__0_0.distcp":
         flip_byte(ckpt / named)

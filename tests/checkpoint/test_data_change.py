@@ -1,7 +1,7 @@
 """A resume on other data is refused in one line; a moved dataset is the same data; allowed changes
 are logged with where the new sample stream starts.
 
-Before issue 17 a resume with another ``--data-path`` silently continued on the new data from the old
+Without the data record a resume with another ``--data-path`` silently continues on the new data from the old
 sample count. The CLI rows (refused, and allowed with ``--allow-data-change``) are in ``cli/test_error_lines.py``.
 """
 

@@ -23,17 +23,17 @@ def preprocessed(tmp_path, text_corpus, bpe_tokenizer) -> str:
 
 
 def test_a_bin_of_other_content_is_refused_at_a_fresh_start(preprocessed, bpe_tokenizer):
-    from megatron_crossbert.training.setup import check_sources
+    from megatron_crossbert.checkpoint.manager import CheckpointManager
 
     def config():
         return tiny_config("crossbert", preprocessed, None, data__tokenizer=str(bpe_tokenizer))
 
-    assert check_sources(config()).source is None  # the pair as preprocessing wrote it: a fresh start
+    assert CheckpointManager.check(config()).plan.source is None  # the pair as preprocessing wrote it: a fresh start
     assert json.loads(record_path(preprocessed).read_text())["content"].startswith("xxh3_128:")
     data = bytearray(Path(preprocessed + ".bin").read_bytes())
     data[8:40] = data[40:72]  # other token ids, the same size: the .idx still fits
     Path(preprocessed + ".bin").write_bytes(bytes(data))
     with pytest.raises(ValueError) as err:  # CorruptDatasetError
-        check_sources(config())
+        CheckpointManager.check(config())
     message = str(err.value)
     assert f"{preprocessed}.bin" in message and str(record_path(preprocessed)) in message and "\n" not in message

@@ -1,6 +1,6 @@
 """A full disk during a save ends in one line naming the save and the last complete checkpoint, exit 2.
 
-Before issue 17: a 40-line traceback ("Worker failure", "unexpected pos") that never said the disk was
+Unguarded: a 40-line traceback ("Worker failure", "unexpected pos") that never said the disk was
 full, and a rerun on the still-full disk said ``[Errno 28]`` without a path after a TensorBoard thread
 traceback. megatron-core's writer drops the ENOSPC behind a generic "Worker failure", so the verdict
 comes from the exception chain where it survives, else from the filesystem (``save_errors``).

@@ -239,11 +239,11 @@ def test_swapped_tokenizer_of_the_same_size_is_refused(tmp_path, caplog):
     """Same vocab size and special ids, different id -> word map: resume, init_from and the
     dataset check refuse it, naming both fingerprints and files; the override flag downgrades to a warning."""
     from megatron_crossbert.checkpoint.errors import CheckpointError
-    from megatron_crossbert.checkpoint.tokenizer_record import TokenizerMismatchError, check_dataset_tokenizers
+    from megatron_crossbert.checkpoint.tokenizer_record import TokenizerMismatchError, check_tokenizers
     from megatron_crossbert.data.fingerprint import record_path, tokenizer_fingerprint, write_dataset_record
     from megatron_crossbert.data.tokenizer import load_tokenizer
     from megatron_crossbert.training import train
-    from megatron_crossbert.training.setup import check_sources
+    from megatron_crossbert.checkpoint.manager import CheckpointManager
 
     corpus = write_corpus(tmp_path / "corpus")
     dir_a, dir_b = write_tokenizer(tmp_path / "tok_a"), write_tokenizer(tmp_path / "tok_b", reverse=True)
@@ -261,36 +261,37 @@ def test_swapped_tokenizer_of_the_same_size_is_refused(tmp_path, caplog):
     for extra in ({}, {"checkpoint__init_from": str(ckpt)}):
         save = None if extra else ckpt
         with pytest.raises(CheckpointError) as info:
-            check_sources(tiny_config("crossbert", corpus, save, **swapped, **extra))
+            CheckpointManager.check(tiny_config("crossbert", corpus, save, **swapped, **extra))
         assert str(info.value) == expected
     with pytest.raises(CheckpointError, match="allow-tokenizer-change"):
         train(tiny_config("crossbert", corpus, ckpt, **swapped))
-    assert check_sources(tiny_config("crossbert", corpus, ckpt, **swapped,
-                                     checkpoint__allow_tokenizer_change=True)).source.directory == ckpt / ITER2
+    allowed = tiny_config("crossbert", corpus, ckpt, **swapped, checkpoint__allow_tokenizer_change=True)
+    assert CheckpointManager.check(allowed).plan.source.directory == ckpt / ITER2
     assert "allowed by checkpoint.allow_tokenizer_change" in caplog.text
 
-    check_dataset_tokenizers(tiny_config("crossbert", corpus, None, data__tokenizer=str(dir_b)))
+    check_tokenizers(tiny_config("crossbert", corpus, None, data__tokenizer=str(dir_b)))
     # a dataset written by another tool (no record): warned once by each start that reached the dataset
-    # check (the first train, the allowed check_sources, the call above), not once per process
+    # check (the first train, the allowed check, the call above), not once per process
     assert caplog.text.count(f"dataset {corpus} has no tokenizer record") == 3
-    check_dataset_tokenizers(tiny_config("crossbert", corpus, None, data__tokenizer=str(dir_b),
+    check_tokenizers(tiny_config("crossbert", corpus, None, data__tokenizer=str(dir_b),
                                          data__data_path=["0.5", corpus, "0.5", corpus]))
     assert caplog.text.count(f"dataset {corpus} has no tokenizer record") == 4  # twice in a blend, warned once
     write_dataset_record(corpus, tok_a, dir_a)
     with pytest.raises(TokenizerMismatchError) as data:
-        check_dataset_tokenizers(tiny_config("crossbert", corpus, None, data__tokenizer=str(dir_b)))
+        check_tokenizers(tiny_config("crossbert", corpus, None, data__tokenizer=str(dir_b)))
     assert str(data.value) == expected.replace(f"{record}: the checkpoint", f"{record_path(corpus)}: this dataset")
-    check_dataset_tokenizers(tiny_config("crossbert", corpus, None, data__tokenizer=str(dir_a)))
+    check_tokenizers(tiny_config("crossbert", corpus, None, data__tokenizer=str(dir_a)))
 
 
 def test_lr_schedule_change_on_resume_is_refused_kept_or_applied(real, caplog):
     from megatron_crossbert.checkpoint.errors import CheckpointError
-    from megatron_crossbert.training.setup import build_session, check_sources
+    from megatron_crossbert.checkpoint.manager import CheckpointManager
+    from megatron_crossbert.training.setup import build_session
 
     corpus, ckpt = real
     longer = dict(training__train_iters=4, training__lr_decay_style="linear")
     with pytest.raises(CheckpointError) as info:
-        check_sources(tiny_config("crossbert", corpus, ckpt, **longer))
+        CheckpointManager.check(tiny_config("crossbert", corpus, ckpt, **longer))
     assert str(info.value) == (
         f"{ckpt / ITER2}: the schedule differs from the checkpoint's (training.train_iters: checkpoint 2 -> "
         f"run 4; training.lr_decay_style: checkpoint 'cosine' -> run 'linear'); set --lr-schedule-on-resume "
@@ -307,15 +308,17 @@ def test_lr_schedule_change_on_resume_is_refused_kept_or_applied(real, caplog):
 
 
 def test_a_batch_size_change_on_resume_is_logged(real, caplog):
-    """Issue 27: the samples per step change from the resumed step on (the LR schedule counts steps), and
-    before, nothing said so."""
+    """The samples per step change from the resumed step on (the LR schedule counts steps): a resume says so."""
+    from megatron_crossbert.checkpoint.resume_schedule import schedule_on_resume
     from megatron_crossbert.checkpoint.verify import verify_checkpoint
 
     corpus, ckpt = real
     changed = tiny_config("crossbert", corpus, None, training__train_iters=2, training__global_batch_size=8,
                           training__micro_batch_size=4)
     with caplog.at_level(logging.WARNING):
-        verify_checkpoint(ckpt / ITER2, changed).release()
+        source = verify_checkpoint(ckpt / ITER2, changed)
+        assert schedule_on_resume(changed, source) is changed
+        source.release()
     assert (f"resume from {ckpt / ITER2}: training.global_batch_size 4 -> 8 from step 2 (samples per step change "
             f"from here on; the LR schedule counts steps)") in caplog.text
     assert f"resume from {ckpt / ITER2}: training.micro_batch_size 2 -> 4 from step 2" in caplog.text
@@ -327,7 +330,8 @@ def test_wsd_batch_and_masking_schedules_are_guarded_on_resume(indexed_corpus, t
     config would otherwise fail in get_lr); 'config' applies this run's."""
     from megatron_crossbert.checkpoint.errors import CheckpointError
     from megatron_crossbert.training import train
-    from megatron_crossbert.training.setup import build_session, check_sources
+    from megatron_crossbert.checkpoint.manager import CheckpointManager
+    from megatron_crossbert.training.setup import build_session
 
     scheduled = dict(training__train_iters=4, training__lr_warmup_iters=1, training__lr_decay_style="wsd",
                      training__lr_wsd_decay_iters=2, training__lr_wsd_decay_style="linear",
@@ -336,7 +340,7 @@ def test_wsd_batch_and_masking_schedules_are_guarded_on_resume(indexed_corpus, t
     train(tiny_config("crossbert", indexed_corpus, ckpt, **scheduled), exit_at_iteration=2)
     plain = dict(training__train_iters=4, training__lr_warmup_iters=1)
     with pytest.raises(CheckpointError) as info:
-        check_sources(tiny_config("crossbert", indexed_corpus, ckpt, **plain))
+        CheckpointManager.check(tiny_config("crossbert", indexed_corpus, ckpt, **plain))
     for change in ("training.lr_decay_style: checkpoint 'WSD' -> run 'cosine'",
                    "training.lr_wsd_decay_iters: checkpoint 2 -> run None",
                    "training.lr_wsd_decay_style: checkpoint 'linear' -> run 'exponential'",

@@ -14,9 +14,13 @@ from megatron_crossbert import platform
 from megatron_crossbert.checkpoint import load as load_module
 from megatron_crossbert.checkpoint.errors import CheckpointError
 from megatron_crossbert.checkpoint.load import load_model_weights, note_optimizer_impl, restore_rng
-from megatron_crossbert.checkpoint.optimizer_format import OPTIMIZER_IMPL_KEY, save_content_metadata
+from megatron_crossbert.checkpoint import optimizer_format
+from megatron_crossbert.checkpoint.optimizer_format import (
+    OPTIMIZER_IMPL_KEY, SavedOptimizer, read_saved_optimizer, save_content_metadata,
+)
 from megatron_crossbert.checkpoint.save import save_model_only
 from megatron_crossbert.checkpoint.state import get_rng_state, rng_device
+from megatron_crossbert.checkpoint.verify import VerifiedCheckpoint
 from tests.support.models import build, tiny_config
 
 
@@ -96,9 +100,12 @@ def test_rng_states_from_another_device_type_are_reseeded_with_a_log_line(world,
 def test_the_checkpoint_records_the_adam_implementation_and_a_change_is_logged(tmp_path, monkeypatch, caplog):
     impl = save_content_metadata(tiny_config())[OPTIMIZER_IMPL_KEY]
     assert impl == "torch.optim.adamw.AdamW"  # no TE or apex here; TE's FusedAdam on a TE machine
-    monkeypatch.setattr(load_module, "saved_content", lambda ckpt_dir: {
-        OPTIMIZER_IMPL_KEY: "transformer_engine.pytorch.optimizers.fused_adam.FusedAdam"})
+    fused = "transformer_engine.pytorch.optimizers.fused_adam.FusedAdam"
+    monkeypatch.setattr(optimizer_format, "saved_content", lambda ckpt_dir: {OPTIMIZER_IMPL_KEY: fused})
+    saved = read_saved_optimizer(tmp_path, tiny_config())
+    assert saved == SavedOptimizer(None, fused)  # read once, with the layout (none: no distributed optimizer)
+    source = VerifiedCheckpoint(tmp_path, tiny_config(), None, False, str(tmp_path), optimizer_impl=saved.impl)
     with caplog.at_level(logging.WARNING, logger=load_module.__name__):
-        assert note_optimizer_impl(tmp_path).endswith("FusedAdam")
+        assert note_optimizer_impl(source) == fused
     assert "written by transformer_engine.pytorch.optimizers.fused_adam.FusedAdam; this run continues it with " \
            "torch.optim.adamw.AdamW" in caplog.text

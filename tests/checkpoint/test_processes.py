@@ -2,7 +2,7 @@
 trainer runs a second run into its save directory is refused. The helpers of a save outlive the stop
 signals a batch system sends to the whole job, and leave no ``pymp-*`` directory behind.
 
-Before issue 17 a SIGKILLed trainer left megatron's results-queue Manager server (~620 MiB, a
+Left alone, a SIGKILLed trainer left megatron's results-queue Manager server (~620 MiB, a
 spawned interpreter) and multiprocessing's resource tracker behind after every save, sync or async,
 and a forked async writer killed mid-save kept writing; and nothing refused a second run into a live
 run's ``--save``. The end-to-end test trains two tiny runs at once (one saving synchronously, one
@@ -159,7 +159,7 @@ def _ignores(pid: int) -> set[int]:
 
 @linux_only
 def test_save_helpers_outlive_a_jobs_stop_signals_and_die_with_the_trainer(tmp_path):
-    """Issue 27: SLURM signals every process of a job. The async save's results server kept SIGTERM's
+    """SLURM signals every process of a job. The async save's results server kept SIGTERM's
     default and died of it mid-save (34-line traceback, no stop checkpoint); SIGUSR1 and SIGHUP killed
     the writer too. Both now ignore them, still die with a SIGKILLed trainer, and the server listens on
     an abstract socket, so no pymp-* directory stays in $TMPDIR."""
@@ -218,7 +218,7 @@ if __name__ == "__main__":
 
 @linux_only
 def test_a_stop_signal_while_the_results_server_starts_is_outlived(tmp_path):
-    """Issue 27 (found by the after-table, torchrun's agent forwarding SIGTERM during the first async save):
+    """Found with torchrun's agent forwarding SIGTERM during the first async save):
     multiprocessing's resource tracker, started inside the server's start, unblocked SIGINT and SIGTERM on
     its way out, so the server, spawned next, died of the job's SIGTERM before it could ignore it (EOFError,
     no stop checkpoint). Now the server starts with them blocked and serves; the trainer's handler gets it."""

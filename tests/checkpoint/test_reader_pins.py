@@ -1,6 +1,6 @@
 """Readers pin the checkpoint they read; pruning keeps a pinned one until a later save (``checkpoint/pins.py``).
 
-Before issue 27 a run's pruning removed the checkpoint an export of the same save directory was reading,
+Without pins a run's pruning removed the checkpoint an export of the same save directory was reading,
 and every such export failed, calling the checkpoint "incomplete". These tests use fake roots (a complete
 checkpoint is a directory with ``run_config.json``; a pinnable one also has ``.readers.lock``) and real
 ``flock`` locks: a pin is a shared lock of its own open file, so a second descriptor in this process meets

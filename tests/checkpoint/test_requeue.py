@@ -1,6 +1,6 @@
 """A run killed after a checkpoint is complete but before 'latest' moves: the same command, rerun, resumes it.
 
-Before issue 27 such a kill (SIGKILL, a node failure) left a complete checkpoint newer than 'latest', and
+Without the commit journal such a kill (SIGKILL, a node failure) left a complete checkpoint newer than 'latest', and
 every rerun of the same command was refused as if another run had written it, until someone passed
 ``--resume-from``; a ``.latest.tmp-*`` file stayed for good. The commit journal ``latest.pending``
 (``checkpoint/directories.py``) tells such a checkpoint apart from a deliberate roll-back of 'latest',

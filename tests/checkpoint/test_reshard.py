@@ -63,7 +63,7 @@ def _resume_and_check(indexed_corpus: str, root: Path, source: Path, layout: dic
 
     session = build_session(_cfg(indexed_corpus, root / "resumed", layout, checkpoint__load_dir=str(source)))
     steps_after_load = _adam_steps(session.optimizer)
-    reloaded = save_checkpoint(session.saves, root / "reloaded", session.model, session.optimizer, session.scheduler,
+    reloaded = save_checkpoint(session.checkpoints.saves, root / "reloaded", session.model, session.optimizer, session.scheduler,
                                session.progress, session.run_cfg)
     state = run_loop(session)
     return {"compare": _compare(expected or resolve_checkpoint_dir(source), reloaded), "losses": state.losses,
@@ -83,13 +83,13 @@ def _scenario(indexed_corpus: str, root: Path, saved_layout: dict, resumed_layou
 def _legacy(indexed_corpus: str, root: Path, new_format_root: Path) -> dict:
     """Re-save a DP=2 checkpoint in the old dp_reshardable layout; it must load at DP=2 only."""
     from megatron_crossbert.checkpoint.errors import CheckpointError
-    from megatron_crossbert.checkpoint.optimizer_format import LEGACY_DP_RESHARDABLE, saved_sharding_type
+    from megatron_crossbert.checkpoint.optimizer_format import LEGACY_DP_RESHARDABLE, read_saved_optimizer
     from megatron_crossbert.checkpoint.save import save_checkpoint
     from megatron_crossbert.training import train
     from megatron_crossbert.training.setup import build_session
 
     session = build_session(_cfg(indexed_corpus, None, DP2, checkpoint__load_dir=str(new_format_root)))
-    old = save_checkpoint(session.saves, root / "old", session.model, session.optimizer, session.scheduler,
+    old = save_checkpoint(session.checkpoints.saves, root / "old", session.model, session.optimizer, session.scheduler,
                           session.progress, session.run_cfg, sharding_type=LEGACY_DP_RESHARDABLE)
     result = _resume_and_check(indexed_corpus, root / "again", old.parent, DP2,
                                expected=new_format_root / "iter_0000002")
@@ -98,7 +98,7 @@ def _legacy(indexed_corpus: str, root: Path, new_format_root: Path) -> dict:
         refusal = None
     except CheckpointError as err:
         refusal = str(err)
-    return {**result, "format": saved_sharding_type(old, session.run_cfg), "refusal": refusal}
+    return {**result, "format": read_saved_optimizer(old, session.run_cfg).sharding_type, "refusal": refusal}
 
 
 def _worker(rank: int, world_size: int, indexed_corpus: str, root: str) -> dict:

@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from megatron_crossbert.checkpoint.errors import DataChangedError
-from megatron_crossbert.training.setup import check_sources
+from megatron_crossbert.checkpoint.manager import CheckpointManager
 from tests.support.training import tiny_config
 
 
@@ -21,11 +21,11 @@ def test_a_copied_checkpoint_with_another_seed_is_refused(tiny_checkpoint, index
         return tiny_config("crossbert", indexed_corpus, save, training__train_iters=4,
                            checkpoint__lr_schedule_on_resume="config", **extra)
 
-    assert check_sources(config()).source is not None  # the same seeds: resumed
+    assert CheckpointManager.check(config()).plan.source is not None  # the same seeds: resumed
     with pytest.raises(DataChangedError) as err:
-        check_sources(config(**{key: 7}))
+        CheckpointManager.check(config(**{key: 7}))
     message = str(err.value)
     assert f"{key.replace('__', '.')}: checkpoint 1234 vs run 7" in message and str(save) in message
     assert "\n" not in message and "--allow-data-change" in message
-    assert check_sources(config(**{key: 7}, checkpoint__allow_data_change=True)).source is not None
+    assert CheckpointManager.check(config(**{key: 7}, checkpoint__allow_data_change=True)).plan.source is not None
     assert "on changed data, allowed by checkpoint.allow_data_change" in caplog.text

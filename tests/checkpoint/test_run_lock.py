@@ -1,6 +1,6 @@
 """One run per save directory: a second run is refused naming the first; a dead holder is taken over.
 
-Before issue 17 nothing refused a second training run started into the same ``--save``: one of them
+Without the lock nothing refuses a second training run started into the same ``--save``: one of them
 died at a random save with a misleading ``No such file ... .metadata.tmp``, the directory could end up
 holding checkpoints of two runs, and a second launch could resume from the first one's live
 checkpoint. The end-to-end check (two ``crossbert-pretrain`` processes) is in ``checkpoint/test_processes.py``.

@@ -99,7 +99,8 @@ def _wait_for(predicate, timeout: float, proc: subprocess.Popen, seen: list[str]
 @pytest.mark.slow
 @pytest.mark.parametrize("async_save", [False, True], ids=["sync", "async"])
 def test_sigterm_saves_and_exits_zero(indexed_corpus, tmp_path, async_save):
-    from megatron_crossbert.checkpoint.directories import latest_iteration, read_run_config
+    from megatron_crossbert.checkpoint.directories import latest_iteration
+    from tests.support.training import read_run_config
 
     save = tmp_path / "ckpt"
     args = _set_args(tiny_overrides("crossbert", indexed_corpus, save, training__train_iters=5000,

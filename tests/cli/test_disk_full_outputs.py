@@ -1,7 +1,7 @@
 """A full disk outside training: every writer says so in one ``error:`` line naming its output, and leaves
-nothing on the disk, no partial file and no hidden stage (issue 27).
+nothing on the disk, no partial file and no hidden stage.
 
-Before: export gave a 51-line ``SafetensorError`` traceback; import named its hidden stage and spoke of
+Unguarded, export gave a 51-line ``SafetensorError`` traceback; import named its hidden stage and spoke of
 training saves; preprocess and the probe/MTEB reports said ``[Errno 28]`` without a path (the probe left a
 0-byte ``probe_results.json``, preprocess and MTEB an empty directory); train-tokenizer left a 0-byte
 ``tokenizer.json`` that looked whole; the evaluation cache's export was a traceback.

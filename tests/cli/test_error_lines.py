@@ -48,8 +48,8 @@ def _cli(name: str, *argv: str) -> dict:
 
 
 def _user_error_cases(tmp: Path, corpus: str, tokenizer: Path) -> dict[str, tuple[dict, str]]:
-    """Settings this machine cannot honour, and every console script's plain user errors (issue 17:
-    fp8 trained in bf16 with rc 0, TE layers gave a traceback, crossbert-preprocess exited 1)."""
+    """Settings this machine cannot honour, and every console script's plain user errors (unguarded,
+    fp8 trains in bf16 with rc 0, TE layers give a traceback, crossbert-preprocess exits 1)."""
     done = tmp / "done"
     done.mkdir()
     (done / "corpus_preprocess_report.json").write_text("{}")
@@ -74,14 +74,14 @@ def _user_error_cases(tmp: Path, corpus: str, tokenizer: Path) -> dict[str, tupl
 
 
 def _checksum_cases(tmp: Path, corpus: str, ckpt: Path) -> dict[str, tuple[dict, str]]:
-    """One flipped byte in a shard: every reader names the file (before issue 17 all of them read the
-    changed weight silently: only sizes were checked)."""
+    """One flipped byte in a shard: every reader names the file (checking sizes alone, all of them would read
+    the changed weight silently)."""
     from tests.support.synthetic_eval import write_jsonl_task
 
     flipped = _checkpoint_copy(ckpt, tmp / "flipped")
     flip_byte(flipped / "__0_0.distcp")
     line = f"{flipped}/__0_0.distcp: content changed since it was saved (xxh3_128 "
-    unrecorded = _checkpoint_copy(ckpt, tmp / "unrecorded")  # issue 27: before, "saved by an older version", rc 0
+    unrecorded = _checkpoint_copy(ckpt, tmp / "unrecorded")  # damaged, not "saved by an older version" with rc 0
     (unrecorded / "checksums.json").unlink()
     flip_byte(unrecorded / "__0_0.distcp")
     task = write_jsonl_task(tmp / "task", n_train=8, n_test=8)
@@ -160,7 +160,7 @@ def _accepted_cases(tmp: Path, corpus: str, ckpt: Path) -> dict[str, tuple[dict,
 
 
 def _data_change_cases(tmp: Path, ckpt: Path) -> dict[str, tuple[dict, str]]:
-    """Resuming on other data (before issue 17: silently, from the old sample count)."""
+    """Resuming on other data (unguarded: silently, from the old sample count)."""
     other = str(tmp / "other_data" / "corpus_text_document")  # written by _accepted_cases
     return {"resume on other data": (_pretrain(other, "--load", str(ckpt)),
                                      f"{ckpt / 'iter_0000002'}: this run's data differs from the checkpoint's "

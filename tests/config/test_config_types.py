@@ -1,7 +1,7 @@
 """Every config field's declared type is enforced where a config is read (``config.checks.coerce``): YAML,
-``--set``, and a checkpoint's ``run_config.json``. Before issue 27 a wrong type was used as is (``lr: true``
-trained at lr 1.0, ``async_save: 'false'`` turned async saves on, a string of task names was split into
-characters) or ended in a traceback at step 1; a YAML syntax error was a 50-line traceback."""
+``--set``, and a checkpoint's ``run_config.json``. Unchecked, a wrong type would be used as is (``lr: true``
+trains at lr 1.0, ``async_save: 'false'`` turns async saves on, a string of task names is split into
+characters) or ends in a traceback at step 1; a YAML syntax error would be a 50-line traceback."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Values that cannot work are refused when the config is read, in one line naming the key (issue 27).
+"""Values that cannot work are refused when the config is read, in one line naming the key.
 
-Before: a negative clip trained unclipped, ``init_method_std: 0`` started every weight at 0, a 0 FFN width
+Unchecked, a negative clip trained unclipped, ``init_method_std: 0`` started every weight at 0, a 0 FFN width
 silently became 4*hidden, ``split: '0,100,0'`` was a 55-line traceback after start-up, blend weights of 0,
 NaN or infinity reached megatron's asserts, torch refused betas and seeds after start-up naming no key."""
 
@@ -56,7 +56,7 @@ def test_validation_needs_validation_documents():
 
 def test_saving_without_a_place_is_refused_at_the_start_not_in_the_yaml():
     """Example YAMLs set save_interval and take --save on the command line, so the rule runs at start-up
-    (``training.setup.check_job_shape``), where a run without --save would save nothing at all."""
+    (``training.setup.check_support``), where a run without --save would save nothing at all."""
     cfg = load_run_config(None, ["checkpoint.save_interval=1"])
     with pytest.raises(ValueError, match=r"^checkpoint.save_interval=1 needs checkpoint.save_dir \(--save\); "
                                          "nothing would be saved"):

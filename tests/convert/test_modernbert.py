@@ -102,7 +102,7 @@ def test_local_global_export_equals_stock_modernbert_and_round_trips(work, word_
     (tmp_path / "global" / "config.json").unlink()
     (tmp_path / "global" / "config.json").write_text(json.dumps(flat))
     assert max_diff(hf_features(tmp_path / "global", "sdpa", ids, mask)[1], native, mask) > 1e-3
-    from megatron_crossbert.checkpoint.directories import read_run_config
+    from tests.support.training import read_run_config
 
     saved = read_run_config(import_from_hf(out, tmp_path / "back")).model
     windows = ("local_attention", "global_attn_every_n_layers", "rotary_base", "local_rotary_base")

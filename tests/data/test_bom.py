@@ -1,6 +1,6 @@
-"""A UTF-8 byte-order mark does not cost the first document (issue 27).
+"""A UTF-8 byte-order mark does not cost the first document.
 
-Before: ``crossbert-preprocess`` on a JSONL file that starts with a BOM (Windows editors write one) wrote
+Unguarded, ``crossbert-preprocess`` on a JSONL file that starts with a BOM (Windows editors write one) wrote
 49 of 50 documents and counted the first as ``invalid_json``; ``crossbert-train-tokenizer`` dropped it
 without a word (a word only in it was missing from the vocabulary).
 """

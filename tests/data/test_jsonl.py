@@ -1,6 +1,6 @@
 """Pathological JSON lines are counted skips, never an aborted run; one huge line has bounded memory.
 
-Before issue 17 a line nested deeper than Python's recursion limit aborted ``crossbert-preprocess``
+Unguarded, a line nested deeper than Python's recursion limit aborted ``crossbert-preprocess``
 with a RecursionError traceback (the good lines around it lost), a lone-surrogate escape made both
 encoders fail the whole batch, and one 50 MB line peaked at 5.9-6.3 GiB (HF tokenizers holds ~120
 bytes per input byte; the backend check alone paid it when the line was in its sample).
@@ -23,7 +23,7 @@ from megatron_crossbert.data.pieces import PiecewiseEncoder, pieces_are_exact, s
 from tests.support import REPO_ROOT
 
 HUGE_LINE_MB = float(os.environ.get("CROSSBERT_HUGE_LINE_MB", "10"))
-"""The huge line's size (the issue's measurement is ``CROSSBERT_HUGE_LINE_MB=50``: 7.3 GiB before, 0.7 after)."""
+"""The huge line's size (the measured case is ``CROSSBERT_HUGE_LINE_MB=50``: 7.3 GiB uncut, 0.7 cut)."""
 HUGE_LINE_PEAK_MB = 768 * max(1.0, HUGE_LINE_MB / 20)
 """Peak RSS bound of the whole preprocessing run with one such line (before: ~145 bytes per byte, 1.5 GiB at 10 MB)."""
 

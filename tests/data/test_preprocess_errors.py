@@ -1,4 +1,4 @@
-"""Inputs that yield nothing fail in one line that names the file and says why (issue 10, item 5)."""
+"""Inputs that yield nothing fail in one line that names the file and says why."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def test_cli_one_error_line_nonzero_exit_no_traceback(setup, name, needle):
     run = subprocess.run([sys.executable, str(REPO_ROOT / "tools" / "preprocess_data.py"), "--input", str(root / name),
                           "--output-prefix", str(root / "cli"), "--tokenizer", str(tok), "--no-progress"],
                          capture_output=True, text=True, timeout=120)
-    assert run.returncode == 2  # every CLI: user errors exit 2 (1 before issue 17)
+    assert run.returncode == 2  # every CLI: user errors exit 2
     assert "Traceback" not in run.stderr
     errors = [line for line in run.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and needle in errors[0] and name in errors[0]

@@ -1,7 +1,7 @@
 """Peak RSS of a preprocessing run stays bounded and does not grow with the corpus.
 
-The corpus is generated at test time: ``CROSSBERT_PREPROCESS_MEM_MB`` MB (default 6, for CI; the
-issue's 200 MB measurement is ``CROSSBERT_PREPROCESS_MEM_MB=200``), and a quarter of that for the
+The corpus is generated at test time: ``CROSSBERT_PREPROCESS_MEM_MB`` MB (default 6, for CI; a
+200 MB measurement is ``CROSSBERT_PREPROCESS_MEM_MB=200``), and a quarter of that for the
 comparison. Half of each document's words are random letter strings, so the number of distinct
 words (what gigatoken's caches grow with) rises with the size, unlike natural text.
 """

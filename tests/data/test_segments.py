@@ -93,4 +93,4 @@ def test_a_checkpoint_from_before_document_masks_reads_as_trained_without(tmp_pa
     assert load_saved_config(tmp_path).data.document_mask is True          # recorded: kept
     del raw["data"]["document_mask"]
     (tmp_path / RUN_CONFIG_FILE).write_text(json.dumps(raw))
-    assert load_saved_config(tmp_path).data.document_mask is False         # written before issue 21
+    assert load_saved_config(tmp_path).data.document_mask is False         # written before document masks

@@ -1,4 +1,4 @@
-"""Evaluation inputs through the real CLIs (issue 27): bad gold labels, texts longer than the model, a
+"""Evaluation inputs through the real CLIs: bad gold labels, texts longer than the model, a
 model whose embeddings are all alike, BOM-started files, and ``--out`` naming a file. One ``cli_cases``
 subprocess runs every case (one import, one fork per case); the readers and rules themselves are unit-tested
 in ``test_gold_labels.py`` and ``test_eval_max_len.py``, the output paths in ``tests/test_outputs.py``.

@@ -1,5 +1,5 @@
-"""The model's own limit caps how many tokens an evaluation feeds it (issue 27; the CLIs are in
-``test_eval_inputs.py``). Before: ``crossbert-probe`` fed 128 tokens to a 64-position model and crashed
+"""The model's own limit caps how many tokens an evaluation feeds it (the CLIs are in
+``test_eval_inputs.py``). Unguarded, ``crossbert-probe`` fed 128 tokens to a 64-position model and crashed
 (``The size of tensor a (128) must match ... (64)``), ``crossbert-mteb`` fed 256."""
 
 from __future__ import annotations

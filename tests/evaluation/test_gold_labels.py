@@ -1,7 +1,7 @@
 """Bad gold labels are refused by every task reader in one line naming the file and the row, and no NaN is
-ever reported as a result (issue 27; readers only, no model: the CLIs are in ``test_eval_inputs.py``).
+ever reported as a result (readers only, no model: the CLIs are in ``test_eval_inputs.py``).
 
-Before: an STS row scored NaN or Infinity, or every score equal, gave ``nan`` per task and a NaN average
+Unguarded, an STS row scored NaN or Infinity, or every score equal, gave ``nan`` per task and a NaN average
 with exit 0; a null probe label became the class "None"; a constant STS-B dev set scored Spearman 0.0;
 a string score said ``could not convert string to float`` naming no file."""
 
@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from megatron_crossbert.evaluation.mteb.task_folders import read_columns
-from megatron_crossbert.evaluation.probing.glue import load_glue_task
-from megatron_crossbert.evaluation.probing.tasks import load_jsonl_task
+from megatron_crossbert.evaluation.tasks.glue import load_glue_task
+from megatron_crossbert.evaluation.tasks.data import load_jsonl_task
 
 
 def _sts(path: Path, scores: list, bom: bool = False) -> Path:
@@ -104,10 +104,10 @@ def test_no_nan_reaches_a_probe_report():
     """Constant gold in a subsample (the readers refuse it in a whole file) makes the task failed: no NaN in
     the metrics, the average over the other tasks only, and strict JSON."""
     from megatron_crossbert.evaluation.probing.linear_probes import ProbeResult
-    from megatron_crossbert.evaluation.probing.metrics import compute_metrics
+    from megatron_crossbert.evaluation.tasks.metrics import compute_metrics
     from megatron_crossbert.evaluation.probing.report import markdown_table
     from megatron_crossbert.evaluation.probing.runner import summarize, task_entry
-    from megatron_crossbert.evaluation.probing.tasks import ProbeTask, Split, default_spec
+    from megatron_crossbert.evaluation.tasks.data import ProbeTask, Split, default_spec
 
     metrics = compute_metrics(("spearman", "pearson"), np.full(4, 2.0), np.arange(4.0))
     assert all(math.isnan(v) for v in metrics.values())

@@ -1,4 +1,4 @@
-"""PCA whitening of frozen features (``evaluation/whitening.py``, issue 31): the math against scikit-learn, and
+"""PCA whitening of frozen features (``evaluation/whitening.py``): the math against scikit-learn, and
 why it is CrossBERT's default: on features where a few huge directions hide a low-variance signal, the
 standardised linear probe fails and the whitened one recovers the signal."""
 
@@ -9,7 +9,7 @@ import pytest
 from sklearn.decomposition import PCA
 
 from megatron_crossbert.evaluation.probing.linear_probes import pair_features, probe_features
-from megatron_crossbert.evaluation.probing.tasks import TaskSpec
+from megatron_crossbert.evaluation.tasks.data import TaskSpec
 from megatron_crossbert.evaluation.whitening import fit_whitening
 
 STS = TaskSpec("toy-sts", "regression", ("spearman", "pearson"), is_pair=True)
@@ -52,7 +52,7 @@ def test_fewer_rows_than_dimensions_stay_finite():
 
 def _dominated_pairs(n: int, rng: np.random.Generator, rotation: np.ndarray) -> tuple[np.ndarray, ...]:
     """Sentence pairs whose similarity lives in 8 low-variance directions (std 0.1) while 3 directions of std
-    100 carry unrelated noise, all mixed by one rotation, like CrossBERT's pooled features (issue 31)."""
+    100 carry unrelated noise, all mixed by one rotation, like CrossBERT's pooled features."""
     signal_a = rng.normal(size=(n, 8))
     rho = rng.uniform(-1, 1, size=(n, 1))
     signal_b = rho * signal_a + np.sqrt(1 - rho ** 2) * rng.normal(size=(n, 8))

@@ -65,7 +65,8 @@ def test_multi_node_script_prints_usage_without_its_environment():
 
 @pytest.mark.e2e
 def test_two_torchrun_agents_train_checkpoint_and_resume(tmp_path, free_port):
-    from megatron_crossbert.checkpoint.directories import latest_iteration, read_run_config
+    from megatron_crossbert.checkpoint.directories import latest_iteration
+    from tests.support.training import read_run_config
 
     data, tokenizer = _data(tmp_path)
     save = tmp_path / "ckpt"

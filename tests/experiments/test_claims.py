@@ -17,7 +17,7 @@ import pytest
 from experiments.claims.__main__ import main
 from tests.support import REPO_ROOT
 
-PLANS = REPO_ROOT / "megatron_crossbert" / "benchmarking" / "study" / "plans"
+PLANS = REPO_ROOT / "experiments" / "claims" / "plans"
 
 
 WORDS = ("the a model token encoder reads visible text while decoder rebuilds masked words from "
@@ -72,7 +72,8 @@ def test_the_smoke_plan_runs_every_stage_and_reports_intervals(tmp_path):
     page = results.read_text()
     assert "GLUE linear, raw" in page and "GLUE linear, whitened" in page and "MTEB (frozen, pooler trained)" in page
     assert "By readout (complementary − BERT): raw" in page
-    assert "Equal samples" in page and "crossbert-compl − bert" in page and page.rstrip().endswith(kept)
+    assert "Equal samples" in page and "crossbert-compl − bert" in page
+    assert page.startswith(f"# old page\n\n{kept}\n\n<!-- claims:start")  # the other sections kept as they were
     assert " ± " in page  # two seeds: every cell has an interval
     assert "Calibration" in page and "GLUE k-NN" in page and "CPU-hours" in page
     assert main(argv) == 0  # a second run finds everything done and only rewrites the report
@@ -80,14 +81,14 @@ def test_the_smoke_plan_runs_every_stage_and_reports_intervals(tmp_path):
 
 def test_every_shipped_plan_loads_and_a_bad_plan_is_one_error_naming_the_file_and_key(tmp_path):
     from experiments.claims.plan import all_runs
-    from megatron_crossbert.benchmarking.study.plan import plan_names, resolve_plan
+    from experiments.claims.study.plan import plan_names, resolve_plan
 
     assert {"smoke", "cpu", "h200", "cluster"} <= set(plan_names())
     for name in plan_names():
         plan = resolve_plan(name)
         assert plan.name == name and all_runs(plan)
     cpu = resolve_plan("cpu")
-    assert len(cpu.seeds) >= 3 and len(cpu.sweep_shapes) >= 3 and cpu.probe_max_test is None  # the floor
+    assert len(cpu.seeds) >= 3 and len(cpu.sweep_shapes) >= 3 and cpu.probe_max_test is None  # the study's floor
     bad = tmp_path / "mine.yaml"
     bad.write_text((PLANS / "smoke.yaml").read_text().replace("seq_length: 32", "seq_length: long"))
     with pytest.raises(ValueError, match=r"mine.yaml: .*plan.seq_length"):
@@ -102,7 +103,7 @@ def test_every_shipped_plan_loads_and_a_bad_plan_is_one_error_naming_the_file_an
 
 def test_arms_repeat_with_every_seed_at_equal_samples_or_more():
     from experiments.claims.plan import main_runs
-    from megatron_crossbert.benchmarking.study.plan import resolve_plan
+    from experiments.claims.study.plan import resolve_plan
 
     plan = resolve_plan("cpu")
     runs = main_runs(plan)
@@ -124,8 +125,8 @@ def test_main_runs_are_probed_at_the_budget_points_and_every_probe_every_steps(t
     import dataclasses
 
     from experiments.claims.plan import main_runs, reference_runs
-    from megatron_crossbert.benchmarking.study.plan import resolve_plan
-    from megatron_crossbert.benchmarking.study.probe_stage import key_iterations, targets
+    from experiments.claims.study.plan import resolve_plan
+    from experiments.claims.study.probe_stage import key_iterations, targets
 
     plan = dataclasses.replace(resolve_plan("cpu"), probe_every=400)
     fast = next(run for run in main_runs(plan) if run.name == "crossbert-fast-s1")

@@ -121,9 +121,9 @@ def test_mteb_scores_tasks_without_the_polars_runtime(tmp_path):
     bench = write_mteb_lite_fixture(tmp_path / "bench", pairs=12, per_label=6)
     code = ("import sys; sys.modules['_polars_runtime_32'] = None\n"
             "import numpy as np\n"
-            "from megatron_crossbert.evaluation.mteb.in_training import load_mteb_suite, run_mteb_suite\n"
+            "from megatron_crossbert.evaluation.mteb.in_training import load_mteb_suite, probe_in_training\n"
             f"tasks = load_mteb_suite(['mteb:{bench}:ToySTSA,ToyIntents'])\n"
-            "print(run_mteb_suite(lambda t: np.random.default_rng(0).normal(size=(len(t), 8)), tasks))\n")
+            "print(probe_in_training(lambda t: np.random.default_rng(0).normal(size=(len(t), 8)), tasks))\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "mteb/ToyIntents/accuracy" in done.stdout, done.stderr[-3000:]
 
@@ -153,34 +153,25 @@ def test_prepare_copies_data_prints_calls_and_refuses_past_the_limit(tmp_path, c
     assert "not git-ignored" in capsys.readouterr().err
 
 
-def test_equal_flops_budget_fills_the_training_time(tmp_path):
-    from experiments.device_check.claims import arm_runs, claims_plan, flops_budget
-    from megatron_crossbert.benchmarking.study.plan import run_flops_per_sample
+def test_the_claims_stage_runs_the_claims_study_as_a_command_within_its_budget(tmp_path):
+    """No experiment imports another: the stage's command line is one the claims study's own parser takes."""
+    from experiments.claims.__main__ import build_parser
+    from experiments.device_check.claims import claims_argv
 
-    config = plan.DeviceCheckConfig(glue_dir="/nonexistent", toy=True)
-    with pytest.raises(FileNotFoundError, match="no GLUE dev.tsv"):
-        claims_plan(config, 1234)
-    config.toy = False
-    with pytest.raises(FileNotFoundError, match="missing GLUE dev sets"):
-        claims_plan(config, 1234)
-    claims = claims_plan(plan.DeviceCheckConfig(glue_dir=str(write_shared_data(tmp_path) / "glue")), 7)
-    assert claims.precision == "bf16" and claims.probe_device == "cuda" and claims.probe_max_test is None
-    rates = {"bert": 900.0, "crossbert-single": 1500.0, "crossbert-compl": 800.0, "crossbert-fast": 1700.0}
-    budget = flops_budget(claims, rates, train_seconds=180.0)
-    runs = arm_runs(claims, budget)
-    assert [r.name for r in runs] == ["bert-s7", "crossbert-single-s7", "crossbert-compl-s7", "crossbert-fast-s7",
-                                      "init-reference-s7"]
-    trained = runs[:4]
-    seconds = sum(r.train_steps * claims.global_batch / rates[r.name[:-3]] for r in trained)
-    assert seconds == pytest.approx(180.0, rel=0.01)
-    for run in trained:
-        flops = run_flops_per_sample(claims, run)
-        assert flops * run.train_steps * claims.global_batch == pytest.approx(budget, rel=0.01)
+    shared = write_shared_data(tmp_path / "shared", tasks=TOY_TASKS)
+    config = plan.DeviceCheckConfig(toy=True, work_dir=str(tmp_path / "work"), corpus=str(shared / "corpus"),
+                                    glue_dir=str(shared / "glue"), mteb_lite_dir=str(tmp_path / "absent"),
+                                    claims=plan.ClaimsSettings(seeds=[7], probe_max_train=30))
+    argv = claims_argv(config, tmp_path / "result.json", plan.stage("claims").budget(config.toy))
+    assert argv[1:3] == ["-m", "experiments.claims"]
+    args = build_parser().parse_args(argv[3:])
+    assert (args.plan, args.dry_run, args.seeds, args.probe_max_train, args.mteb_lite_dir) == ("toy", True, [7], 30, "none")
+    assert args.time_budget == plan.stage("claims").toy_budget_s and args.work_dir == str(tmp_path / "work" / "claims")
 
 
 def test_the_device_plan_is_the_claims_studys_h200_plan_at_the_benchmarks_claims_shape():
     from megatron_crossbert.benchmarking.cases import SIZES
-    from megatron_crossbert.benchmarking.study.plan import resolve_plan
+    from experiments.claims.study.plan import resolve_plan
 
     h200, size = resolve_plan("h200"), SIZES["claims"]
     assert (h200.main_shape.hidden_size, h200.main_shape.num_layers, h200.main_shape.num_attention_heads,

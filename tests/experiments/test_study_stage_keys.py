@@ -11,12 +11,12 @@ import pytest
 import yaml
 
 from experiments.claims.pipeline import ExperimentPaths, run_experiment
-from megatron_crossbert.benchmarking.study.plan import resolve_plan
+from experiments.claims.study.plan import resolve_plan
 from tests.support import REPO_ROOT
 from tests.support.synthetic_eval import write_glue_fixture
 
 KEYS_FILE = "stage_keys.json"
-PLANS = REPO_ROOT / "megatron_crossbert" / "benchmarking" / "study" / "plans"
+PLANS = REPO_ROOT / "experiments" / "claims" / "plans"
 
 
 @pytest.fixture
@@ -47,7 +47,7 @@ def test_a_changed_plan_into_a_used_work_dir_is_refused_before_any_stage(inputs,
 
 
 def test_which_changes_are_refused(inputs, tmp_path):
-    from megatron_crossbert.benchmarking.study.stage_keys import claim_work_dir, plan_keys
+    from experiments.claims.study.stage_keys import claim_work_dir, plan_keys
 
     work, plan = tmp_path / "work", resolve_plan("smoke")
     work.mkdir()

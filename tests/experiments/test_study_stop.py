@@ -18,9 +18,9 @@ SCRIPT = """
 import sys
 from pathlib import Path
 from experiments.claims import pipeline
-from megatron_crossbert.benchmarking.study.commands import run_logged
+from experiments.claims.study.commands import run_logged
 try:
-    from megatron_crossbert.benchmarking.study.stopping import StudyStopped, stopping
+    from experiments.claims.study.stopping import StudyStopped, stopping
 except ImportError:  # a version without stop handling: the signal's default action
     from contextlib import nullcontext as stopping
     StudyStopped = KeyboardInterrupt

@@ -9,7 +9,7 @@ and each parallel layout is loaded from those same weights by slicing along mega
 (megatron's BertModel and the modern MLM). MLM batches carry a ragged prediction mask, and every layout
 runs them twice, with the dense head and with sparse prediction: sparse must equal dense of the same
 layout within 1e-6 (loss and every gradient, vocab-parallel cross-entropy at TP=2) and the TP=1 reference
-within 1e-5. And (issue 21) modern CrossBERT and MLM with document masks, local/global windows and a
+within 1e-5. And modern CrossBERT and MLM with document masks, local/global windows and a
 local RoPE base, whose TP=1 reference runs megatron's DotProductAttention while every parallel layout
 runs SDPA: the attention backends agree at TP=1 (models/test_document_masks.py), TP=2 (+SP) and PP=2.
 """

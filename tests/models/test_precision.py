@@ -1,7 +1,7 @@
 """fp8 and Transformer Engine layers are refused in one line where they would be a silent no-op.
 
-megatron-core's FP8 context is a no-op without TE, so before issue 17 ``--precision fp8`` on a CPU
-trained in bf16 with exit status 0 while run_config.json said fp8 (the CLI rows are in
+megatron-core's FP8 context is a no-op without TE, so unguarded ``--precision fp8`` on a CPU
+trains in bf16 with exit status 0 while run_config.json said fp8 (the CLI rows are in
 ``cli/test_error_lines.py``).
 """
 

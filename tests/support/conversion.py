@@ -84,7 +84,7 @@ def make_checkpoint(root: Path, run_cfg: RunConfig, seed: int = 3) -> dict[str, 
 
 def load_native(checkpoint: Path, run_cfg: RunConfig | None = None) -> torch.nn.Module:
     """A TP=1 model with the checkpoint's weights (caller holds a TP=1 parallel state)."""
-    from megatron_crossbert.checkpoint.directories import read_run_config
+    from tests.support.training import read_run_config
     from megatron_crossbert.checkpoint.load import load_model_weights
     from megatron_crossbert.convert.native import single_process_config
 

@@ -65,3 +65,11 @@ def tiny_overrides(arch: str, data_prefix: str, save_dir: Path | None = None, **
 def tiny_config(arch: str, data_prefix: str, save_dir: Path | None = None, **extra) -> RunConfig:
     """``extra`` uses ``section__key=value`` (e.g. ``training__train_iters=6``)."""
     return load_run_config(None, tiny_overrides(arch, data_prefix, save_dir, **extra))
+
+
+def read_run_config(path: str | Path) -> RunConfig:
+    """The RunConfig saved with a checkpoint reference (a root or an ``iter_*`` directory), for assertions
+    on what a run or a conversion wrote (the library resolves and parses once, in ``checkpoint.verify``)."""
+    from megatron_crossbert.checkpoint.directories import load_saved_config, resolve_checkpoint_dir
+
+    return load_saved_config(resolve_checkpoint_dir(path))

@@ -1,7 +1,7 @@
 """A run that cannot work is refused before its first step, in one line naming the key, and leaves no
-trace in a save directory it created (issue 27).
+trace in a save directory it created.
 
-Before: ``data.split='1,1000,0'`` was refused after start-up and left ``run.lock`` in the save dir the run
+Unguarded, ``data.split='1,1000,0'`` was refused after start-up and left ``run.lock`` in the save dir the run
 had just made; a missing probe task failed after step 1; TP=2 in one process, ``--exit-at-iteration -1``
 (trained a step and exited 0) and ``--save FILE`` (``[Errno 17] File exists``) were found late or never;
 switching ``parallel.use_distributed_optimizer`` between save and resume ended in a serialized megatron

@@ -1,16 +1,16 @@
 """A batch system's stop signal to every process of a job: a stop checkpoint, one line saying so, exit 0.
 
-Issue 27. SLURM sends SIGTERM (preemption, the time limit) to every process of a job, torchrun's workers
-and their helpers included, and ``--signal=USR1@N`` sends SIGUSR1. Before: the async save's results server
-died of SIGTERM and the stop save failed (rc 2, a 34-line traceback, the steps since the last checkpoint
+SLURM sends SIGTERM (preemption, the time limit) to every process of a job, torchrun's workers
+and their helpers included, and ``--signal=USR1@N`` sends SIGUSR1. Unguarded, the async save's results server
+dies of SIGTERM and the stop save failed (rc 2, a 34-line traceback, the steps since the last checkpoint
 lost); SIGUSR1 and SIGHUP killed the trainer outright; a ``pymp-*`` directory stayed in ``$TMPDIR``; and
 nothing said after a stop that the checkpoint was saved.
 
 One end-to-end test runs three jobs at once, each in its own session as a job step is: (a) one trainer
 saving asynchronously, SIGTERM to its process group while the forked writer is held alive
 (``CROSSBERT_TEST_SLOW_WRITER``); (b) a synchronous trainer saving every step with ``keep_last=1`` while two
-HF exports read its save directory (issue 27 too: pruning removed the checkpoint an export read, and every
-export failed, calling it "incomplete"), then SIGUSR1 to its group; (c) torchrun with 2 ranks saving
+HF exports read its save directory (pruning must keep the checkpoint an export reads, or every export
+fails, calling it "incomplete"), then SIGUSR1 to its group; (c) torchrun with 2 ranks saving
 asynchronously, SIGTERM to every process of the job. Each worker runs under ``sh -c 'trap ...'``, which
 outlives the forwarded signal to record the worker's own exit status: torchrun itself always exits 1 with
 its ``SignalException`` after a signal (elastic's contract; the README says so).

@@ -5,6 +5,6 @@
   ``transformers`` script and with ``transformers.Trainer``
 - ``runner.py``: the grid with resume (one file per finished run); ``report.py``: median of seeds at the best
   lr, ``results.json`` and the markdown table
-Readers and metrics are the probes' (``probing/glue.py``, ``probing/metrics.py``); models resolve through
+Readers and metrics are the shared task data's (``evaluation/tasks/``); models resolve through
 ``encoders.resolve_model`` (native checkpoints are verified and exported first).
 """

@@ -33,9 +33,9 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from megatron_crossbert.evaluation.probing.glue import GLUE_FORMATS
-from megatron_crossbert.evaluation.probing.metrics import compute_metrics, task_score
-from megatron_crossbert.evaluation.probing.tasks import ProbeTask, Split
+from megatron_crossbert.evaluation.tasks.glue import GLUE_FORMATS
+from megatron_crossbert.evaluation.tasks.metrics import compute_metrics, task_score
+from megatron_crossbert.evaluation.tasks.data import ProbeTask, Split
 
 
 @dataclass(frozen=True)

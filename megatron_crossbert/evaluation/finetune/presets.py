@@ -82,6 +82,17 @@ class Preset:
     overrides: tuple[str, ...] = ()
     """``field=value`` for each command-line change; non-empty renames the numbers ``<name>+overrides``."""
 
+    def __post_init__(self) -> None:
+        """Checked here, so a Python caller of ``run_finetune`` gets the same one-line refusal as the CLI."""
+        for name in ("epochs", "batch_size", "max_len"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} (Preset.{name}): must be at least 1, "
+                                 f"got {getattr(self, name)}")
+        if not self.lrs or min(self.lrs) <= 0:
+            raise ValueError(f"--lr (Preset.lrs): learning rates must be positive, got {self.lrs}")
+        if not self.seeds:
+            raise ValueError("--seeds (Preset.seeds): at least one seed")
+
     @property
     def label(self) -> str:
         """The name a number is reported under: the preset, or ``<name>+overrides``."""

@@ -1,7 +1,7 @@
 """Summaries of a fine-tuning grid: ``results.json`` and the markdown table.
 
 Per task and lr, the median over seeds of each metric and of the task score (the mean of the task's GLUE
-metrics, ``probing/metrics.py``); the chosen lr is the one whose median task score on dev is best (ties: the
+metrics, ``tasks/metrics.py``); the chosen lr is the one whose median task score on dev is best (ties: the
 smaller lr), and that lr's medians are the reported numbers: ModernBERT's protocol, named in the output.
 With one lr and one seed (the Cramming preset) this is simply that run's dev score. The mean over seeds
 (what ModernBERT's ``glue.py`` prints) is kept beside the median.
@@ -14,8 +14,8 @@ from typing import Sequence
 import numpy as np
 
 from megatron_crossbert.evaluation.encoders import ResolvedModel, model_card
-from megatron_crossbert.evaluation.probing.glue import GLUE_FORMATS
-from megatron_crossbert.evaluation.probing.metrics import average_scores
+from megatron_crossbert.evaluation.tasks.glue import GLUE_FORMATS
+from megatron_crossbert.evaluation.tasks.metrics import average_scores
 
 from .presets import Preset
 

@@ -19,14 +19,14 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
-from tqdm.auto import tqdm
 
 from megatron_crossbert.content_identity import file_identity
-from megatron_crossbert.evaluation.probing.glue import (GLUE_FORMATS, GLUE_TASK_NAMES, available_glue_tasks,
+from megatron_crossbert.evaluation.tasks.glue import (GLUE_FORMATS, GLUE_TASK_NAMES, available_glue_tasks,
                                                          canonical_glue_name, glue_files, glue_task_available,
                                                          load_glue_task)
 from megatron_crossbert.fsutil import atomic_write_text
 from megatron_crossbert.outputs import require_output_dir, writing
+from megatron_crossbert.progress import progress_bar
 
 from .loop import RunSpec, run_one
 from .presets import Preset
@@ -56,7 +56,14 @@ class FinetuneConfig:
     verify: str = "full"
     """Native checkpoints: the checksum check (full or off)."""
     progress: bool = True
-    """One tqdm bar per task."""
+    """One progress bar per task (``progress.progress_bar``)."""
+
+    def __post_init__(self) -> None:
+        """Checked here, so a Python caller of ``run_finetune`` gets the same one-line refusal as the CLI."""
+        for name in ("max_train", "max_dev"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"--{name.replace('_', '-')} (FinetuneConfig.{name}): must be at least 1, got {value}")
 
 
 def resolve_tasks(glue_dir: str | Path, names: Sequence[str] | None) -> tuple[list[str], list[str]]:
@@ -145,7 +152,7 @@ def run_task(name: str, resolved, tokenizer, glue_dir: str | Path, out: Path, co
     finished = [done for done in stored if done is not None]
     n_train = len(task.train) if config.max_train is None else min(config.max_train, len(task.train))
     total = sum(-(-n_train // spec.batch_size) * spec.epochs for spec in todo)
-    with tqdm(total=total, desc=f"{name} ({len(finished)}/{len(specs)} runs done)", unit="step",
+    with progress_bar(total=total, desc=f"{name} ({len(finished)}/{len(specs)} runs done)", unit="step",
               disable=not config.progress) as bar:
         for spec in todo:
             bar.set_postfix(lr=f"{spec.lr:g}", seed=spec.seed)

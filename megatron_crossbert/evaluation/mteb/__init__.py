@@ -4,6 +4,6 @@
   ``run_mteb``, what ``crossbert-mteb`` runs
 - ``task_folders.py``: a benchmark directory's task folders, read into MTEB's columns
 - ``tasks.py``: mteb task objects (mteb's registered task when the data is the same, else a local one)
-- ``report.py``: mteb's per-task result JSON and the summary; ``in_training.py``: MTEB-lite STS scores of
+- ``report.py``: mteb's per-task result JSON and the summary; ``in_training.py``: ``probe_in_training``, MTEB-lite scores of
   the live model (``mteb:DIR`` probe specs)
 """

@@ -74,7 +74,7 @@ def load_mteb_suite(specs: Sequence[str], *, max_test: int | None = PROBE_MAX_TE
     return built
 
 
-def run_mteb_suite(embed_fn: EmbedFn, tasks: Sequence[BuiltTask], prefix: str = "",
+def probe_in_training(embed_fn: EmbedFn, tasks: Sequence[BuiltTask], prefix: str = "",
                    whiten: bool = False) -> dict[str, float]:
     """Score ``embed_fn`` on ``tasks`` with mteb: ``{prefix}mteb/<folder>/<main score>`` and ``{prefix}mteb/avg``."""
     if not tasks:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from megatron_crossbert.evaluation.gold import Where, check_classes, check_labels, check_scores, line_numbers, row_numbers
+from megatron_crossbert.evaluation.tasks.gold import Where, check_classes, check_labels, check_scores, line_numbers, row_numbers
 
 TaskKind = Literal["sts", "classification"]
 SPLIT_SUFFIXES = (".jsonl", ".jsonl.gz", ".parquet", ".tsv")
@@ -79,7 +79,7 @@ def split_file(folder: Path, split: str) -> Path | None:
 def read_numbered_rows(path: Path) -> tuple[list[dict], Where]:
     """Rows of a JSONL(.gz), parquet or headed TSV file, as dicts, and how to name row ``i`` in a message
     (its file line; parquet: its row). A TSV line with the wrong column count is an error, never a skipped row."""
-    from megatron_crossbert.evaluation.probing.tasks import read_jsonl_numbered
+    from megatron_crossbert.evaluation.tasks.data import read_jsonl_numbered
 
     if path.name.endswith((".jsonl", ".jsonl.gz")):
         numbered = read_jsonl_numbered(path)
@@ -88,7 +88,7 @@ def read_numbered_rows(path: Path) -> tuple[list[dict], Where]:
         import pyarrow.parquet as pq
 
         return pq.read_table(path).to_pylist(), row_numbers(path)
-    from megatron_crossbert.evaluation.probing.glue import read_tsv_numbered
+    from megatron_crossbert.evaluation.tasks.glue import read_tsv_numbered
 
     header, numbered = read_tsv_numbered(path, header=True)
     bad = [line for line, row in numbered if len(row) != len(header)]
@@ -154,7 +154,7 @@ def discover_task_folders(root: str | Path) -> list[TaskFolder]:
 
 def read_columns(path: Path, kind: TaskKind, split: str = "test") -> dict[str, list]:
     """One split file as MTEB columns: ``{sentence1, sentence2, score}`` or ``{text, label}``. Gold values
-    follow ``evaluation/gold.py``: scores finite and (STS test) not all equal, labels classes, and a train
+    follow ``evaluation/tasks/gold.py``: scores finite and (STS test) not all equal, labels classes, and a train
     split with at least two of them; a bad one is refused naming its file and row."""
     rows, where = read_numbered_rows(path)
     if not all(isinstance(row, dict) for row in rows):

@@ -16,7 +16,7 @@ import numpy as np
 from megatron_crossbert.evaluation.encoders import HFEncoder, Layers, Pooling
 from megatron_crossbert.evaluation.feature_cache import FeatureCache, texts_digest
 from megatron_crossbert.evaluation.probing.linear_probes import task_features
-from megatron_crossbert.evaluation.probing.tasks import ProbeTask, Split, TaskSpec
+from megatron_crossbert.evaluation.tasks.data import ProbeTask, Split, TaskSpec
 from megatron_crossbert.evaluation.whitening import fit_whitening
 
 Sides = tuple[np.ndarray, np.ndarray | None]

@@ -3,12 +3,12 @@
 Signature the training loop calls (rank 0, PP=1, model in eval mode, under ``torch.no_grad``)::
 
     from megatron_crossbert.evaluation.probing.in_training import (
-        load_suite_tasks, make_encode_embed_fn, run_probe_suite)
+        load_suite_tasks, make_encode_embed_fn, probe_in_training)
 
     tasks = load_suite_tasks(glue_dir=..., glue_tasks=["SST-2", "STS-B"], jsonl=[...],
                              max_train=2000, max_test=1000)          # once, at start-up
     embed = make_encode_embed_fn(model.encode, hf_tokenizer, pooling="mean", max_len=128)
-    scores = run_probe_suite(embed, tasks)    # {"probe/SST-2/accuracy": 81.2, ..., "probe/avg": 74.0}
+    scores = probe_in_training(embed, tasks)    # {"probe/SST-2/accuracy": 81.2, ..., "probe/avg": 74.0}
 
 - ``embed_fn(texts: list[str]) -> np.ndarray`` returns ``[n, h]`` sentence embeddings. It may also
   return ``[n_layers, n, h]``; then every layer is probed and keys gain ``/layer{i}``, while the
@@ -17,7 +17,7 @@ Signature the training loop calls (rank 0, PP=1, model in eval mode, under ``tor
 - Nothing is cached: the model changes between calls. Keep tasks small (a few thousand rows);
   tasks are subsampled once by ``load_suite_tasks`` so every call sees the same rows.
 
-The training loop reaches this through ``evaluation/training_hook.py`` (task specs, the tokenizer,
+The training loop reaches this through ``evaluation/in_training.py`` (task specs, the tokenizer,
 MTEB-lite tasks beside these probes).
 """
 
@@ -32,9 +32,9 @@ import torch
 from megatron_crossbert.evaluation.encoders import Pooling, pool_hidden
 from megatron_crossbert.evaluation.probing.features import Sides, probe_inputs
 from megatron_crossbert.evaluation.probing.linear_probes import ProbeConfig, probe_features
-from megatron_crossbert.evaluation.probing.metrics import average_scores, finite_or_none
+from megatron_crossbert.evaluation.tasks.metrics import average_scores, finite_or_none
 from megatron_crossbert.evaluation.probing.runner import collect_tasks
-from megatron_crossbert.evaluation.probing.tasks import ProbeTask, Split
+from megatron_crossbert.evaluation.tasks.data import ProbeTask, Split
 
 EmbedFn = Callable[[list[str]], np.ndarray]
 SUITE_MAX_TRAIN, SUITE_MAX_TEST = 2000, 1000
@@ -59,7 +59,7 @@ def _split_sides(embed_fn: EmbedFn, split: Split) -> Sides:
     return text, pair
 
 
-def run_probe_suite(embed_fn: EmbedFn, tasks: Sequence[ProbeTask], *, probe_config: ProbeConfig | None = None,
+def probe_in_training(embed_fn: EmbedFn, tasks: Sequence[ProbeTask], *, probe_config: ProbeConfig | None = None,
                     prefix: str = "probe/", whiten: bool = False) -> dict[str, float]:
     """Probe ``embed_fn``'s embeddings on each task; returns a flat ``{name: value}`` dict (0-100).
     ``whiten``: PCA-whiten the features first, by ``crossbert-probe``'s rule (``features.probe_inputs``)."""

@@ -20,8 +20,8 @@ from __future__ import annotations
 import numpy as np
 
 from megatron_crossbert.evaluation.probing.linear_probes import ProbeResult
-from megatron_crossbert.evaluation.probing.metrics import compute_metrics, task_score
-from megatron_crossbert.evaluation.probing.tasks import TaskSpec
+from megatron_crossbert.evaluation.tasks.metrics import compute_metrics, task_score
+from megatron_crossbert.evaluation.tasks.data import TaskSpec
 
 DEFAULT_K = 10
 """Neighbours per vote (the paper's k-NN probe uses a small fixed k; 10 is DINO's and SentEval's order)."""

@@ -21,8 +21,8 @@ from sklearn.model_selection import GridSearchCV, StratifiedKFold
 from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from megatron_crossbert.evaluation.probing.metrics import METRICS, compute_metrics, task_score
-from megatron_crossbert.evaluation.probing.tasks import TaskSpec
+from megatron_crossbert.evaluation.tasks.metrics import METRICS, compute_metrics, task_score
+from megatron_crossbert.evaluation.tasks.data import TaskSpec
 
 DEFAULT_CS = (0.001, 0.01, 0.1, 1.0, 10.0)
 DEFAULT_ALPHAS = tuple(10.0 ** k for k in range(-2, 6))

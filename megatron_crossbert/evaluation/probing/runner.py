@@ -23,11 +23,11 @@ from typing import Sequence
 from megatron_crossbert.evaluation.encoders import HFEncoder, Layers, Pooling, model_card, resolve_model
 from megatron_crossbert.evaluation.feature_cache import FeatureCache
 from megatron_crossbert.evaluation.probing.features import TaskFeatures, extract_task_features
-from megatron_crossbert.evaluation.probing.glue import available_glue_tasks, load_glue_task
+from megatron_crossbert.evaluation.tasks.glue import available_glue_tasks, load_glue_task
 from megatron_crossbert.evaluation.probing.knn_probes import knn_probe
 from megatron_crossbert.evaluation.probing.linear_probes import ProbeConfig, ProbeResult, probe_features
-from megatron_crossbert.evaluation.probing.metrics import average_scores, finite_or_none
-from megatron_crossbert.evaluation.probing.tasks import ProbeTask, find_jsonl_tasks, load_jsonl_task
+from megatron_crossbert.evaluation.tasks.metrics import average_scores, finite_or_none
+from megatron_crossbert.evaluation.tasks.data import ProbeTask, find_jsonl_tasks, load_jsonl_task
 from megatron_crossbert.evaluation.recipe import PROBE_MAX_LEN, describe, fit_max_len, model_token_limit, resolve_recipe
 from megatron_crossbert.evaluation.whitening import READOUTS, readout_of
 
@@ -57,6 +57,16 @@ class ProbeRunConfig:
     """Also probe the other readout (raw: the paper's; whitened) from the same features, side by side."""
     probe: ProbeConfig = field(default_factory=ProbeConfig)
 
+    def __post_init__(self) -> None:
+        """Checked here, so a Python caller of ``run_probing`` gets the same one-line refusal as the CLI."""
+        if self.knn < 0:
+            raise ValueError(f"--knn {self.knn} (ProbeRunConfig.knn): the k-NN probe needs K >= 1 neighbours "
+                             "(0 turns it off)")
+        for name in ("batch_size", "max_len", "max_train", "max_test"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"--{name.replace('_', '-')} (ProbeRunConfig.{name}): must be at least 1, got {value}")
+
 
 def collect_tasks(*, glue_dir: str | Path | None = None, glue_tasks: Sequence[str] | None = None,
                   jsonl: Sequence[str | Path] = (), hf_glue: Sequence[str] = ()) -> list[ProbeTask]:
@@ -72,7 +82,7 @@ def collect_tasks(*, glue_dir: str | Path | None = None, glue_tasks: Sequence[st
     for root in jsonl:
         tasks += [load_jsonl_task(path) for path in find_jsonl_tasks(root)]
     if hf_glue:
-        from megatron_crossbert.evaluation.probing.glue import load_hf_glue_task
+        from megatron_crossbert.evaluation.tasks.glue import load_hf_glue_task
 
         tasks += [load_hf_glue_task(config) for config in hf_glue]
     names = [t.spec.name for t in tasks]

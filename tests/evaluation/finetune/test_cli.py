@@ -80,8 +80,8 @@ def test_each_bad_input_is_one_error_line(tiny_hf_encoder, glue, tmp_path, capsy
     cases = {
         ("--tasks", "RTE,QNLI"): "QNLI/train.tsv: missing; QNLI has a dev set only here, so it cannot be fine-tuned",
         ("--tasks", "BoolQ"): "--tasks: unknown GLUE task 'BoolQ'",
-        ("--tasks", "RTE", "--epochs", "0"): "--epochs: must be at least 1",
-        ("--tasks", "RTE", "--preset", "cramming", "--lr", "-1"): "--lr: learning rates must be positive",
+        ("--tasks", "RTE", "--epochs", "0"): "--epochs (Preset.epochs): must be at least 1",
+        ("--tasks", "RTE", "--preset", "cramming", "--lr", "-1"): "--lr (Preset.lrs): learning rates must be positive",
     }
     for extra, message in cases.items():
         assert main(_argv(tiny_hf_encoder, glue, tmp_path / "out", *extra)) == 2, extra

@@ -12,8 +12,8 @@ from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
 from megatron_crossbert.evaluation.finetune.presets import PRESETS, get_preset
 from megatron_crossbert.evaluation.finetune.report import render_markdown, summarize_task
-from megatron_crossbert.evaluation.probing.glue import GLUE_FORMATS
-from megatron_crossbert.evaluation.probing.metrics import compute_metrics
+from megatron_crossbert.evaluation.tasks.glue import GLUE_FORMATS
+from megatron_crossbert.evaluation.tasks.metrics import compute_metrics
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -113,3 +113,17 @@ def test_markdown_names_the_preset_and_the_overrides():
     assert "preset **cramming+overrides** (overrides: epochs=1)" in text
     assert f"| STS-B | {' / '.join(GLUE_FORMATS['STS-B'].metrics)} | 85.00 / 86.00 | 1 | 4e-05 | 3 | 16 |" in text
     assert "Left out: QNLI: dev set only." in text
+
+
+def test_a_python_caller_gets_the_same_checks_as_the_cli():
+    """The checks live in the library's config types, so ``run_finetune``'s callers get them without the CLI."""
+    from megatron_crossbert.evaluation.finetune.presets import get_preset
+    from megatron_crossbert.evaluation.finetune.runner import FinetuneConfig
+
+    preset = get_preset("cramming")
+    with pytest.raises(ValueError, match=r"--epochs \(Preset.epochs\): must be at least 1, got 0"):
+        preset.with_overrides(epochs=0)
+    with pytest.raises(ValueError, match=r"--lr \(Preset.lrs\): learning rates must be positive"):
+        preset.with_overrides(lrs=(1e-4, -1.0))
+    with pytest.raises(ValueError, match=r"--max-dev \(FinetuneConfig.max_dev\): must be at least 1, got 0"):
+        FinetuneConfig(preset=preset, max_dev=0)

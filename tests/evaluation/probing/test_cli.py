@@ -4,6 +4,7 @@ PNG plot, planted signal vs shuffled labels through the real encoder, and the fe
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -80,3 +81,18 @@ def test_knn_probe_beside_the_linear_one_reads_a_planted_signal(tiny_hf_encoder,
     assert main(common + ["--knn", "-1", "--out", str(tmp_path / "neg")]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1].startswith("error: --knn -1")
     assert not (tmp_path / "neg").exists()
+
+
+def test_a_probe_whose_output_goes_to_a_file_writes_lines_not_redraws(tiny_hf_encoder, tmp_path, monkeypatch):
+    """A batch system keeps every ``\\r`` redraw of a progress bar (SLURM, ``> log``): a probe whose stderr is a
+    file writes whole lines instead, and no line carries more than a few redraws."""
+    write_jsonl_task(tmp_path / "tasks" / "planted", n_train=40, n_test=20)
+    monkeypatch.setenv("TQDM_MININTERVAL", "0")  # every batch is due: what hours of encoding look like
+    log_path = tmp_path / "probe.log"
+    with open(log_path, "w") as log:
+        monkeypatch.setattr(sys, "stderr", log)
+        assert main(["--model", str(tiny_hf_encoder), "--jsonl", str(tmp_path / "tasks"), "--max-len", "16",
+                     "--batch-size", "2", "--cache-dir", "none", "--out", str(tmp_path / "out")]) == 0
+    lines = log_path.read_bytes().decode().split("\n")  # bytes: text mode would read each "\\r" as a newline
+    assert max(line.count("\r") for line in lines) <= 2
+    assert sum("planted/train" in line for line in lines) >= 20  # the bar of every batch, each on its own line

@@ -7,7 +7,7 @@ import pytest
 from sklearn.neighbors import KNeighborsClassifier, KNeighborsRegressor
 
 from megatron_crossbert.evaluation.probing.knn_probes import knn_predict, knn_probe, nearest_neighbours
-from megatron_crossbert.evaluation.probing.tasks import TaskSpec
+from megatron_crossbert.evaluation.tasks.data import TaskSpec
 
 
 def _blobs(seed: int = 0, n: int = 300, d: int = 16, classes: int = 4):

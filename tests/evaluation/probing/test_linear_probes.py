@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from megatron_crossbert.evaluation.probing.in_training import run_probe_suite
+from megatron_crossbert.evaluation.probing.in_training import probe_in_training
 from megatron_crossbert.evaluation.probing.linear_probes import ProbeConfig, pair_features, probe_features
-from megatron_crossbert.evaluation.probing.metrics import average_scores, compute_metrics, task_score
-from megatron_crossbert.evaluation.probing.tasks import ProbeTask, Split, TaskSpec
+from megatron_crossbert.evaluation.tasks.metrics import average_scores, compute_metrics, task_score
+from megatron_crossbert.evaluation.tasks.data import ProbeTask, Split, TaskSpec
 
 CLS = TaskSpec("toy", "classification", ("accuracy",))
 REG = TaskSpec("toy-reg", "regression", ("spearman", "pearson"))
@@ -70,7 +70,7 @@ def _embed(texts: list[str]) -> np.ndarray:
     return np.stack([np.hstack([noise[:, :1], noise]), np.hstack([signal, noise])])
 
 
-def test_run_probe_suite_flat_dict():
+def test_probe_in_training_flat_dict():
     rng = np.random.default_rng(0)
     labels = rng.integers(0, 2, size=120)
     texts = ["good film" if y else "bad film" for y in labels]
@@ -78,7 +78,7 @@ def test_run_probe_suite_flat_dict():
     test = Split(texts=texts[80:], labels=labels[80:])
     pair_task = ProbeTask(TaskSpec("pairs", "classification", ("accuracy",), is_pair=True),
                           Split(texts[:80], labels[:80], pairs=texts[:80]), Split(texts[80:], labels[80:], texts[80:]))
-    out = run_probe_suite(_embed, [ProbeTask(CLS, split, test), pair_task], probe_config=FAST)
+    out = probe_in_training(_embed, [ProbeTask(CLS, split, test), pair_task], probe_config=FAST)
     assert out["probe/toy/accuracy"] == 100.0
     assert out["probe/toy/accuracy/layer0"] < 80.0
     assert {"probe/toy/score/layer1", "probe/pairs/accuracy", "probe/avg"} <= set(out)
@@ -86,7 +86,7 @@ def test_run_probe_suite_flat_dict():
 
 
 def test_probe_task_specs(tmp_path):
-    from megatron_crossbert.evaluation.training_hook import parse_task_specs
+    from megatron_crossbert.evaluation.in_training import parse_task_specs
     from tests.support.synthetic_eval import write_glue_fixture
 
     glue = write_glue_fixture(tmp_path / "glue", n=4)
@@ -113,7 +113,8 @@ def test_mteb_probe_specs_score_cosine_spearman_with_mteb(tmp_path):
 
     from scipy.stats import spearmanr
 
-    from megatron_crossbert.evaluation.mteb.in_training import load_mteb_suite, parse_mteb_spec, run_mteb_suite
+    from megatron_crossbert.evaluation.mteb import in_training as mteb_lite
+    from megatron_crossbert.evaluation.mteb.in_training import load_mteb_suite, parse_mteb_spec
     from tests.support.synthetic_eval import write_mteb_lite_fixture
 
     bench = write_mteb_lite_fixture(tmp_path / "bench", pairs=40)
@@ -132,7 +133,7 @@ def test_mteb_probe_specs_score_cosine_spearman_with_mteb(tmp_path):
     assert [t.folder for t in tasks] == ["ToySTSA", "ToySTSB"] and len(tasks[0].task.dataset["test"]) == 30
     again = load_mteb_suite([f"mteb:{bench}"], max_test=30)
     assert tasks[0].task.dataset["test"]["sentence1"] == again[0].task.dataset["test"]["sentence1"]
-    scores = run_mteb_suite(_letter_counts, tasks, prefix="probe/")
+    scores = mteb_lite.probe_in_training(_letter_counts, tasks, prefix="probe/")
     rows = tasks[0].task.dataset["test"]
     a, b = _letter_counts(rows["sentence1"]), _letter_counts(rows["sentence2"])
     cosine = np.sum(a * b, 1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)

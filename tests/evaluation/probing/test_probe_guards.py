@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from megatron_crossbert.evaluation.probing.runner import ProbeRunConfig, run_probing
-from megatron_crossbert.evaluation.probing.tasks import load_jsonl_task
+from megatron_crossbert.evaluation.tasks.data import load_jsonl_task
 
 
 def _task(root, train: list[tuple[str, int]], name: str = "toy"):
@@ -56,3 +56,12 @@ def test_too_few_train_rows_of_a_class_name_the_task(tiny_hf_encoder, tmp_path):
         run_probing(str(tiny_hf_encoder), [task], _config(whiten=False))
     message = str(err.value)
     assert "toy" in message and "at least 2 train rows of every class" in message and "n_splits" not in message
+
+
+def test_a_python_caller_of_run_probing_gets_the_same_checks_as_the_cli():
+    from megatron_crossbert.evaluation.probing.runner import ProbeRunConfig
+
+    with pytest.raises(ValueError, match=r"--knn -1 \(ProbeRunConfig.knn\): the k-NN probe needs K >= 1"):
+        ProbeRunConfig(knn=-1)
+    with pytest.raises(ValueError, match=r"--max-train \(ProbeRunConfig.max_train\): must be at least 1, got 0"):
+        ProbeRunConfig(max_train=0)

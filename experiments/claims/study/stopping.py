@@ -21,7 +21,7 @@ import threading
 from contextlib import contextmanager
 from typing import Iterator
 
-from megatron_crossbert.benchmarking.study import commands
+from . import commands
 from megatron_crossbert.platform.signals import STOP_SIGNALS, signal_name
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import yaml
 
-from megatron_crossbert.benchmarking.study.commands import module_argv, run_logged
-from megatron_crossbert.benchmarking.study.plan import Plan, RunSpec, run_spec_config
+from .commands import module_argv, run_logged
+from .plan import Plan, RunSpec, run_spec_config
 from megatron_crossbert.checkpoint.directories import ITER_PREFIX, RUN_CONFIG_FILE, latest_iteration
 
 

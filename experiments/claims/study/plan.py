@@ -246,7 +246,7 @@ def reference_run(plan: Plan, seed: int | None) -> RunSpec:
     return RunSpec(seeded("init-reference", seed), "crossbert", 0.5, True, plan.main_shape, 1, 1, "reference", seed)
 
 
-PLAN_DIR = Path(__file__).parent / "plans"
+PLAN_DIR = Path(__file__).parent.parent / "plans"
 """The named plans, one YAML file each: ``smoke`` (CI), ``cpu`` (2 cores), ``h200`` (the device check),
 ``cluster`` (a template to size)."""
 

@@ -14,6 +14,10 @@ Features are PCA-whitened where the architecture says so (``ArchSpec.whiten_froz
 ``crossbert-probe`` and ``crossbert-mteb`` apply to the run's export, so a curve and an export agree.
 This module ties the two kinds together, so neither ``probing/`` nor ``mteb/`` imports the other's
 in-training code.
+
+One name for one idea: the in-training probes are ``probe_in_training`` at each level (here, what training
+calls; ``probing.in_training`` for the linear probes; ``mteb.in_training`` for MTEB-lite), scheduled by
+``training.hooks.InTrainingProbes`` and configured by ``training.probe_tasks`` and ``probe_interval``.
 """
 
 from __future__ import annotations
@@ -24,11 +28,12 @@ from typing import Sequence
 
 from megatron_crossbert.arch import get_arch
 from megatron_crossbert.evaluation.mteb.task_folders import is_mteb_spec
-from megatron_crossbert.evaluation.probing.glue import available_glue_tasks
+from megatron_crossbert.evaluation.probing import in_training as linear
 from megatron_crossbert.evaluation.probing.in_training import (
-    SUITE_MAX_TEST, SUITE_MAX_TRAIN, load_suite_tasks, make_encode_embed_fn, run_probe_suite,
+    SUITE_MAX_TEST, SUITE_MAX_TRAIN, load_suite_tasks, make_encode_embed_fn,
 )
-from megatron_crossbert.evaluation.probing.tasks import ProbeTask
+from megatron_crossbert.evaluation.tasks.data import ProbeTask
+from megatron_crossbert.evaluation.tasks.glue import available_glue_tasks
 
 logger = logging.getLogger(__name__)
 _LOADED: dict[tuple, tuple[list[ProbeTask], list, object]] = {}
@@ -99,10 +104,10 @@ def probe_in_training(model, run_cfg, tasks: Sequence[str], iteration: int) -> d
     embed = make_encode_embed_fn(lambda ids, mask: model_encode(model, ids, mask), tokenizer,
                                  max_len=run_cfg.data.seq_length, device=device)
     whiten = get_arch(run_cfg.model.arch).whiten_frozen_features  # as crossbert-probe/-mteb on its export
-    scores = run_probe_suite(embed, probe_tasks, prefix="", whiten=whiten)
+    scores = linear.probe_in_training(embed, probe_tasks, prefix="", whiten=whiten)
     if mteb_tasks:
-        from megatron_crossbert.evaluation.mteb.in_training import run_mteb_suite
+        from megatron_crossbert.evaluation.mteb import in_training as mteb_lite
 
-        scores.update(run_mteb_suite(embed, mteb_tasks, whiten=whiten))
+        scores.update(mteb_lite.probe_in_training(embed, mteb_tasks, whiten=whiten))
     logger.info("iteration %d probes: %s", iteration, {k: round(v, 2) for k, v in scores.items()})
     return scores

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from megatron_crossbert.benchmarking.study.plan import Plan, RunSpec, run_spec_config
+from .plan import Plan, RunSpec, run_spec_config
 from megatron_crossbert.content_identity import tree_identity
 from megatron_crossbert.fsutil import atomic_write_text
 
@@ -40,7 +40,7 @@ def train_key(plan: Plan, run: RunSpec) -> dict:
 
 def probe_key(plan: Plan, glue_dir: str, probe_dir: str, mteb_lite_dir: str | None) -> dict:
     """Every probe JSON: the probe settings and the tasks' data by content."""
-    from megatron_crossbert.evaluation.probing.glue import GLUE_FORMATS, canonical_glue_name
+    from megatron_crossbert.evaluation.tasks.glue import GLUE_FORMATS, canonical_glue_name
 
     glue = {name: tree_identity(Path(glue_dir) / GLUE_FORMATS[canonical_glue_name(name)].directory)
             for name in plan.glue_tasks}

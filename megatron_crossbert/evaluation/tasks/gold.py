@@ -1,6 +1,6 @@
 """Gold labels and scores: what a usable column is. Every task reader calls these after building its
-columns (MTEB folders and ``--local-task`` files: ``mteb/task_folders.py``; probe JSONL tasks:
-``probing/tasks.py``; GLUE TSVs: ``probing/glue.py``), so a bad file is refused in one line naming the
+columns (MTEB folders and ``--local-task`` files: ``mteb/task_folders.py``; JSONL tasks:
+``tasks/data.py``; GLUE TSVs: ``tasks/glue.py``), so a bad file is refused in one line naming the
 file and the row, before any text is encoded, and no NaN can reach a metric or an average.
 
 - A score (STS, regression) is a finite real number; a numeric string counts (TSV cells are strings),

@@ -19,7 +19,7 @@ from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 def _corr(fn: Callable, y_true: np.ndarray, y_pred: np.ndarray) -> float:
     """A correlation that is 0 for a constant *prediction* (a probe that learned nothing), so averages stay
     defined. Constant *gold* makes it undefined: NaN, which the reports turn into a failed task (the
-    readers refuse such files: ``evaluation/gold.py``; only a tiny subsample can still get here)."""
+    readers refuse such files: ``evaluation/tasks/gold.py``; only a tiny subsample can still get here)."""
     if np.std(y_true) == 0:
         return float("nan")
     if np.std(y_pred) == 0:

@@ -26,8 +26,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from megatron_crossbert.evaluation.gold import BadGoldError, check_scores, line_numbers, row_numbers
-from megatron_crossbert.evaluation.probing.tasks import (
+from megatron_crossbert.evaluation.tasks.gold import BadGoldError, check_scores, line_numbers, row_numbers
+from megatron_crossbert.evaluation.tasks.data import (
     CLASSIFICATION_METRICS, REGRESSION_METRICS, Kind, ProbeTask, Split, TaskSpec, check_task_labels, encode_labels)
 
 logger = logging.getLogger(__name__)
@@ -95,12 +95,6 @@ def read_tsv_numbered(path: str | Path, header: bool) -> tuple[list[str] | None,
             raise ValueError(f"{path} is empty (expected a header line)")
         return [name.strip() for name in rows[0][1]], rows[1:]
     return None, rows
-
-
-def read_tsv(path: str | Path, header: bool) -> tuple[list[str] | None, list[list[str]]]:
-    """``read_tsv_numbered`` without the line numbers."""
-    names, rows = read_tsv_numbered(path, header)
-    return names, [row for _, row in rows]
 
 
 def _column_index(column: Column, header: list[str] | None, path: Path) -> int:
@@ -197,7 +191,7 @@ HF_GLUE_FIELDS = {  # nyu-mll/glue configs: (text, pair, our task name)
 
 def load_hf_glue_task(config: str, dataset: str = "nyu-mll/glue") -> ProbeTask:
     """GLUE through ``datasets`` (online): validation is the test split, scored like the TSV version."""
-    from megatron_crossbert.evaluation.probing.tasks import load_hf_task
+    from megatron_crossbert.evaluation.tasks.data import load_hf_task
 
     if config == "mnli":
         text, pair, name, test_split = "premise", "hypothesis", "MNLI", "validation_matched"

@@ -20,9 +20,9 @@ import os
 import time
 from pathlib import Path
 
-from megatron_crossbert.benchmarking.study.plan import (Plan, RunSpec, compute_budget_flops, run_flops_per_sample,
+from .plan import (Plan, RunSpec, compute_budget_flops, run_flops_per_sample,
                                                         steps_for_flops)
-from megatron_crossbert.benchmarking.study.train_stage import checkpoints, run_dir
+from .train_stage import checkpoints, run_dir
 from megatron_crossbert.checkpoint.directories import latest_iteration
 
 

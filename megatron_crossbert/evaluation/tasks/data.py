@@ -1,8 +1,8 @@
-"""Probe task data model and the non-GLUE loaders (JSONL files, Hugging Face ``datasets``).
+"""The task data model every evaluation shares, and the non-GLUE loaders (JSONL files, HF ``datasets``).
 
-A probe task is a train split and a test split of texts (optionally sentence pairs) with labels,
-plus a :class:`TaskSpec` saying how to probe and score it. Every loader returns the same
-:class:`ProbeTask`, so feature extraction and probing never care where the data came from.
+A task is a train split and a test split of texts (optionally sentence pairs) with labels,
+plus a :class:`TaskSpec` saying how to score it. Every loader returns the same :class:`ProbeTask`, so
+frozen probes and fine-tuning never care where the data came from.
 
 JSONL layout (what ``../shared/data/probe`` uses): ``<task>/train.jsonl`` and ``<task>/test.jsonl``,
 one object per line with ``text``, optional ``text_pair`` and ``label`` (int or str for
@@ -19,7 +19,7 @@ from typing import Literal, Sequence
 
 import numpy as np
 
-from megatron_crossbert.evaluation.gold import (
+from megatron_crossbert.evaluation.tasks.gold import (
     Where, check_classes, check_labels, check_scores, line_numbers, row_numbers,
 )
 
@@ -144,7 +144,7 @@ def _rows_to_columns(rows: list[dict], path: Path) -> tuple[list[str], list[str]
 
 def check_task_labels(kind: Kind, train: tuple[Sequence, Where, str | Path],
                       test: tuple[Sequence, Where, str | Path]) -> None:
-    """The gold rules (``evaluation/gold.py``) for a probe task's two label columns: regression scores
+    """The gold rules (``evaluation/tasks/gold.py``) for a probe task's two label columns: regression scores
     finite and the test scores not constant; classification labels classes and at least two of them in train."""
     if kind == "regression":
         check_scores(train[0], train[1], train[2], spread=False)

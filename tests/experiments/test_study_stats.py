@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from megatron_crossbert.benchmarking.study.stats import (NOT_RESOLVED, mean_interval, paired_difference,
+from experiments.claims.study.stats import (NOT_RESOLVED, mean_interval, paired_difference,
                                                          ratio_interval, verdict)
 
 

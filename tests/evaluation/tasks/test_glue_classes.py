@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from megatron_crossbert.evaluation.finetune.loop import num_labels_of
-from megatron_crossbert.evaluation.probing.glue import GLUE_FORMATS, load_glue_task
-from megatron_crossbert.evaluation.probing.tasks import Split
+from megatron_crossbert.evaluation.tasks.glue import GLUE_FORMATS, load_glue_task
+from megatron_crossbert.evaluation.tasks.data import Split
 from tests.support.synthetic_eval import write_glue_fixture
 
 

@@ -3,7 +3,8 @@
 A study trains several models through ``crossbert-pretrain`` (one process per run, exact commands
 logged), then frozen-probes their checkpoints. ``plan`` holds the types (``Plan``, ``ModelShape``,
 ``RunSpec``, the compared ``ARMS``) and the FLOPs arithmetic; ``data_stage``, ``train_stage``
-and ``probe_stage`` run the stages, each skipping what is already on disk. Two experiments build on
-it (``experiments/claims``, ``experiments/device_check``); the library imports neither. ``plans/`` holds the
-named plans (YAML of ``Plan`` fields), ``stats`` the intervals and verdicts.
+and ``probe_stage`` run the stages, each skipping what is already on disk; ``stats`` holds the intervals and
+verdicts. The claims study (``python -m experiments.claims``) is their one user: the device check runs that
+command with a time budget rather than importing these stages. ``experiments/claims/plans/`` holds the named
+plans (YAML of ``Plan`` fields).
 """

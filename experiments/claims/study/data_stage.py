@@ -12,8 +12,8 @@ import json
 from itertools import zip_longest
 from pathlib import Path
 
-from megatron_crossbert.benchmarking.study.commands import module_argv, run_logged
-from megatron_crossbert.benchmarking.study.plan import Plan
+from .commands import module_argv, run_logged
+from .plan import Plan
 
 SUBSET_NAME = "corpus_subset.jsonl"
 TOKENIZER_DIR = "tokenizer"

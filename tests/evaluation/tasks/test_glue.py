@@ -8,9 +8,9 @@ import json
 import numpy as np
 import pytest
 
-from megatron_crossbert.evaluation.probing.glue import (
+from megatron_crossbert.evaluation.tasks.glue import (
     GLUE_TASK_NAMES, available_glue_tasks, canonical_glue_name, load_glue_task, read_glue_split, GLUE_FORMATS)
-from megatron_crossbert.evaluation.probing.tasks import load_jsonl_task
+from megatron_crossbert.evaluation.tasks.data import load_jsonl_task
 from tests.support.synthetic_eval import write_glue_fixture, write_jsonl_task
 
 N = 24
@@ -101,7 +101,7 @@ def test_jsonl_task_with_string_labels_and_pairs(tmp_path):
 
 
 def test_hf_datasets_loader_with_local_files(tmp_path):
-    from megatron_crossbert.evaluation.probing.tasks import load_hf_task
+    from megatron_crossbert.evaluation.tasks.data import load_hf_task
 
     task_dir = write_jsonl_task(tmp_path / "toy", n_train=10, n_test=6)
     files = {s: str(task_dir / f"{s}.jsonl") for s in ("train", "test")}
