@@ -124,8 +124,10 @@ def _build_cases(tmp: Path, corpus: str, ckpt: Path) -> dict[str, tuple[dict, st
         "truncated .idx": (_pretrain(short_idx), f"{short_idx}.idx: truncated: 40 bytes"),
         "0-document dataset": (_pretrain(empty), f"{empty}.idx: the dataset holds 0 documents"),
         "missing .metadata": (_pretrain(corpus, "--load", str(no_meta.parent)), f"{no_meta}/.metadata: missing"),
+        # the resume's verify reads the optimizer layout from .metadata, whose shard sizes are checked before the
+        # collective checksum pass starts: the size check names the short file first, with checksums on or off
         "truncated .distcp": (_pretrain(corpus, "--load", str(short_shard.parent)),
-                              f"{short_shard}/__0_0.distcp: 5000 bytes, but "),
+                              f"{short_shard}/__0_0.distcp: truncated: 5000 bytes"),
         "truncated .distcp, no checksums": (_pretrain(corpus, "--load", str(short_shard.parent),
                                                       "--checkpoint-verify", "off"),
                                             f"{short_shard}/__0_0.distcp: truncated: 5000 bytes"),
