@@ -132,6 +132,8 @@ def build_mteb_encoder(model_ref: str, *, cache_dir: str | None = None, tokenize
                             limit=model_token_limit(resolved.hf_path))
     logger.info(describe(recipe))
     encoder = HFEncoder(resolved, device=device, max_len=recipe.tokens, batch_size=batch_size)
+    if recipe.attention:
+        encoder.use_attention(recipe.attention)
     return CachingMtebEncoder(encoder, recipe, FeatureCache(cache_dir))
 
 

@@ -151,9 +151,11 @@ def run_probing(model_ref: str | Path, tasks: Sequence[ProbeTask], config: Probe
     config = replace(config, max_len=encoder.max_len)  # the report says what was used
     recipe = resolve_recipe(encoder.resolved.model_dir, pooling=config.pooling, max_len=config.max_len,
                             whiten=config.whiten)
-    if recipe.dense and config.layers == "all":
-        raise ValueError(f"--layers all: {recipe.source} has Dense modules, which read the last layer's pooled "
-                         "features only; probe it with --layers last")
+    if (recipe.dense or recipe.attention) and config.layers == "all":
+        raise ValueError(f"--layers all: {recipe.source} has a trained pooler (Dense or AttentionPooling), which "
+                         "reads the last layer only; probe it with --layers last")
+    if recipe.attention:
+        encoder.use_attention(recipe.attention)
     config = replace(config, pooling=recipe.pooling)
     logger.info(describe(recipe))
     cache = FeatureCache(config.cache_dir)

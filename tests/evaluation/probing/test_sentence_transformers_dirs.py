@@ -56,5 +56,5 @@ def test_a_pooler_directory_probes_its_last_layer_only(pooler_dir, tmp_path):
     config = ProbeRunConfig(max_len=16, cache_dir=None, device="cpu", both_readouts=False)
     report = run_probing(str(pooler_dir), [task], config)
     assert len(report["recipe"]["dense"]) == 1 and report["recipe"]["normalize"] and report["config"]["pooling"] == "mean"
-    with pytest.raises(ValueError, match="--layers all: .*Dense modules.*--layers last"):
+    with pytest.raises(ValueError, match="--layers all: .*trained pooler.*--layers last"):
         run_probing(str(pooler_dir), [task], ProbeRunConfig(max_len=16, cache_dir=None, device="cpu", layers="all"))
