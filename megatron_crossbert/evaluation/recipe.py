@@ -37,6 +37,8 @@ MODULES_FILE = "modules.json"
 _POOLING_MODES = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls"}
 POOLINGS = ("mean", "cls", "attention")
 """Sentence poolings a recipe can name; ``attention`` only through a saved ``AttentionPooling`` module."""
+ATTENTION_TYPE = "megatron_crossbert.evaluation.pooler.attention.AttentionPooling"
+"""``modules.json`` type of this project's attention pooling (another package's class of that name is refused)."""
 DEFAULT_MAX_LEN = 256
 """Max tokens for a model without a sentence-transformers config (MiniLM's own value)."""
 PROBE_MAX_LEN = 128
@@ -131,7 +133,7 @@ def read_sentence_transformers_recipe(model_dir: str | Path) -> EmbeddingRecipe 
         kind = _kind(module)
         if kind == "Pooling":
             pooling = _pooling_mode(model_dir / module.get("path", "") / "config.json")
-        elif kind == "AttentionPooling":
+        elif module.get("type") == ATTENTION_TYPE:
             pooling, attention = "attention", str(model_dir / module.get("path", ""))
         elif kind == "Normalize":
             normalize = True
