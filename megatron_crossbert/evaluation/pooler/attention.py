@@ -116,7 +116,7 @@ def train_attention_pooler(anchors: list[np.ndarray], positives: list[np.ndarray
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-            total, batches, steps = total + float(loss), batches + 1, steps + 1
+            total, batches, steps = total + float(loss.detach()), batches + 1, steps + 1
         losses.append(total / max(batches, 1))
     return pooler.eval(), layer.eval(), {"loss_per_epoch": losses, "steps": steps,
                                          "wall_s": round(time.perf_counter() - wall, 2),

@@ -117,7 +117,7 @@ def train_linear_pooler(anchors: np.ndarray, positives: np.ndarray, config: Pool
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-            total, batches, steps = total + float(loss), batches + 1, steps + 1
+            total, batches, steps = total + float(loss.detach()), batches + 1, steps + 1
         losses.append(total / max(batches, 1))
         logger.info("pooler epoch %d: MNRL loss %.4f", epoch + 1, losses[-1])
     return layer.eval(), {"loss_per_epoch": losses, "steps": steps, "wall_s": round(time.perf_counter() - wall, 2),
