@@ -54,21 +54,20 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 def add_encoder_arguments(parser: argparse.ArgumentParser, *, max_len: int, recipe_defaults: bool = False) -> None:
     """Options shared by the tools that embed text with a frozen encoder (crossbert-probe, crossbert-mteb).
 
-    ``recipe_defaults``: --pooling and --max-len default to the model's own sentence-transformers config
-    (``evaluation/recipe.py``), falling back to mean pooling and ``max_len`` tokens.
+    --pooling defaults to the model's own sentence-transformers config (``evaluation/recipe.py``), else mean;
+    ``recipe_defaults``: so does --max-len, falling back to ``max_len`` tokens.
     """
     from megatron_crossbert.evaluation.encoders import Pooling
 
     add_model_arguments(parser)
+    parser.add_argument("--pooling", choices=typing.get_args(Pooling), default=None,
+                        help="how token states become one vector (default: the model's sentence-transformers "
+                             "Pooling config, else mean)")
     if recipe_defaults:
-        parser.add_argument("--pooling", choices=typing.get_args(Pooling), default=None,
-                            help="default: the model's sentence-transformers Pooling config, else mean")
         parser.add_argument("--max-len", type=int, default=None,
                             help=f"max tokens per text (default: the model's max_seq_length, else {max_len}; "
                                  "either capped at the model's own limit, and a value above it refused)")
     else:
-        parser.add_argument("--pooling", choices=typing.get_args(Pooling), default="mean",
-                            help="how token states become one vector (default: mean)")
         parser.add_argument("--max-len", type=int, default=None,
                             help=f"max tokens per text (default: {max_len}, or the model's own limit when lower; "
                                  "a value above that limit is refused)")

@@ -4,7 +4,9 @@ The backbone (a native checkpoint, HF directory or sentence-transformers model) 
 features are computed once and cached, a linear map over its mean pooling is trained with
 sentence-transformers' MultipleNegativesRankingLoss on text pairs, and the result is saved as a
 sentence-transformers directory (``OUT/model``: the backbone unchanged, Pooling, Dense[, Normalize]) that
-``SentenceTransformer(dir)`` and ``crossbert-mteb`` load. MTEB runs over --benchmark-dir before (raw and
+``SentenceTransformer(dir)`` and ``crossbert-mteb`` load. ``--pooling attention`` trains a learned query over the
+cached token states together with the map, saved as an ``AttentionPooling`` module in place of Pooling
+(``SentenceTransformer(dir, trust_remote_code=True)``: the class comes from this installed package, offline). MTEB runs over --benchmark-dir before (raw and
 whitened) and after, in one report (``OUT/pooler_report.md``)::
 
     crossbert-pooler --model runs/base --benchmark-dir ../shared/data/mteb_lite \\
@@ -27,7 +29,7 @@ import sys
 
 from megatron_crossbert.cli import DefaultsHelpFormatter, add_model_arguments, cache_dir_arg
 from megatron_crossbert.cli.errors import add_debug_flag, cli_main
-from megatron_crossbert.evaluation.pooler.train import INITS, PoolerConfig
+from megatron_crossbert.evaluation.pooler.train import INITS, POOLINGS, PoolerConfig
 
 DEFAULTS = PoolerConfig()
 
@@ -48,6 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="--corpus: words per span")
     p.add_argument("--allow-test-overlap", action="store_true",
                    help="train even when pairs are test pairs of the benchmark (the report is marked)")
+    p.add_argument("--pooling", choices=POOLINGS, default=DEFAULTS.pooling,
+                   help="before the linear map: the backbone's mean pooling (trained on cached pooled features), or "
+                        "attention pooling (a learned query over the cached token states, masked; saved as an "
+                        "AttentionPooling module: SentenceTransformer(dir, trust_remote_code=True) loads it offline)")
     p.add_argument("--dim", type=int, help="pooler output size (default: the backbone's hidden size)")
     p.add_argument("--init", choices=INITS, default=DEFAULTS.init,
                    help="where the map starts: identity (the raw readout) or whitening (PCA whitening fitted on the "
@@ -81,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     from megatron_crossbert.evaluation.pooler.runner import PoolerRunConfig, report_markdown, run_pooler
 
     pooler = PoolerConfig(dim=args.dim, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
-                          scale=args.scale, seed=args.seed, init=args.init)
+                          scale=args.scale, seed=args.seed, pooling=args.pooling, init=args.init)
     encoder = {"cache_dir": cache_dir_arg(args.cache_dir), "tokenizer_dir": args.tokenizer_dir,
                "device": args.device, "max_len": args.max_len, "batch_size": args.batch_size, "verify": args.verify}
     config = PoolerRunConfig(model=args.model, benchmark_dir=args.benchmark_dir, out=args.out, pooler=pooler,

@@ -7,7 +7,7 @@ Peers, each with its own CLI, on what they share:
 - ``recipe.py``: a model's own embedding recipe (pooling, L2 norm, max tokens, whitening);
 - ``whitening.py``: PCA whitening, the frozen-feature default of our checkpoints;
 - ``feature_cache.py``: pooled features on disk, keyed by model identity and exact texts;
-- ``dense_head.py``: a saved pooler's ``Dense`` over cached features.
+- ``dense_head.py``: a saved pooler's ``Dense`` and ``Normalize`` over cached features.
 
 ``probing/`` (``crossbert-probe``: frozen linear and k-NN probes), ``finetune/`` (``crossbert-finetune``: the
 peers' GLUE fine-tuning protocols), ``mteb/`` (``crossbert-mteb``: mteb on local folders or online) and

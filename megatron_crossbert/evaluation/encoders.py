@@ -179,10 +179,25 @@ class HFEncoder:
         self.model = AutoModel.from_pretrained(self.resolved.hf_path).to(self.device).eval()
         self.max_len, self.batch_size = max_len, batch_size
         self.num_layers = int(self.model.config.num_hidden_layers)
+        self.attention, self.attention_identity = None, ""
+
+    def use_attention(self, folder: str) -> None:
+        """Pool ``"attention"`` through the ``AttentionPooling`` module saved in ``folder``; its content joins
+        the identity, so features pooled through it are cached apart from every other pooler's."""
+        from megatron_crossbert.evaluation.pooler.attention import attention_identity, load_attention
+
+        self.attention, self.attention_identity = load_attention(str(folder)), attention_identity(folder)
 
     @property
     def identity(self) -> str:
-        return self.resolved.identity
+        return self.resolved.identity + (f"+{self.attention_identity}" if self.attention_identity else "")
+
+    def _pool(self, hidden: torch.Tensor, mask: torch.Tensor, pooling: str) -> torch.Tensor:
+        if pooling != "attention":
+            return pool_hidden(hidden, mask, pooling)
+        if self.attention is None:
+            raise ValueError(f"{self.resolved.hf_path}: attention pooling needs a saved AttentionPooling module")
+        return self.attention.pool(hidden, mask)
 
     @torch.inference_mode()
     def _embed_batch(self, texts: list[str], pooling: Pooling, layers: Layers) -> np.ndarray:
@@ -190,7 +205,22 @@ class HFEncoder:
         batch = {k: v.to(self.device) for k, v in batch.items()}
         out = self.model(**batch, output_hidden_states=layers == "all")
         hidden = torch.stack(out.hidden_states) if layers == "all" else out.last_hidden_state.unsqueeze(0)
-        return pool_hidden(hidden.float(), batch["attention_mask"], pooling).cpu().numpy()
+        return self._pool(hidden.float(), batch["attention_mask"], pooling).cpu().numpy()
+
+    @torch.inference_mode()
+    def token_states(self, texts: Sequence[str], desc: str = "token states") -> list[np.ndarray]:
+        """Each text's last-layer states of its real tokens, ``[len_i, h]`` float32 (no padding): what a pooler
+        that weighs tokens (attention pooling) trains on."""
+        out: list[np.ndarray] = []
+        for start in progress_bar(range(0, len(texts), self.batch_size), desc=desc, leave=False):
+            chunk = list(texts[start:start + self.batch_size])
+            batch = self.tokenizer(chunk, padding=True, truncation=True, max_length=self.max_len, return_tensors="pt")
+            batch = {k: v.to(self.device) for k, v in batch.items()}
+            hidden = self.model(**batch).last_hidden_state.float().cpu().numpy()
+            masks = batch["attention_mask"].bool().cpu().numpy()
+            out += [require_finite(h[m], f"{self.resolved.hf_path}: the token states of {desc}")
+                    for h, m in zip(hidden, masks)]
+        return out
 
     def embed(self, texts: Sequence[str], pooling: Pooling = "mean", layers: Layers = "last",
               desc: str = "embedding", progress: bool = True) -> np.ndarray:

@@ -35,6 +35,10 @@ logger = logging.getLogger(__name__)
 
 MODULES_FILE = "modules.json"
 _POOLING_MODES = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls"}
+POOLINGS = ("mean", "cls", "attention")
+"""Sentence poolings a recipe can name; ``attention`` only through a saved ``AttentionPooling`` module."""
+ATTENTION_TYPE = "megatron_crossbert.evaluation.pooler.attention.AttentionPooling"
+"""``modules.json`` type of this project's attention pooling (another package's class of that name is refused)."""
 DEFAULT_MAX_LEN = 256
 """Max tokens for a model without a sentence-transformers config (MiniLM's own value)."""
 PROBE_MAX_LEN = 128
@@ -46,7 +50,8 @@ class EmbeddingRecipe:
     """How hidden states become one sentence vector."""
 
     pooling: str = "mean"
-    """``mean`` over attended tokens or the ``cls`` (first) token."""
+    """``mean`` over attended tokens, the ``cls`` (first) token, or ``attention`` (a trained
+    ``AttentionPooling`` module, ``evaluation/pooler/attention.py``, saved in ``attention``)."""
     normalize: bool = False
     """L2-normalise each sentence vector (sentence-transformers' ``Normalize`` module)."""
     max_len: int | None = None
@@ -60,10 +65,14 @@ class EmbeddingRecipe:
     dense: tuple[str, ...] = ()
     """sentence-transformers ``Dense`` module folders applied in order to the pooled vector (a pooler trained on
     a frozen backbone, ``evaluation/pooler``), before whitening and the L2 norm."""
+    attention: str | None = None
+    """The ``AttentionPooling`` module folder when ``pooling`` is ``attention``, else None."""
 
     def __post_init__(self) -> None:
-        if self.pooling not in ("mean", "cls"):
-            raise ValueError(f"EmbeddingRecipe.pooling must be 'mean' or 'cls', not {self.pooling!r}")
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"EmbeddingRecipe.pooling must be one of {POOLINGS}, not {self.pooling!r}")
+        if (self.pooling == "attention") != (self.attention is not None):
+            raise ValueError("EmbeddingRecipe: attention pooling needs its module folder (and only it has one)")
         if self.max_len is not None and self.max_len < 1:
             raise ValueError(f"EmbeddingRecipe.max_len must be positive, not {self.max_len}")
 
@@ -119,11 +128,13 @@ def read_sentence_transformers_recipe(model_dir: str | Path) -> EmbeddingRecipe 
     modules = _modules(model_dir)
     if modules is None:
         return None
-    pooling, normalize, dense = "mean", False, []
+    pooling, normalize, dense, attention = "mean", False, [], None
     for module in modules:
         kind = _kind(module)
         if kind == "Pooling":
             pooling = _pooling_mode(model_dir / module.get("path", "") / "config.json")
+        elif module.get("type") == ATTENTION_TYPE:
+            pooling, attention = "attention", str(model_dir / module.get("path", ""))
         elif kind == "Normalize":
             normalize = True
         elif kind == "Dense" and not normalize:
@@ -132,7 +143,7 @@ def read_sentence_transformers_recipe(model_dir: str | Path) -> EmbeddingRecipe 
             raise ValueError(f"{model_dir / MODULES_FILE}: module {kind!r} cannot be reproduced by "
                              "AutoModel + pooling; evaluate this model with sentence-transformers itself")
     return EmbeddingRecipe(pooling, normalize, _max_seq_length(model_dir, modules),
-                           source=str(model_dir / MODULES_FILE), dense=tuple(dense))
+                           source=str(model_dir / MODULES_FILE), dense=tuple(dense), attention=attention)
 
 
 def _max_seq_length(model_dir: Path, modules: list[dict]) -> int | None:
@@ -176,7 +187,8 @@ def resolve_recipe(model_dir: str | Path | None, *, pooling: str | None = None, 
     base = base or EmbeddingRecipe()
     overridden = any(value is not None for value in (pooling, normalize, max_len))
     whiten_default, whiten_source = default_whitening(model_dir)
-    return EmbeddingRecipe(pooling=pooling or base.pooling,
+    pooling = pooling or base.pooling
+    return EmbeddingRecipe(pooling=pooling, attention=base.attention if pooling == "attention" else None,
                            normalize=base.normalize if normalize is None else normalize,
                            max_len=fit_max_len(max_len, base.tokens, limit),
                            source=f"flags over {base.source}" if overridden else base.source,

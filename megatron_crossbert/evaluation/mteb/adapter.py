@@ -32,7 +32,7 @@ import numpy as np
 from mteb.models.abs_encoder import AbsEncoder
 from mteb.models.model_meta import ModelMeta, ScoringFunction
 
-from megatron_crossbert.evaluation.dense_head import apply_dense
+from megatron_crossbert.evaluation.dense_head import apply_dense, l2_normalize
 from megatron_crossbert.evaluation.encoders import HFEncoder, model_card, resolve_model
 from megatron_crossbert.evaluation.feature_cache import FeatureCache, texts_digest
 from megatron_crossbert.evaluation.mteb.report import check_out_dir, summarize, write_outputs
@@ -49,10 +49,6 @@ def embed_unique(embed: Callable[[list[str]], np.ndarray], texts: Sequence[str])
     """``embed`` each distinct text once, then scatter the rows back to ``texts``' order."""
     unique, inverse = np.unique(np.asarray(list(texts), dtype=object), return_inverse=True)
     return embed(list(unique))[inverse.reshape(-1)]
-
-
-def l2_normalize(x: np.ndarray) -> np.ndarray:
-    return x / np.clip(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12, None)
 
 
 def mteb_model_meta(name: str, revision: str, embed_dim: int | None = None, max_tokens: int | None = None):
@@ -136,6 +132,8 @@ def build_mteb_encoder(model_ref: str, *, cache_dir: str | None = None, tokenize
                             limit=model_token_limit(resolved.hf_path))
     logger.info(describe(recipe))
     encoder = HFEncoder(resolved, device=device, max_len=recipe.tokens, batch_size=batch_size)
+    if recipe.attention:
+        encoder.use_attention(recipe.attention)
     return CachingMtebEncoder(encoder, recipe, FeatureCache(cache_dir))
 
 

@@ -33,6 +33,8 @@ CLASSIFICATION_COLUMNS = {"text": ("text", "sentence", "sentence1"), "label": ("
 """MTEB's classification column -> the names accepted for it, MTEB's first."""
 KIND_COLUMNS: dict[str, dict[str, tuple[str, ...]]] = {"sts": STS_COLUMNS, "classification": CLASSIFICATION_COLUMNS}
 KIND_SPLITS: dict[str, tuple[str, ...]] = {"sts": ("test",), "classification": ("train", "test")}
+Data = dict[str, dict[str, list]]
+"""A task's rows: split -> MTEB column -> values (what ``read_task`` returns and mteb tasks are fed)."""
 MTEB_SPEC = "mteb:"
 """Prefix of a probe spec naming a benchmark directory (``mteb:DIR[:TASK,...]``; ``in_training.py``)."""
 
@@ -177,6 +179,6 @@ def read_columns(path: Path, kind: TaskKind, split: str = "test") -> dict[str, l
     return {"text": [str(x) for x in out["text"]], "label": out["label"]}
 
 
-def read_task(task: TaskFolder) -> dict[str, dict[str, list]]:
+def read_task(task: TaskFolder) -> Data:
     """Every split the task uses, as MTEB columns."""
     return {split: read_columns(path, task.kind, split) for split, path in task.splits.items()}

@@ -10,7 +10,9 @@ with local rows (``task_folders`` reads them into MTEB's columns):
   alone (``en``), on the eval splits the folder holds. Everything that decides the score is then
   mteb's: evaluator, seed, ``samples_per_label``, ``n_experiments``, LogisticRegression, STS score
   range, main score; the result JSON carries mteb's task name, so it compares line by line with
-  MTEB's public results. (Text lengths are not compared: mteb's hub copies differ in whitespace.)
+  MTEB's public results. (Text lengths are not compared: the hub copies of STS12-16 are SentEval's
+  Moses-tokenised, lowercased text, which ``text_forms.mteb_text`` gives the folder's original text once the
+  task matches.)
 - **a local task** of mteb's base class for the kind, with mteb's defaults, for anything else (STS12
   without its MSRvid part, a user's own task, ``--local-task`` specs). A folder whose name would shadow
   a registered task with other data gets a ``-local`` suffix, and the reason goes into the report.
@@ -27,7 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from megatron_crossbert.evaluation.mteb.task_folders import TaskFolder, read_columns, read_task, split_file
+from megatron_crossbert.evaluation.mteb.task_folders import Data, TaskFolder, read_columns, read_task, split_file
+from megatron_crossbert.evaluation.mteb.text_forms import mteb_text
 
 logger = logging.getLogger(__name__)
 _COMMON_METADATA = {
@@ -49,7 +52,6 @@ _COMMON_METADATA = {
 LOCAL_KINDS = ("classification", "sts")
 LOCAL_SUFFIX = "-local"
 ENGLISH = ["eng-Latn"]
-Data = dict[str, dict[str, list]]  # split -> MTEB columns
 
 
 @dataclass(frozen=True)
@@ -221,7 +223,8 @@ def registered_match(folder: TaskFolder, data: Data) -> tuple[BuiltTask | None, 
             if why is not None:
                 shadowed = (name, why)
                 continue
-            notes = [f"mteb's subset {subset!r}"] if subset else []
+            data, form = mteb_text(name, data)
+            notes = ([f"mteb's subset {subset!r}"] if subset else []) + ([form] if form else [])
             if task.metadata.superseded_by:
                 notes.append(f"mteb marks {name} superseded by {task.metadata.superseded_by}")
             return BuiltTask(inject_data(task, data, subset), folder.name, name, "; ".join(notes), subset), None

@@ -4,7 +4,9 @@ One process, one backbone: its pooled features of every MTEB text and every trai
 (``CachingMtebEncoder``: the disk cache and an in-process memo), the "before" scores are read from them raw
 and whitened (``adapter.other_readout``), the pooler is trained on them (``train.py``), and the "after"
 scores are the same features through the trained map (``recipe.dense``), which the tests show equal
-``SentenceTransformer(saved dir).encode`` to 1e-6. The report has both, side by side, with CPU-seconds.
+``SentenceTransformer(saved dir).encode`` to 1e-6. Attention pooling trains on the pairs' token states
+(``attention.py``) and, since it weighs every text's tokens, is scored by running the saved directory's
+backbone again. The report has both, side by side, with CPU-seconds.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from megatron_crossbert.evaluation.mteb.report import check_out_dir
+from megatron_crossbert.evaluation.pooler.attention import train_attention_pooler
 from megatron_crossbert.evaluation.pooler.leaks import check_leaks
 from megatron_crossbert.evaluation.pooler.pairs import TextPairs
 from megatron_crossbert.evaluation.pooler.train import PoolerConfig, save_pooler, train_linear_pooler
@@ -49,11 +52,32 @@ def pair_features(wrapper, pairs: TextPairs):
             wrapper.features(pairs.positives, task="pooler-pairs", split="positive"))
 
 
+def pair_states(wrapper, pairs: TextPairs):
+    """Token states of the anchors and of the positives (computed once, kept for every epoch)."""
+    return (wrapper.model.token_states(pairs.anchors, desc="pooler-pairs/anchor"),
+            wrapper.model.token_states(pairs.positives, desc="pooler-pairs/positive"))
+
+
 def train_on_pairs(wrapper, pairs: TextPairs, config: PoolerConfig):
-    """The map trained on ``wrapper``'s cached pooled features of ``pairs``, and its log (feature seconds too)."""
+    """The trained pooling module (None: the backbone's own pooling) and map, on ``wrapper``'s features of
+    ``pairs`` (pooled, or token states for attention pooling), and the log (feature seconds too)."""
+    if config.pooling == "attention":
+        (anchors, positives), seconds = timed(pair_states, wrapper, pairs)
+        attention, layer, log = train_attention_pooler(anchors, positives, config)
+        return attention, layer, {**log, "pair_features": seconds}
     (anchors, positives), seconds = timed(pair_features, wrapper, pairs)
     layer, log = train_linear_pooler(anchors, positives, config)
-    return layer, {**log, "pair_features": seconds}
+    return None, layer, {**log, "pair_features": seconds}
+
+
+def after_encoder(before, saved: Path, dense_dir: Path, config: "PoolerRunConfig"):
+    """What scores the saved directory: ``before``'s cached pooled features through the Dense module, or, for
+    attention pooling (which weighs each text's tokens), the saved directory itself, its backbone run again."""
+    from megatron_crossbert.evaluation.mteb.adapter import build_mteb_encoder
+
+    if config.pooler.pooling != "attention":
+        return pooled_variant(before, dense_dir)
+    return build_mteb_encoder(str(saved), whiten=False, **config.encoder)
 
 
 def pooled_variant(wrapper, dense_dir: str | Path):
@@ -81,8 +105,9 @@ def run_pooler(config: PoolerRunConfig, pairs: TextPairs) -> dict:
     before = build_mteb_encoder(config.model, **config.encoder)
     before_summary, t_before = timed(run_mteb, before, tasks, out / "before", overwrite=config.overwrite,
                                      benchmark_dir=config.benchmark_dir, both_readouts=True)
-    layer, log = train_on_pairs(before, pairs, config.pooler)
-    after = pooled_variant(before, save_pooler(before.model.resolved.hf_path, before.recipe, layer, out / MODEL_DIR))
+    attention, layer, log = train_on_pairs(before, pairs, config.pooler)
+    dense_dir = save_pooler(before.model.resolved.hf_path, before.recipe, layer, out / MODEL_DIR, attention)
+    after = after_encoder(before, out / MODEL_DIR, dense_dir, config)
     after_summary, t_after = timed(run_mteb, after, tasks, out / "after", overwrite=config.overwrite,
                                    benchmark_dir=config.benchmark_dir)
     report = {"config": asdict(config), "pairs": {"source": pairs.source, "count": len(pairs)},
@@ -101,6 +126,8 @@ def report_markdown(report: dict) -> str:
     leaks = report["leaks"]
     mark = " **(trained on test pairs: --allow-test-overlap)**" if leaks["marked"] else ""
     lines = [f"# Pooler on a frozen backbone: `{report['config']['model']}`{mark}", "",
+             f"Pooler: {report['config']['pooler']['pooling']} pooling + a linear map (start: "
+             f"{report['config']['pooler']['init']}).", "",
              f"Pairs: {report['pairs']['count']} ({report['pairs']['source']}); test pairs among them: "
              f"{leaks['leaking_pairs']}; training texts found in test sets: "
              f"{sum(leaks['texts'].values())} ({', '.join(f'{k} {v}' for k, v in leaks['texts'].items() if v) or 'none'})",
@@ -115,9 +142,11 @@ def report_markdown(report: dict) -> str:
                      f"{fmt((cov.get('raw') or {}).get('average'))} | {fmt((cov.get('whitened') or {}).get('average'))} "
                      f"| {fmt(cov_after['average'])} |")
     t, log = report["timing"], report["training"]
+    loader = ("SentenceTransformer(dir, trust_remote_code=True)" if report["config"]["pooler"]["pooling"] == "attention"
+              else "SentenceTransformer(dir)")
     lines += ["", f"- training: {log['steps']} steps, MNRL loss per epoch "
                   f"{', '.join(f'{x:.3f}' for x in log['loss_per_epoch'])}; {log['cpu_s']} CPU-s ({log['wall_s']} s wall)",
               f"- MTEB before (both readouts): {t['mteb_before']['cpu_s']} CPU-s ({t['mteb_before']['wall_s']} s wall); "
               f"pair features: {t['pair_features']['cpu_s']} CPU-s; MTEB after: {t['mteb_after']['cpu_s']} CPU-s",
-              f"- saved: `{report['saved']}` (SentenceTransformer(dir) and crossbert-mteb load it)"]
+              f"- saved: `{report['saved']}` ({loader} and crossbert-mteb load it)"]
     return "\n".join(lines) + "\n"

@@ -1,5 +1,7 @@
 """Train a pooler on a frozen backbone's cached features and save it as a sentence-transformers directory.
 
+(Attention pooling, the other pooling, trains on token states instead: ``attention.py``.)
+
 The pooler is mean pooling (the backbone's own pooling) followed by a linear map. A linear map commutes with
 the mean over tokens, so training it needs each text's pooled backbone features only, computed once and
 cached (``CachingMtebEncoder.features``): the backbone never runs in the training loop and cannot change.
@@ -27,11 +29,12 @@ from megatron_crossbert.evaluation.recipe import EmbeddingRecipe
 
 logger = logging.getLogger(__name__)
 INITS = ("identity", "whitening")
+POOLINGS = ("mean", "attention")
 
 
 @dataclass(frozen=True)
 class PoolerConfig:
-    """How the linear pooler is trained."""
+    """How the pooler is trained."""
 
     dim: int | None = None
     """Output dimension; None: the backbone's hidden size (the map then starts as the identity)."""
@@ -45,6 +48,9 @@ class PoolerConfig:
     """MultipleNegativesRankingLoss scale (1 / temperature), sentence-transformers' default."""
     seed: int = 0
     """Seed of the batch order and of a non-square map's initialisation."""
+    pooling: str = "mean"
+    """``mean`` (the backbone's mean pooling, trained on pooled features) or ``attention`` (a learned query over
+    the token states, ``attention.py``), before the map."""
     init: str = "identity"
     """Where the map starts: ``identity`` (the raw readout) or ``whitening`` (the PCA whitening fitted on the
     pair texts, ``whitening.py``: the whitened readout, for encoders whose features collapse onto a few axes)."""
@@ -53,6 +59,8 @@ class PoolerConfig:
         for name in ("epochs", "batch_size"):
             if getattr(self, name) < (2 if name == "batch_size" else 1):
                 raise ValueError(f"PoolerConfig.{name} is too small: {getattr(self, name)}")
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"PoolerConfig.pooling must be one of {POOLINGS}, not {self.pooling!r}")
         if self.init not in INITS:
             raise ValueError(f"PoolerConfig.init must be one of {INITS}, not {self.init!r}")
         if self.lr <= 0 or self.scale <= 0 or (self.dim is not None and self.dim < 1):
@@ -81,15 +89,21 @@ def start_at_whitening(layer: torch.nn.Linear, features: np.ndarray) -> None:
         layer.bias.copy_(torch.from_numpy((-fitted.mean @ matrix).reshape(-1).astype(np.float32)))
 
 
+def start_layer(anchors: np.ndarray, positives: np.ndarray, config: PoolerConfig) -> torch.nn.Linear:
+    """The map before training, from the pairs' pooled features ``[n, h]``: ``config.init``'s start."""
+    layer = initial_map(anchors.shape[1], config.dim or anchors.shape[1], config.seed)
+    if config.init == "whitening":
+        start_at_whitening(layer, np.concatenate([anchors, positives]))
+    return layer
+
+
 def train_linear_pooler(anchors: np.ndarray, positives: np.ndarray, config: PoolerConfig) -> tuple[torch.nn.Linear, dict]:
     """The trained map over pooled features ``[n, h]`` of the pairs, and its training log (loss per epoch,
     steps, CPU-seconds)."""
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
 
     a, p = (torch.from_numpy(np.asarray(x, dtype=np.float32)) for x in (anchors, positives))
-    layer = initial_map(a.shape[1], config.dim or a.shape[1], config.seed)
-    if config.init == "whitening":
-        start_at_whitening(layer, np.concatenate([anchors, positives]))
+    layer = start_layer(anchors, positives, config)
     loss_fn = MultipleNegativesRankingLoss(None, scale=config.scale)
     optimizer = torch.optim.AdamW(layer.parameters(), lr=config.lr)
     order = torch.Generator().manual_seed(config.seed)
@@ -103,7 +117,7 @@ def train_linear_pooler(anchors: np.ndarray, positives: np.ndarray, config: Pool
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-            total, batches, steps = total + float(loss), batches + 1, steps + 1
+            total, batches, steps = total + float(loss.detach()), batches + 1, steps + 1
         losses.append(total / max(batches, 1))
         logger.info("pooler epoch %d: MNRL loss %.4f", epoch + 1, losses[-1])
     return layer.eval(), {"loss_per_epoch": losses, "steps": steps, "wall_s": round(time.perf_counter() - wall, 2),
@@ -118,14 +132,17 @@ def dense_module(layer: torch.nn.Linear):
                  init_weight=layer.weight.detach().clone(), init_bias=layer.bias.detach().clone())
 
 
-def save_pooler(hf_path: str, recipe: EmbeddingRecipe, layer: torch.nn.Linear, out_dir: str | Path) -> Path:
-    """A sentence-transformers directory: the backbone in ``hf_path`` unchanged, ``recipe``'s pooling, the
-    map as a ``Dense`` module, and ``Normalize`` when the recipe normalises; returns the Dense module's folder."""
+def save_pooler(hf_path: str, recipe: EmbeddingRecipe, layer: torch.nn.Linear, out_dir: str | Path,
+                attention=None) -> Path:
+    """A sentence-transformers directory: the backbone in ``hf_path`` unchanged, ``recipe``'s pooling (or the
+    trained ``attention`` pooling module), the map as a ``Dense`` module, and ``Normalize`` when the recipe
+    normalises; returns the Dense module's folder."""
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
 
     transformer = Transformer(hf_path, max_seq_length=recipe.tokens)
-    modules = [transformer, Pooling(layer.in_features, recipe.pooling), dense_module(layer)]
+    pooling = attention if attention is not None else Pooling(layer.in_features, recipe.pooling)
+    modules = [transformer, pooling, dense_module(layer)]
     modules += [Normalize()] if recipe.normalize else []
     SentenceTransformer(modules=modules, device="cpu").save(str(out_dir))
     from megatron_crossbert.evaluation.recipe import read_sentence_transformers_recipe

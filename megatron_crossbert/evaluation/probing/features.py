@@ -2,9 +2,13 @@
 
 Features are computed once per (model identity, task, split, side of the pair, pooling, layers,
 max_len, exact texts), so ``--max-train`` subsets and edited data files never hit a stale entry;
-sentence pairs are combined into the probe's input here (``linear_probes.task_features``). With ``whiten``
-the sentence features are PCA-whitened first (``evaluation/whitening.py``), one map per layer fitted on the
-train split's sentences (both sides of a pair), so the test split and its labels never shape it.
+sentence pairs are combined into the probe's input here (``linear_probes.task_features``).
+
+The cache holds pooled backbone features; the model's own modules after pooling are applied here, so a
+sentence-transformers directory is read as ``SentenceTransformer(dir).encode`` reads it: its ``Dense`` modules
+(a pooler trained on the frozen backbone, ``evaluation/pooler``), then, with ``whiten``, PCA whitening
+(``evaluation/whitening.py``: one map per layer fitted on the train split's sentences, both sides of a pair, so
+the test split and its labels never shape it), then its ``Normalize``: the order ``crossbert-mteb`` uses.
 """
 
 from __future__ import annotations
@@ -13,9 +17,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from megatron_crossbert.evaluation.dense_head import apply_dense, l2_normalize
 from megatron_crossbert.evaluation.encoders import HFEncoder, Layers, Pooling
 from megatron_crossbert.evaluation.feature_cache import FeatureCache, texts_digest
 from megatron_crossbert.evaluation.probing.linear_probes import task_features
+from megatron_crossbert.evaluation.recipe import EmbeddingRecipe
 from megatron_crossbert.evaluation.tasks.data import ProbeTask, Split, TaskSpec
 from megatron_crossbert.evaluation.whitening import fit_whitening
 
@@ -52,18 +58,29 @@ def split_sides(encoder: HFEncoder, cache: FeatureCache, task: ProbeTask, split_
 
 def extract_task_features(encoder: HFEncoder, task: ProbeTask, *, pooling: Pooling = "mean",
                           layers: Layers = "last", cache: FeatureCache | None = None,
-                          whiten: bool = False) -> TaskFeatures:
-    """Probe inputs for the task's train and test splits (sentence features from the cache when present)."""
+                          whiten: bool = False, head: EmbeddingRecipe | None = None) -> TaskFeatures:
+    """Probe inputs for the task's train and test splits (sentence features from the cache when present),
+    read through ``head``'s modules after pooling (``probe_inputs``)."""
     cache = cache or FeatureCache(None)
     return probe_inputs(task.spec, split_sides(encoder, cache, task, "train", task.train, pooling, layers),
-                        split_sides(encoder, cache, task, "test", task.test, pooling, layers), whiten)
+                        split_sides(encoder, cache, task, "test", task.test, pooling, layers), whiten, head)
 
 
-def probe_inputs(spec: TaskSpec, train: Sides, test: Sides, whiten: bool = False) -> TaskFeatures:
-    """Pair-combined probe inputs from each split's (text, pair) features; with ``whiten`` one PCA map per
-    layer, fitted on the train sentences (both sides), goes first (the one rule for every probe path)."""
+def _each_side(fn, sides: Sides) -> Sides:
+    return tuple(None if side is None else fn(side) for side in sides)
+
+
+def probe_inputs(spec: TaskSpec, train: Sides, test: Sides, whiten: bool = False,
+                 head: EmbeddingRecipe | None = None) -> TaskFeatures:
+    """Pair-combined probe inputs from each split's (text, pair) pooled features: ``head``'s Dense modules, then
+    with ``whiten`` one PCA map per layer fitted on the train sentences (both sides), then ``head``'s L2 norm
+    (the one rule for every probe path)."""
+    if head is not None and head.dense:
+        train, test = (_each_side(lambda x: apply_dense(head.dense, x), sides) for sides in (train, test))
     if whiten:
         whitening = fit_whitening(np.concatenate([side for side in train if side is not None], axis=-2),
                                   f"task {spec.name}: --whiten (fitted on its train split)")
-        train, test = (tuple(None if side is None else whitening(side) for side in sides) for sides in (train, test))
+        train, test = (_each_side(whitening, sides) for sides in (train, test))
+    if head is not None and head.normalize:
+        train, test = (_each_side(l2_normalize, sides) for sides in (train, test))
     return TaskFeatures(train=task_features(spec, *train), test=task_features(spec, *test))

@@ -11,6 +11,8 @@ HF first), extracts cached features per task, fits one probe per layer (only the
 Headline metrics are always the last layer's; ``per_layer`` (layer 0 = embedding output) is present
 with ``layers="all"``. ``report["recipe"]`` says whether the features were PCA-whitened and why
 (``recipe.resolve_recipe``: this project's checkpoints by default, ``--whiten``/``--no-whiten`` for any model).
+A sentence-transformers directory is read through its own modules (pooling, ``Dense``, ``Normalize``), as
+``SentenceTransformer(dir).encode`` reads it (``features.probe_inputs``).
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ logger = logging.getLogger(__name__)
 class ProbeRunConfig:
     """Everything that shapes a probing run besides the model and the tasks."""
 
-    pooling: Pooling = "mean"
+    pooling: Pooling | None = None
+    """``mean`` or ``cls``; None: the model's sentence-transformers Pooling config, else mean."""
     layers: Layers = "last"
     max_len: int | None = None
     """Tokens per text; None: ``PROBE_MAX_LEN``, or the model's own limit when that is lower."""
@@ -148,19 +151,25 @@ def run_probing(model_ref: str | Path, tasks: Sequence[ProbeTask], config: Probe
     config = replace(config, max_len=encoder.max_len)  # the report says what was used
     recipe = resolve_recipe(encoder.resolved.model_dir, pooling=config.pooling, max_len=config.max_len,
                             whiten=config.whiten)
+    if (recipe.dense or recipe.attention) and config.layers == "all":
+        raise ValueError(f"--layers all: {recipe.source} has a trained pooler (Dense or AttentionPooling), which "
+                         "reads the last layer only; probe it with --layers last")
+    if recipe.attention:
+        encoder.use_attention(recipe.attention)
+    config = replace(config, pooling=recipe.pooling)
     logger.info(describe(recipe))
     cache = FeatureCache(config.cache_dir)
     entries = {}
     for task in tasks:
         task = task.subsample(config.max_train, config.max_test, config.seed)
         feats = extract_task_features(encoder, task, pooling=config.pooling, layers=config.layers, cache=cache,
-                                      whiten=recipe.whiten)
+                                      whiten=recipe.whiten, head=recipe)
         logger.info("probing %s (%d train / %d test, %d layer(s))", task.spec.name, len(task.train),
                     len(task.test), feats.train.shape[0])
         entries[task.spec.name] = task_entry(task, probe_layers(task, feats, config.probe), config.layers == "all")
         if config.both_readouts:
             other = extract_task_features(encoder, task, pooling=config.pooling, layers=config.layers, cache=cache,
-                                          whiten=not recipe.whiten)
+                                          whiten=not recipe.whiten, head=recipe)
             scores = {readout_of(recipe.whiten): entries[task.spec.name]["score"],
                       readout_of(not recipe.whiten): task_entry(task, probe_layers(task, other, config.probe),
                                                                 False)["score"]}

@@ -121,7 +121,8 @@ def test_saved_directory_keeps_the_backbone_and_equals_the_cached_path(tmp_path,
                        cached, atol=1e-6)
 
 
-def test_crossbert_pooler_end_to_end(tmp_path, tiny_hf_encoder):
+@pytest.mark.parametrize("pooling", ["mean", "attention"])
+def test_crossbert_pooler_end_to_end(tmp_path, tiny_hf_encoder, pooling):
     """One command: before (raw and whitened), training, the saved dir, after; the after scores are what
     crossbert-mteb gives the saved directory; a second run into the same --out is refused."""
     from megatron_crossbert.cli.mteb import main as mteb_main
@@ -133,15 +134,64 @@ def test_crossbert_pooler_end_to_end(tmp_path, tiny_hf_encoder):
                                                   for a, p in zip(pairs.anchors, pairs.positives)))
     argv = ["--model", str(tiny_hf_encoder), "--benchmark-dir", str(bench), "--pairs", str(tmp_path / "pairs.jsonl"),
             "--out", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache"), "--device", "cpu",
-            "--epochs", "2", "--batch-size", "8"]
+            "--epochs", "2", "--batch-size", "8", "--pooling", pooling]
     assert main(argv) == 0
     report = json.loads((tmp_path / "out" / "pooler_report.json").read_text())
     assert report["leaks"]["leaking_pairs"] == 0 and report["training"]["steps"] == 10
     assert set(report["before"]["readouts"]["tasks"]) == {r["task"] for r in report["after"]["tasks"]}
     assert "pooler trained" in (tmp_path / "out" / "pooler_report.md").read_text()
+    assert report["config"]["pooler"]["pooling"] == pooling
+    kinds = [m["type"].rsplit(".", 1)[-1] for m in json.loads((tmp_path / "out" / "model" / "modules.json").read_text())]
+    assert kinds[1] == {"mean": "Pooling", "attention": "AttentionPooling"}[pooling] and kinds[2] == "Dense"
     assert mteb_main(["--model", str(tmp_path / "out" / "model"), "--benchmark-dir", str(bench), "--device", "cpu",
                       "--out", str(tmp_path / "again"), "--cache-dir", "none", "--no-both-readouts"]) == 0
     again = json.loads((tmp_path / "again" / "mteb_summary.json").read_text())
     after = {r["task"]: r["main_score"] for r in report["after"]["tasks"]}
     assert all(abs(after[r["task"]] - r["main_score"]) < 1e-4 for r in again["tasks"])
     assert main(argv) == 2
+
+
+def test_attention_pooling_starts_at_the_mean_and_never_looks_at_padding():
+    from megatron_crossbert.evaluation.pooler.attention import AttentionPooling, padded
+
+    states = [np.random.default_rng(i).normal(size=(n, 6)).astype(np.float32) for i, n in enumerate((3, 5, 1))]
+    batch, mask = padded(states)
+    pooler = AttentionPooling(6)
+    with torch.no_grad():
+        assert np.allclose(pooler.pool(batch, mask).numpy(), [s.mean(0) for s in states], atol=1e-6)
+        pooler.query.copy_(torch.arange(6.0))
+        batch[0, 3:] = 1e4  # padding rows of the first text: masked out, so they change nothing
+        alone = pooler.pool(*padded(states[:1]))
+        assert torch.allclose(pooler.pool(batch, mask)[0], alone[0], atol=1e-5)
+        assert not torch.allclose(alone[0], torch.from_numpy(states[0].mean(0)))
+
+
+def test_attention_pooler_keeps_the_backbone_and_its_directory_equals_the_cached_path(tmp_path, tiny_hf_encoder):
+    """Trained on cached token states: backbone bit-identical; ``SentenceTransformer(dir, trust_remote_code=True)``
+    and crossbert-mteb's reading of the saved dir equal the cached states through the trained query and map."""
+    from sentence_transformers import SentenceTransformer
+
+    from megatron_crossbert.evaluation.dense_head import apply_dense
+    from megatron_crossbert.evaluation.mteb.adapter import build_mteb_encoder
+    from megatron_crossbert.evaluation.pooler.attention import padded, train_attention_pooler
+    from megatron_crossbert.evaluation.pooler.train import save_pooler
+
+    original = _safetensors(tiny_hf_encoder)
+    wrapper = build_mteb_encoder(str(tiny_hf_encoder), device="cpu")
+    pairs = _toy_pairs()
+    states = [wrapper.model.token_states(texts) for texts in (pairs.anchors, pairs.positives)]
+    config = PoolerConfig(epochs=2, batch_size=8, lr=1e-2, dim=16, pooling="attention")
+    attention, layer, log = train_attention_pooler(*states, config)
+    assert log["steps"] == 6 and float(attention.query.abs().sum()) > 0
+    dense_dir = save_pooler(wrapper.model.resolved.hf_path, wrapper.recipe, layer, tmp_path / "model", attention)
+    assert all(torch.equal(original[k], v) for k, v in _safetensors(tmp_path / "model").items() if k in original)
+    assert all(torch.equal(original[k], v) for k, v in wrapper.model.model.state_dict().items() if k in original)
+    with torch.no_grad():
+        cached = layer(attention.pool(*padded(states[0]))).numpy()
+    st = SentenceTransformer(str(tmp_path / "model"), device="cpu", trust_remote_code=True)
+    assert np.allclose(st.encode(pairs.anchors, convert_to_numpy=True), cached, atol=1e-6)
+    reread = build_mteb_encoder(str(tmp_path / "model"), device="cpu")
+    assert reread.recipe.pooling == "attention" and reread.recipe.dense == (str(dense_dir),)
+    assert reread.model.identity != wrapper.model.identity
+    features = reread.features(pairs.anchors, task="t", split="s")
+    assert np.allclose(apply_dense(reread.recipe.dense, features), cached, atol=1e-6)
