@@ -6,7 +6,8 @@ travel as cp312 manylinux x86_64 wheels, at the versions this machine's tests ra
 against pyproject's requirement, the eval extra's mteb pin included). A new runtime dependency joins
 prepare's wheels: xxhash (checkpoint checksums) and accelerate (sentence-transformers' trainer, from the
 eval extra's ``sentence-transformers[train]``; 0.4 MB) are in the device's image too, but travel at the
-version the tests here ran with; the rest of that extra (datasets' pyarrow and pandas) is in the image.
+version the tests here ran with; sacremoses (the eval extra's Moses tokenizer, which gives STS12-16 MTEB's text
+form) is not in the image; the rest of that extra (datasets' pyarrow and pandas) is in the image.
 polars travels without its 54 MB binary runtime: mteb imports polars only for its leaderboard tables,
 which the claims run never builds (``tests/experiments/test_device_check.py`` scores MTEB tasks with the
 runtime hidden). The data the claims run needs (corpus ``*.jsonl.gz``, GLUE
@@ -32,7 +33,7 @@ from .plan import CALLS, CARRY_LIMIT_BYTES, DEFAULT_CARRY_DIR, GLUE_TASKS, call_
 
 DEVICE_WHEELS = ("megatron-core", "nltk", "defusedxml", "xxhash", "mteb", "datasets", "dill", "multiprocess",
                  "pydantic", "pydantic-core", "annotated-types", "typing-inspection", "pytrec-eval-terrier", "polars",
-                 "accelerate")
+                 "accelerate", "sacremoses")
 """Packages the project imports that the device's image lacks (KINDS.md lists what it has)."""
 MANYLINUX_TAGS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x86_64",
                   "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64")

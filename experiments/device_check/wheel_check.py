@@ -20,7 +20,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 LEFT_BEHIND_ON_PURPOSE = frozenset({"polars-runtime-32"})
 """Requirements deliberately not carried: polars' 54 MB runtime (mteb imports polars only for leaderboard
 tables, which the device check never builds; ``carry`` says why)."""
-IMPORT_CHECK = ("megatron.core", "nltk", "mteb", "datasets", "accelerate", "xxhash")
+IMPORT_CHECK = ("megatron.core", "nltk", "mteb", "datasets", "accelerate", "xxhash", "sacremoses")
 """Modules the stages import from carried wheels, imported once after the install."""
 
 
