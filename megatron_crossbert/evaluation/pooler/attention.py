@@ -17,7 +17,6 @@ executed). ``crossbert-mteb`` and ``crossbert-probe`` read it without that flag 
 
 from __future__ import annotations
 
-import time
 from functools import lru_cache
 from pathlib import Path
 
@@ -96,28 +95,13 @@ def mean_of_states(states: list[np.ndarray]) -> np.ndarray:
 def train_attention_pooler(anchors: list[np.ndarray], positives: list[np.ndarray], config):
     """The query and the map trained together with MultipleNegativesRankingLoss on the pairs' token states;
     returns ``(AttentionPooling, Linear, log)``. ``config`` is a ``train.PoolerConfig``."""
-    from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
-
-    from megatron_crossbert.evaluation.pooler.train import start_layer
+    from megatron_crossbert.evaluation.pooler.train import start_layer, train_in_batch
 
     layer = start_layer(mean_of_states(anchors), mean_of_states(positives), config)
     pooler = AttentionPooling(anchors[0].shape[-1])
-    loss_fn = MultipleNegativesRankingLoss(None, scale=config.scale)
-    optimizer = torch.optim.AdamW([*pooler.parameters(), *layer.parameters()], lr=config.lr)
-    order = torch.Generator().manual_seed(config.seed)
-    wall, cpu, losses, steps = time.perf_counter(), time.process_time(), [], 0
-    for _ in range(config.epochs):
-        total, batches = 0.0, 0
-        for batch in torch.randperm(len(anchors), generator=order).split(config.batch_size):
-            if len(batch) < 2:
-                continue
-            embedded = [layer(pooler.pool(*padded([side[i] for i in batch.tolist()]))) for side in (anchors, positives)]
-            loss = loss_fn.compute_loss_from_embeddings(embedded, None)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            total, batches, steps = total + float(loss.detach()), batches + 1, steps + 1
-        losses.append(total / max(batches, 1))
-    return pooler.eval(), layer.eval(), {"loss_per_epoch": losses, "steps": steps,
-                                         "wall_s": round(time.perf_counter() - wall, 2),
-                                         "cpu_s": round(time.process_time() - cpu, 2)}
+
+    def embed(batch: torch.Tensor) -> list[torch.Tensor]:
+        return [layer(pooler.pool(*padded([side[i] for i in batch.tolist()]))) for side in (anchors, positives)]
+
+    log = train_in_batch([*pooler.parameters(), *layer.parameters()], embed, len(anchors), config)
+    return pooler.eval(), layer.eval(), log

@@ -97,31 +97,39 @@ def start_layer(anchors: np.ndarray, positives: np.ndarray, config: PoolerConfig
     return layer
 
 
-def train_linear_pooler(anchors: np.ndarray, positives: np.ndarray, config: PoolerConfig) -> tuple[torch.nn.Linear, dict]:
-    """The trained map over pooled features ``[n, h]`` of the pairs, and its training log (loss per epoch,
-    steps, CPU-seconds)."""
+def train_in_batch(parameters: list[torch.nn.Parameter], embed, n_pairs: int, config: PoolerConfig) -> dict:
+    """Train ``parameters`` with sentence-transformers' ``MultipleNegativesRankingLoss`` over seeded in-batch
+    pairs; ``embed(indices)`` gives the ``[anchors, positives]`` embeddings of those pairs. Returns the training
+    log (loss per epoch, steps, wall and CPU seconds). Every pooler trains through this one loop."""
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
 
-    a, p = (torch.from_numpy(np.asarray(x, dtype=np.float32)) for x in (anchors, positives))
-    layer = start_layer(anchors, positives, config)
     loss_fn = MultipleNegativesRankingLoss(None, scale=config.scale)
-    optimizer = torch.optim.AdamW(layer.parameters(), lr=config.lr)
+    optimizer = torch.optim.AdamW(parameters, lr=config.lr)
     order = torch.Generator().manual_seed(config.seed)
     wall, cpu, losses, steps = time.perf_counter(), time.process_time(), [], 0
     for epoch in range(config.epochs):
         total, batches = 0.0, 0
-        for batch in torch.randperm(len(a), generator=order).split(config.batch_size):
-            if len(batch) < 2:
+        for batch in torch.randperm(n_pairs, generator=order).split(config.batch_size):
+            if len(batch) < 2:  # in-batch negatives need a second pair
                 continue
-            loss = loss_fn.compute_loss_from_embeddings([layer(a[batch]), layer(p[batch])], None)
+            loss = loss_fn.compute_loss_from_embeddings(embed(batch), None)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
             total, batches, steps = total + float(loss.detach()), batches + 1, steps + 1
         losses.append(total / max(batches, 1))
         logger.info("pooler epoch %d: MNRL loss %.4f", epoch + 1, losses[-1])
-    return layer.eval(), {"loss_per_epoch": losses, "steps": steps, "wall_s": round(time.perf_counter() - wall, 2),
-                          "cpu_s": round(time.process_time() - cpu, 2)}
+    return {"loss_per_epoch": losses, "steps": steps, "wall_s": round(time.perf_counter() - wall, 2),
+            "cpu_s": round(time.process_time() - cpu, 2)}
+
+
+def train_linear_pooler(anchors: np.ndarray, positives: np.ndarray, config: PoolerConfig) -> tuple[torch.nn.Linear, dict]:
+    """The trained map over pooled features ``[n, h]`` of the pairs, and its training log (loss per epoch,
+    steps, CPU-seconds)."""
+    a, p = (torch.from_numpy(np.asarray(x, dtype=np.float32)) for x in (anchors, positives))
+    layer = start_layer(anchors, positives, config)
+    log = train_in_batch(list(layer.parameters()), lambda batch: [layer(a[batch]), layer(p[batch])], len(a), config)
+    return layer.eval(), log
 
 
 def dense_module(layer: torch.nn.Linear):
