@@ -93,7 +93,7 @@ def pooler_scores(path: Path, tasks: list, config, pairs, dense_dir: Path) -> di
     from megatron_crossbert.evaluation.pooler.train import PoolerConfig, dense_module
 
     wrapper = build_mteb_encoder(str(path), cache_dir=config.cache_dir, device=config.device)
-    layer, log = train_on_pairs(wrapper, pairs, PoolerConfig())
+    _, layer, log = train_on_pairs(wrapper, pairs, PoolerConfig())  # the default pooling: mean, then the map
     dense_dir.mkdir(parents=True, exist_ok=True)
     dense_module(layer).save(str(dense_dir))
     summary, _ = evaluate_mteb(pooled_variant(wrapper, dense_dir), tasks, raise_error=True)
