@@ -83,9 +83,13 @@ def _start(name: str, tmp_path: Path, command: list[str], env: dict) -> tuple[su
 
 
 def _writer_alive(job_pid: Callable[[], int], save: Path) -> bool:
-    """A save's forked writer is alive, its checkpoint not yet complete."""
+    """A save's forked writer is alive, its checkpoint not yet complete, and a process that is not a writer runs
+    beside it: a spawned child (the results server) carries its parent's command line until its exec, so a
+    writer alone could be that child caught early."""
     pending = [p for p in save.glob("iter_*") if not (p / "run_config.json").exists()]
-    return bool(pending) and bool(forked_writers(job_pid()))
+    pid = job_pid()
+    writers = forked_writers(pid)
+    return bool(pending) and bool(writers) and len(descendants(pid)) > len(writers)
 
 
 def _async_trainer(corpus: str, tmp_path: Path) -> Job:
