@@ -20,6 +20,7 @@ from functools import lru_cache
 from typing import Callable
 
 from megatron_crossbert.evaluation.mteb.task_folders import Data
+
 SENTEVAL_FORM = "SentEval's form (Moses-tokenised, lowercased)"
 """How the report names the form."""
 TEXT_COLUMNS = ("sentence1", "sentence2", "text")
@@ -50,8 +51,10 @@ is scored on the folder's text as it is (STSBenchmark and AmazonCounterfactual h
 def mteb_text(task_name: str, data: Data) -> tuple[Data, str]:
     """``data`` in the text form of mteb's ``task_name``, and a note naming the form ("" when unchanged: a
     task whose hub copy is the original text, or text already lowercase throughout)."""
-    texts = [v for columns in data.values() for column in TEXT_COLUMNS for v in columns.get(column, ())]
-    if task_name not in MTEB_TEXT_FORMS or all(text == text.lower() for text in texts):
+    if task_name not in MTEB_TEXT_FORMS:
+        return data, ""
+    texts = (v for columns in data.values() for column in TEXT_COLUMNS for v in columns.get(column, ()))
+    if all(text == text.lower() for text in texts):
         return data, ""
     label, form = MTEB_TEXT_FORMS[task_name]
     converted = {split: {column: [form(v) for v in values] if column in TEXT_COLUMNS else values
