@@ -200,12 +200,18 @@ class HFEncoder:
         return self.attention.pool(hidden, mask)
 
     @torch.inference_mode()
-    def _embed_batch(self, texts: list[str], pooling: Pooling, layers: Layers) -> np.ndarray:
+    def _forward(self, texts: list[str], all_layers: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """The backbone's float hidden states ``[n_layers, b, s, h]`` of a padded batch, and its attention mask."""
         batch = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_len, return_tensors="pt")
         batch = {k: v.to(self.device) for k, v in batch.items()}
-        out = self.model(**batch, output_hidden_states=layers == "all")
-        hidden = torch.stack(out.hidden_states) if layers == "all" else out.last_hidden_state.unsqueeze(0)
-        return self._pool(hidden.float(), batch["attention_mask"], pooling).cpu().numpy()
+        out = self.model(**batch, output_hidden_states=all_layers)
+        hidden = torch.stack(out.hidden_states) if all_layers else out.last_hidden_state.unsqueeze(0)
+        return hidden.float(), batch["attention_mask"]
+
+    @torch.inference_mode()
+    def _embed_batch(self, texts: list[str], pooling: Pooling, layers: Layers) -> np.ndarray:
+        hidden, mask = self._forward(texts, all_layers=layers == "all")
+        return self._pool(hidden, mask, pooling).cpu().numpy()
 
     @torch.inference_mode()
     def token_states(self, texts: Sequence[str], desc: str = "token states") -> list[np.ndarray]:
@@ -213,13 +219,10 @@ class HFEncoder:
         that weighs tokens (attention pooling) trains on."""
         out: list[np.ndarray] = []
         for start in progress_bar(range(0, len(texts), self.batch_size), desc=desc, leave=False):
-            chunk = list(texts[start:start + self.batch_size])
-            batch = self.tokenizer(chunk, padding=True, truncation=True, max_length=self.max_len, return_tensors="pt")
-            batch = {k: v.to(self.device) for k, v in batch.items()}
-            hidden = self.model(**batch).last_hidden_state.float().cpu().numpy()
-            masks = batch["attention_mask"].bool().cpu().numpy()
+            hidden, mask = self._forward(list(texts[start:start + self.batch_size]))
+            hidden, mask = hidden[0].cpu().numpy(), mask.bool().cpu().numpy()
             out += [require_finite(h[m], f"{self.resolved.hf_path}: the token states of {desc}")
-                    for h, m in zip(hidden, masks)]
+                    for h, m in zip(hidden, mask)]
         return out
 
     def embed(self, texts: Sequence[str], pooling: Pooling = "mean", layers: Layers = "last",
