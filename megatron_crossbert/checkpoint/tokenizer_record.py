@@ -14,7 +14,6 @@ another tool) or a checkpoint without one (older version) warns, once per start.
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 from pathlib import Path
@@ -38,16 +37,12 @@ class TokenizerMismatchError(ValueError):
     """A dataset was tokenized with a different tokenizer than this run's."""
 
 
-@functools.lru_cache(maxsize=4)
-def _record_for(tokenizer_path: str) -> dict:
-    from megatron_crossbert.data.tokenizer import load_tokenizer
-
-    return dataset_record(load_tokenizer(tokenizer_path), tokenizer_path)
-
-
 def run_record(run_cfg: RunConfig) -> dict | None:
     """This run's tokenizer record (fingerprint, path, vocab, special ids); None without data.tokenizer."""
-    return _record_for(run_cfg.data.tokenizer) if run_cfg.data.tokenizer else None
+    from megatron_crossbert.data.tokenizer import run_tokenizer
+
+    tokenizer_path = run_cfg.data.tokenizer
+    return dataset_record(run_tokenizer(tokenizer_path), tokenizer_path) if tokenizer_path else None
 
 
 def write_checkpoint_record(ckpt_dir: Path, run_cfg: RunConfig) -> None:

@@ -23,7 +23,7 @@ from megatron_crossbert.arch import ArchSpec, get_arch
 from megatron_crossbert.config import RunConfig
 from megatron_crossbert.data.dataset import CrossBertDatasetConfig
 from megatron_crossbert.data.static_masks import StaticCrossBertDataset
-from megatron_crossbert.data.tokenizer import SPECIAL_TOKENS, Tokenizer, load_tokenizer
+from megatron_crossbert.data.tokenizer import SPECIAL_TOKENS, Tokenizer, run_tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ class GlobalIndexDataset(torch.utils.data.Dataset):
 def _resolve_tokenizer(run_cfg: RunConfig, tokenizer: Tokenizer | None) -> tuple[dict[str, int], int]:
     """Special ids and vocabulary size; falls back to the project's standard ids when no tokenizer."""
     if tokenizer is None and run_cfg.data.tokenizer:
-        tokenizer = load_tokenizer(run_cfg.data.tokenizer)
+        tokenizer = run_tokenizer(run_cfg.data.tokenizer)
     if tokenizer is None:
         logger.warning("no tokenizer given: assuming the standard special ids %s and vocab_size=%d",
                        _DEFAULT_IDS, run_cfg.model.vocab_size)

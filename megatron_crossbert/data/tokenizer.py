@@ -9,6 +9,8 @@ A tokenizer *directory* (what ``crossbert-train-tokenizer`` writes and :meth:`To
 produces) holds ``tokenizer.json`` + ``tokenizer_config.json`` (+ ``special_tokens_map.json``) and,
 for sentencepiece-trained vocabularies, the original ``sentencepiece.model`` for reference. Any
 Hugging Face fast-tokenizer directory (e.g. a BERT ``vocab.txt`` checkpoint) is accepted as input.
+A training start reads its run's tokenizer through :func:`run_tokenizer`, once per process while the files
+stay as they were: the tokenizer record check and the datasets' special ids share that one load.
 
 ``encode`` never adds special tokens: the dataset places [CLS]/[SEP] itself when it packs samples.
 The saved ``tokenizer.json`` carries a ``[CLS] $A [SEP]`` post-processor for downstream users
@@ -17,6 +19,7 @@ The saved ``tokenizer.json`` carries a ``[CLS] $A [SEP]`` post-processor for dow
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 from dataclasses import dataclass
@@ -205,3 +208,23 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
         return Tokenizer(backend=backend, special_ids=resolve_special_ids(backend, _names_from_config(path), str(path)),
                          spm_model=spm if spm.exists() else None)
     return _from_hf_directory(path)
+
+
+def _files_stamp(path: Path) -> tuple:
+    """What a cached load depends on: the name, size and mtime of the path and (a directory) of each file in it."""
+    files = sorted(path.iterdir()) if path.is_dir() else [path]
+    return tuple((item.name, item.stat().st_size, item.stat().st_mtime_ns) for item in files if item.is_file())
+
+
+@functools.lru_cache(maxsize=4)
+def _cached_load(path: str, stamp: tuple) -> Tokenizer:
+    return load_tokenizer(path)
+
+
+def run_tokenizer(path: str | Path) -> Tokenizer:
+    """:func:`load_tokenizer` for a run's ``data.tokenizer``, loaded once per process while its files are unchanged
+    (an edited or replaced file is loaded again). Callers only read it: the fingerprint, special ids and size."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"tokenizer not found: {path}")
+    return _cached_load(str(path.resolve()), _files_stamp(path))

@@ -358,3 +358,24 @@ def test_wsd_batch_and_masking_schedules_are_guarded_on_resume(indexed_corpus, t
                                         checkpoint__lr_schedule_on_resume="config"))
     assert applied.scheduler.lr_decay_style == "cosine" and applied.batch_schedule.at(4) == (4, 2)
     assert applied.run_cfg.masking.bert_mask_prob_schedule is None
+
+
+def test_a_training_start_loads_its_tokenizer_once_and_a_changed_one_again(tmp_path, monkeypatch):
+    """The tokenizer record check and the datasets' special ids share one load of the run's tokenizer; a file
+    rewritten in place is loaded again (the cache follows the files, not the path)."""
+    import megatron_crossbert.data.tokenizer as tokenizer_module
+    from megatron_crossbert.data.fingerprint import tokenizer_fingerprint
+    from megatron_crossbert.training import train
+
+    loads = []
+    real_load = tokenizer_module.load_tokenizer
+    monkeypatch.setattr(tokenizer_module, "load_tokenizer", lambda path: loads.append(path) or real_load(path))
+    tokenizer_module._cached_load.cache_clear()
+    corpus, tok_dir = write_corpus(tmp_path / "corpus"), write_tokenizer(tmp_path / "tok")
+    train(tiny_config("crossbert", corpus, tmp_path / "ckpt", training__train_iters=2, data__tokenizer=str(tok_dir)))
+    assert (tmp_path / "ckpt" / ITER2 / "checkpoint.tokenizer.json").is_file() and len(loads) == 1
+    before = tokenizer_fingerprint(tokenizer_module.run_tokenizer(tok_dir))
+    shutil.rmtree(tok_dir)
+    write_tokenizer(tok_dir, reverse=True)
+    os.utime(tok_dir / "tokenizer.json", ns=(1, 1))  # a rewrite within the clock's resolution still shows
+    assert tokenizer_fingerprint(tokenizer_module.run_tokenizer(tok_dir)) != before and len(loads) == 2
