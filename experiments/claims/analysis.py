@@ -1,6 +1,6 @@
 """Turn probe JSONs and held-out losses into seeded curves and the comparisons the claims need.
 
-* A ``Point`` is one probed checkpoint: samples, FLOPs, the linear and k-NN probe averages, MTEB-lite,
+* A ``Point`` is one probed checkpoint: samples, FLOPs, the linear and k-NN probe averages, MTEB-lite (both readouts),
   the held-out loss. A run's curve is its points; an arm's curves are its runs, by seed.
 * ``METRICS`` names the numbers every table shows; the headline (calibration, sample efficiency,
   verdict sentences) is the frozen GLUE average of the linear probe.
@@ -27,11 +27,12 @@ HEADLINE = "glue_average"
 
 METRICS = {"glue_average": "GLUE linear", "raw_glue_average": "GLUE linear, raw",
            "whitened_glue_average": "GLUE linear, whitened", "knn_glue_average": "GLUE k-NN",
-           "mteb_lite_average": "MTEB-lite", "mteb_pooler_average": "MTEB (frozen, pooler trained)",
+           "raw_mteb_lite_average": "MTEB-lite, raw", "whitened_mteb_lite_average": "MTEB-lite, whitened",
+           "mteb_pooler_average": "MTEB (frozen, pooler trained)",
            "in_domain_average": "probe tasks", "average": "all probes"}
 """Point attribute -> column label: the frozen GLUE average (linear probe on the recipe's readout, and on
-each readout: raw, the paper's, and whitened; k-NN probe), MTEB-lite (frozen; after a pooler is trained, at
-the budget points), the JSONL probe tasks' average and the average over every probe task."""
+each readout: raw, the paper's, and whitened; k-NN probe), MTEB-lite (frozen, each readout; after a pooler is
+trained, at the budget points), the JSONL probe tasks' average and the average over every probe task."""
 
 
 @dataclass
@@ -49,6 +50,8 @@ class Point:
     raw_glue_average: float | None = None
     whitened_glue_average: float | None = None
     mteb_pooler_average: float | None = None
+    raw_mteb_lite_average: float | None = None
+    whitened_mteb_lite_average: float | None = None
 
 
 def _point(plan: Plan, per_sample: float, iteration: int, report: dict, loss: float | None) -> Point:
@@ -56,11 +59,13 @@ def _point(plan: Plan, per_sample: float, iteration: int, report: dict, loss: fl
     summary = report.get("summary", {})
     tasks = {name: entry["score"] for name, entry in report.get("tasks", {}).items()}
     in_domain = average_scores({name: score for name, score in tasks.items() if not report["tasks"][name]["spec"]["glue"]})
-    readouts = summary.get("readouts") or {}
+    readouts, mteb = summary.get("readouts") or {}, report.get("mteb_lite") or {}
+    mteb_readouts = (mteb.get("readouts") or {}).get("average") or {}
     return Point(iteration, samples, samples * per_sample, summary.get("average"), summary.get("glue_average"),
-                 summary.get("knn_glue_average"), in_domain, (report.get("mteb_lite") or {}).get("average"), loss,
+                 summary.get("knn_glue_average"), in_domain, mteb.get("average"), loss,
                  tasks, (readouts.get("raw") or {}).get("glue_average"),
-                 (readouts.get("whitened") or {}).get("glue_average"), (report.get("mteb_pooler") or {}).get("average"))
+                 (readouts.get("whitened") or {}).get("glue_average"), (report.get("mteb_pooler") or {}).get("average"),
+                 raw_mteb_lite_average=mteb_readouts.get("raw"), whitened_mteb_lite_average=mteb_readouts.get("whitened"))
 
 
 def curve(plan: Plan, run: RunSpec, work_dir: Path) -> list[Point]:

@@ -239,7 +239,9 @@ def claims_section(plan: Plan, runs: list[RunSpec], work_dir: Path, curves: an.S
         f"BERT): {_paragraph('crossbert-compl', verdicts)}. Single view: {_paragraph('crossbert-single', verdicts)}. "
         f"Fastest setting: {_paragraph('crossbert-fast', verdicts)}. By readout (complementary − BERT): raw "
         f"(the paper's) {_paragraph('crossbert-compl', verdicts, 'raw_glue_average')}; whitened "
-        f"{_paragraph('crossbert-compl', verdicts, 'whitened_glue_average')}; MTEB (frozen, pooler trained) "
+        f"{_paragraph('crossbert-compl', verdicts, 'whitened_glue_average')}; MTEB-lite raw "
+        f"{_paragraph('crossbert-compl', verdicts, 'raw_mteb_lite_average')}; MTEB-lite whitened "
+        f"{_paragraph('crossbert-compl', verdicts, 'whitened_mteb_lite_average')}; MTEB (frozen, pooler trained) "
         f"{_paragraph('crossbert-compl', verdicts, 'mteb_pooler_average')}.",
         f"- **2x sample efficiency** (complementary): factor {factor}; "
         f"{_efficiency_verdict(compl, verdicts['samples'].get('bert', {}).get(an.HEADLINE))}.",

@@ -69,8 +69,13 @@ def test_the_smoke_plan_runs_every_stage_and_reports_intervals(tmp_path):
         assert probe["mteb_pooler"]["training"]["steps"] > 0 and "spans" in probe["mteb_pooler"]["pairs"]
         readouts = probe["summary"]["readouts"]
         assert readouts["raw"]["glue_average"] is not None and readouts["whitened"]["glue_average"] is not None
+        mteb = probe["mteb_lite"]["readouts"]  # the recipe's readout is whitened; raw beside it, from the same features
+        assert mteb["primary"] == "whitened" and mteb["average"]["whitened"] == probe["mteb_lite"]["average"]
+        assert mteb["average"]["raw"] is not None and set(mteb["tasks"]) == {"ToySTSA", "ToySTSB",
+                                                                               "ToyIntents"}
     page = results.read_text()
     assert "GLUE linear, raw" in page and "GLUE linear, whitened" in page and "MTEB (frozen, pooler trained)" in page
+    assert "MTEB-lite, raw" in page and "MTEB-lite, whitened" in page and "MTEB-lite raw equal samples" in page
     assert "By readout (complementary − BERT): raw" in page
     assert "Equal samples" in page and "crossbert-compl − bert" in page
     assert page.startswith(f"# old page\n\n{kept}\n\n<!-- claims:start")  # the other sections kept as they were

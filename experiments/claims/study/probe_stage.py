@@ -76,13 +76,15 @@ def load_mteb_lite(plan: Plan, mteb_lite_dir: str | None) -> list:
 
 
 def mteb_lite_scores(path: Path, tasks: list, config) -> dict:
-    """The checkpoint's MTEB-lite main scores by folder and their average (its own embedding recipe)."""
-    from megatron_crossbert.evaluation.mteb.adapter import build_mteb_encoder, evaluate_mteb
+    """The checkpoint's MTEB-lite main scores by folder and their average (its own embedding recipe), and
+    ``readouts``: both readouts' averages and task scores (raw, the paper's, and whitened) from the same features."""
+    from megatron_crossbert.evaluation.mteb.adapter import build_mteb_encoder, evaluate_mteb, other_readout
 
     wrapper = build_mteb_encoder(str(path), cache_dir=config.cache_dir, device=config.device)
     summary, _ = evaluate_mteb(wrapper, tasks, raise_error=True)
     return {"average": summary["average"], "tasks": {row["folder"]: row["main_score"] for row in summary["tasks"]},
-            "names": {row["folder"]: row["task"] for row in summary["tasks"]}, "seconds": summary["timing"]["wall_s"]}
+            "names": {row["folder"]: row["task"] for row in summary["tasks"]}, "seconds": summary["timing"]["wall_s"],
+            "readouts": other_readout(wrapper, tasks, summary)}
 
 
 def pooler_scores(path: Path, tasks: list, config, pairs, dense_dir: Path) -> dict:
