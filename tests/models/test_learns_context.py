@@ -42,13 +42,15 @@ def test_decoder_copies_visible_partner_below_unigram_floor(variant):
     cfg = tiny_config("model.hidden_size=64", "model.num_layers=2", "model.init_method_std=0.1", *variant)
     model = build(cfg, seed=3)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    gen, losses = torch.Generator().manual_seed(0), []
-    for _ in range(900):
+    gen, losses, goal = torch.Generator().manual_seed(0), [], math.log(SYMBOLS) - 1.0
+    for _ in range(900):  # at most; a model that copies gets there in hundreds of steps (the test stops there)
         loss = model(**paired_batch(cfg, 16, gen)).mean()
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
+        if len(losses) >= 20 and sum(losses[-20:]) / 20 < goal:
+            break
     late = sum(losses[-20:]) / 20
-    print(f"mean loss of the last 20 steps: {late:.3f} (unigram floor {math.log(SYMBOLS):.2f})")
-    assert late < math.log(SYMBOLS) - 1.0, f"stuck near the unigram floor: {late:.3f} (floor {math.log(SYMBOLS):.2f})"
+    print(f"mean loss of 20 steps up to step {len(losses)}: {late:.3f} (unigram floor {math.log(SYMBOLS):.2f})")
+    assert late < goal, f"stuck near the unigram floor after 900 steps: {late:.3f} (floor {math.log(SYMBOLS):.2f})"
