@@ -49,8 +49,9 @@ def _plan_text(plan: Plan, runs: list[RunSpec], work_dir: Path) -> str:
              f"on train) and k-NN (cosine, k={plan.probe_knn}) on GLUE {', '.join(plan.glue_tasks)} (train "
              f"subsampled to {fmt(plan.probe_max_train, 0)} rows, {_test_rows(plan)})"
              f"{' and the probe tasks ' + ', '.join(plan.jsonl_tasks) if plan.jsonl_tasks else ''}; MTEB-lite "
-             f"(STS12-16, Banking77; {fmt(plan.mteb_lite_max_test, 0) if plan.mteb_lite_max_test else 'all'} test "
-             f"rows each); held-out loss on {plan.eval_iters} batches at every checkpoint.",
+             f"({_mteb_folders(work_dir)}; {fmt(plan.mteb_lite_max_test, 0) if plan.mteb_lite_max_test else 'all'} "
+             f"test rows each) in both readouts (raw, the paper's, and whitened) from the same features{_pooler(plan)}; "
+             f"held-out loss on {plan.eval_iters} batches at every checkpoint.",
              f"- Budgets: {plan.sample_steps * plan.global_batch} samples; equal compute = BERT's model FLOPs on "
              f"them, {fmt(compute_budget_flops(plan) / 1e12, 2)} TFLOP."]
     rows, seen = [], set()
@@ -65,6 +66,23 @@ def _plan_text(plan: Plan, runs: list[RunSpec], work_dir: Path) -> str:
                      fmt(run_flops_per_sample(plan, run) / 1e9, 3), run.group])
     header = ["arm", "arch", "masking", "encoder", "steps", "GFLOP/sample", "group"]
     return "\n".join(lines) + "\n\n" + markdown_table(header, rows)
+
+
+def _mteb_folders(work_dir: Path) -> str:
+    """The MTEB-lite folders the probes scored, read from the first probe JSON that has them."""
+    for path in sorted((work_dir / "probes").glob("*/iter_*.json")):
+        tasks = (json.loads(path.read_text()).get("mteb_lite") or {}).get("tasks")
+        if tasks:
+            return ", ".join(tasks)
+    return "no folder scored yet"
+
+
+def _pooler(plan: Plan) -> str:
+    if not plan.pooler_pairs:
+        return ""
+    return (f", and at the budget points after a linear pooler (mean pooling, then a map started at the identity) is "
+            f"trained on the frozen features with an in-batch MNRL loss on {fmt(plan.pooler_pairs, 0)} span pairs of "
+            f"the corpus, checked against the MTEB-lite test sets")
 
 
 def _test_rows(plan: Plan) -> str:

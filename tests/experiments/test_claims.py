@@ -76,6 +76,8 @@ def test_the_smoke_plan_runs_every_stage_and_reports_intervals(tmp_path):
     page = results.read_text()
     assert "GLUE linear, raw" in page and "GLUE linear, whitened" in page and "MTEB (frozen, pooler trained)" in page
     assert "MTEB-lite, raw" in page and "MTEB-lite, whitened" in page and "MTEB-lite raw equal samples" in page
+    folders = ", ".join(probe["mteb_lite"]["tasks"])
+    assert f"MTEB-lite ({folders}; " in page and "span pairs of the corpus, checked against" in page
     assert "By readout (complementary − BERT): raw" in page
     assert "Equal samples" in page and "crossbert-compl − bert" in page
     assert page.startswith(f"# old page\n\n{kept}\n\n<!-- claims:start")  # the other sections kept as they were
