@@ -34,11 +34,13 @@ CAVEATS = [
     "resolve; differences are paired by seed (the same data order for every arm of a seed).",
     "The LR is constant after warm-up (no decay), so a checkpoint is the end of a shorter run and the curves can "
     "be read at any budget; no run gets the end-of-training gain a decayed schedule would give.",
-    "MTEB-lite is mteb's main score over STS12-16 and Banking77 on test sets subsampled to the plan's "
-    "`mteb_lite_max_test` rows: compare rows with each other, not with MTEB's published scores.",
+    "MTEB-lite is mteb's main score over the shared `mteb_lite/` folders (named under What was run) on test sets "
+    "subsampled to the plan's `mteb_lite_max_test` rows: compare rows with each other, not with MTEB's published "
+    "scores.",
     "Every probe reads frozen, mean-pooled last-layer features with the project's recipe (PCA-whitened for its "
-    "own architectures, see the whitening section); the k-NN probe reads the same features. The linear probe is "
-    "also reported on both readouts, raw (the paper's protocol) and whitened, each with its own verdict.",
+    "own architectures, see the whitening section); the k-NN probe reads the same features. The linear probe and "
+    "MTEB-lite are also reported on both readouts, raw (the paper's protocol) and whitened, each with its own "
+    "verdict.",
     "MTEB (frozen, pooler trained) is the paper's MTEB protocol at this scale: a linear pooler over the frozen "
     "mean pooling, trained with MultipleNegativesRankingLoss on span pairs of the study's corpus (checked "
     "against the MTEB-lite test sets), at the budget points only.",
