@@ -315,6 +315,13 @@ def timed_rows(result: dict) -> list[list[str]]:
     return rows
 
 
+def _mteb_folders(result: dict) -> str:
+    """The MTEB-lite folders the timed run's arms were scored on."""
+    folders = {name for seed in result["seeds"] for arm in seed["arms"]
+               for name in ((arm.get("scores") or {}).get("mteb_lite") or {})}
+    return ", ".join(sorted(folders)) or "no folder"
+
+
 def timed_markdown(result: dict) -> str:
     """The equal-compute table of a timed run, with the settings it ran under."""
     plan, seeds = result["plan"], [s["seed"] for s in result["seeds"]]
@@ -324,7 +331,7 @@ def timed_markdown(result: dict) -> str:
             f"batch {plan['global_batch']}, lr {plan['lr']} constant after {plan['warmup']} warm-up steps. Frozen "
             f"mean-pooled probes, {plan['probe_max_train']} train rows per task, dev sets "
             f"{'in full' if plan['probe_max_test'] is None else 'subsampled'}. MTEB-lite avg: mteb's main score "
-            f"over STS12-16 and Banking77 (`crossbert-mteb`'s protocol), test sets "
+            f"over {_mteb_folders(result)} (`crossbert-mteb`'s protocol), test sets "
             f"{'in full' if plan.get('mteb_lite_max_test') is None else 'subsampled'}. "
             f"{'One seed' if len(seeds) == 1 else f'{len(seeds)} seeds (mean ± 95% interval)'}: {seeds}"
             + (f"; seeds {result['skipped_seeds']} skipped for lack of time." if result["skipped_seeds"] else "."))

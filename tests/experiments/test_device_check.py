@@ -239,6 +239,7 @@ def test_toy_dry_run_of_every_stage_and_its_results_section(tmp_path):
     assert all(set(arm["scores"]["tasks"]) == set(TOY_TASKS) for arm in arms)
     assert all(set(arm["scores"]["mteb_lite"]) == {"ToySTSA", "ToySTSB", "ToyIntents"} for arm in arms)
     assert all(-100 <= arm["scores"]["mteb_lite_average"] <= 100 for arm in arms)
+    assert "MTEB-lite avg: mteb's main score over ToyIntents, ToySTSA, ToySTSB (" in claims["markdown"]
     section = gpu_section([payload])
     assert "| GLUE avg | MTEB-lite avg | status |" in section
     assert section.startswith(SECTION_START) and payload["meta"]["started_utc"] in section
