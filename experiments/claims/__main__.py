@@ -15,6 +15,7 @@ import sys
 from .study.plan import plan_names
 from .study.stopping import StudyStopped
 from megatron_crossbert.cli.errors import add_debug_flag, cli_main
+from megatron_crossbert.platform.threads import limit_threads
 from megatron_crossbert.shared_data import default_or_error, find_shared
 
 from .pipeline import STAGES, ExperimentPaths, run_experiment
@@ -47,7 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="subset of the stages (default: all, in order)")
     p.add_argument("--follow", action="store_true",
                    help="probe/report only: keep probing checkpoints as a concurrent 'train' invocation writes them")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads of torch and of the BLAS/OpenMP pools (the probes' scikit-learn), in this process "
+                   "and its children (default: torch one per core, the pools their own setting)")
     timed = p.add_argument_group("equal FLOPs inside a time budget (what the device check runs; see timed.py)")
     timed.add_argument("--train-seconds", type=float, default=None,
                        help="instead of the plan's budgets: one run per arm, every arm the same model FLOPs, all "
@@ -105,9 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     corpus = args.corpus or default_or_error("--corpus", "corpus", "corpus")
     glue_dir = args.glue_dir or default_or_error("--glue-dir", "GLUE folder", "glue")
     mteb_lite_dir = _mteb_lite_dir(args.mteb_lite_dir)
-    import torch
-
-    torch.set_num_threads(args.threads or max(1, os.cpu_count() or 1))
+    limit_threads(args.threads)
     os.environ.setdefault("TQDM_DISABLE", "1")  # probe progress bars would flood the experiment log
     if args.train_seconds is not None:
         return _run_timed(args, corpus, glue_dir, mteb_lite_dir)

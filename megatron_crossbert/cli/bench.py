@@ -44,7 +44,8 @@ def _add_throughput(sub) -> None:
                    help="device peak TFLOP/s for MFU (default: the GEMM measured now on a GPU; none on the CPU)")
     p.add_argument("--clock", default="auto", choices=CLOCKS,
                    help="step timer: process CPU time is robust to other jobs on a shared CPU (auto: cpu on CPU, wall on GPU)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU threads of torch and the BLAS/OpenMP pools (default: torch one per core)")
     p.add_argument("--profile", action="store_true",
                    help="also break one step per model into embedding/encoder/decoder/LM head/optimizer time")
     p.add_argument("--out", default="benchmarks/out/throughput.json", help="JSON report path")
@@ -113,7 +114,8 @@ def _add_export_speed(sub) -> None:
     p.add_argument("--clock", default="auto", choices=CLOCKS,
                    help="auto: process CPU time on CPU (robust to other jobs), wall on GPU")
     p.add_argument("--work-dir", default=None, help="keep the checkpoint and exports here (default: temp dir)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU threads of torch and the BLAS/OpenMP pools (default: torch one per core)")
     p.add_argument("--out", default="benchmarks/out/export_speed.json", help="JSON report path")
 
 
@@ -125,7 +127,8 @@ def _add_checkpoint(sub) -> None:
     p.add_argument("--verify", choices=field_choices(CheckpointConfig, "verify"), default="full",
                    help="checkpoint.verify of the loads: check the checksums before reading (full) or not (off)")
     p.add_argument("--work-dir", default=None, help="where temporary checkpoints go (default: system temp dir)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU threads of torch and the BLAS/OpenMP pools (default: torch one per core)")
     p.add_argument("--out", default="benchmarks/out/checkpoint.json",
                    help="JSON report path (the markdown table goes beside it, .md)")
 
@@ -163,12 +166,6 @@ def build_parser() -> argparse.ArgumentParser:
     _add_preprocess(sub)
     add_debug_flag(parser)
     return parser
-
-
-def _set_threads(threads: int | None) -> None:
-    import torch
-
-    torch.set_num_threads(threads or max(1, os.cpu_count() or 1))
 
 
 def run_throughput_command(args) -> int:
@@ -295,7 +292,9 @@ def run_preprocess_command(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command != "preprocess":  # preprocessing cases are subprocesses; the harness needs no torch
-        _set_threads(getattr(args, "threads", None))
+        from megatron_crossbert.platform.threads import limit_threads
+
+        limit_threads(getattr(args, "threads", None))
     handlers = {"throughput": run_throughput_command, "attention": run_attention_command,
                 "gpu-check": run_gpu_check_command,
                 "export-speed": run_export_speed_command, "checkpoint": run_checkpoint_command,

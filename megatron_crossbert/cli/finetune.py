@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-train", type=int, help="subsample each train split to N rows (seeded), for smoke runs")
     p.add_argument("--max-dev", type=int, help="subsample each dev split to N rows (smoke runs only: the numbers "
                                                "are marked not comparable)")
-    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's; bit agreement needs equal counts)")
+    p.add_argument("--threads", type=int, help="CPU threads of torch and the BLAS/OpenMP pools (default: torch's; bit agreement needs equal counts)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     add_debug_flag(p)
     return p
@@ -74,8 +74,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads is not None and args.threads < 1:
         raise ValueError(f"--threads: must be at least 1, got {args.threads}")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    import torch
-
     from megatron_crossbert.evaluation.finetune.presets import get_preset
     from megatron_crossbert.evaluation.finetune.report import render_markdown
     from megatron_crossbert.evaluation.finetune.runner import FinetuneConfig, run_finetune
@@ -86,7 +84,9 @@ def main(argv: list[str] | None = None) -> int:
                             cache_dir=cache_dir_arg(args.cache_dir), tokenizer_dir=args.tokenizer_dir,
                             verify=args.verify, progress=not args.no_progress)
     if args.threads:
-        torch.set_num_threads(args.threads)
+        from megatron_crossbert.platform.threads import limit_threads
+
+        limit_threads(args.threads)
     tasks = [name.strip() for name in (args.tasks or "").split(",") if name.strip()] or None
     report = run_finetune(args.model, args.glue_dir, tasks, args.out, config)
     print(render_markdown(report))
