@@ -1,4 +1,5 @@
-"""CPU/gloo compatibility and distributed set-up for megatron-core (see cpu.py, distributed.py)."""
+"""CPU/gloo compatibility, distributed set-up and CPU thread counts for megatron-core
+(see cpu.py, distributed.py, threads.py)."""
 
 from megatron_crossbert.platform.cpu import PATCHED_ATTRIBUTES, apply_cpu_patches, cpu_patches_active
 from megatron_crossbert.platform.distributed import (
