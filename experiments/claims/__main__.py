@@ -48,7 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="subset of the stages (default: all, in order)")
     p.add_argument("--follow", action="store_true",
                    help="probe/report only: keep probing checkpoints as a concurrent 'train' invocation writes them")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads of torch and of the BLAS/OpenMP pools (the probes' scikit-learn), in this process "
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU threads of torch and of the BLAS/OpenMP pools (the probes' scikit-learn), in this process "
                    "and its children (default: torch one per core, the pools their own setting)")
     timed = p.add_argument_group("equal FLOPs inside a time budget (what the device check runs; see timed.py)")
     timed.add_argument("--train-seconds", type=float, default=None,

@@ -65,7 +65,8 @@ def _point(plan: Plan, per_sample: float, iteration: int, report: dict, loss: fl
                  summary.get("knn_glue_average"), in_domain, mteb.get("average"), loss,
                  tasks, (readouts.get("raw") or {}).get("glue_average"),
                  (readouts.get("whitened") or {}).get("glue_average"), (report.get("mteb_pooler") or {}).get("average"),
-                 raw_mteb_lite_average=mteb_readouts.get("raw"), whitened_mteb_lite_average=mteb_readouts.get("whitened"))
+                 raw_mteb_lite_average=mteb_readouts.get("raw"),
+                 whitened_mteb_lite_average=mteb_readouts.get("whitened"))
 
 
 def curve(plan: Plan, run: RunSpec, work_dir: Path) -> list[Point]:

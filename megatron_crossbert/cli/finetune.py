@@ -62,7 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-train", type=int, help="subsample each train split to N rows (seeded), for smoke runs")
     p.add_argument("--max-dev", type=int, help="subsample each dev split to N rows (smoke runs only: the numbers "
                                                "are marked not comparable)")
-    p.add_argument("--threads", type=int, help="CPU threads of torch and the BLAS/OpenMP pools (default: torch's; bit agreement needs equal counts)")
+    p.add_argument("--threads", type=int,
+                   help="CPU threads of torch and the BLAS/OpenMP pools (default: torch's; bit agreement needs equal counts)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     add_debug_flag(p)
     return p
