@@ -8,8 +8,10 @@ view and with two complementary views, and the fastest complementary setting. Th
 * **Equal samples**: a run trains ``sample_steps`` steps of ``global_batch`` sequences.
 * **Equal compute**: the FLOPs BERT spends on that sample budget (``model_flops_per_sample`` x
   samples, ``compute_budget_flops``); ``steps_for_flops`` converts a budget into steps.
-* The LR is constant after a short warm-up, so a checkpoint in the middle of a run is the same
-  model as the end of a shorter run: curves can be read at any budget.
+* The recipe (LR schedule, dropout, BERT's selection rate, weight decay) is the plan's too. With a constant LR
+  after a short warm-up, a checkpoint in the middle of a run is the same model as the end of a shorter run, so
+  curves can be read at any budget and a longer plan extends finished runs. With ``lr_decay_style: WSD`` only
+  the last checkpoint is decayed: earlier ones are stable-phase points, and a longer plan is a fresh run.
 
 Shared by the claims study and the device check's claims stage (``experiments/``), which pick their
 own plans and runs from these types.
@@ -111,6 +113,23 @@ class Plan:
     pooler_pairs: int = 0
     """Span pairs cut from the study's corpus to train a pooler on each budget-point checkpoint (the paper's
     "MTEB (frozen, pooler trained)", ``evaluation/pooler``), scored on MTEB-lite; 0: no pooler column."""
+    lr_decay_style: str = "constant"
+    """``training.lr_decay_style`` of every run: constant (curves readable at any checkpoint) or WSD (a real
+    decay at the end; see the module docstring)."""
+    lr_wsd_decay_fraction: float = 0.2
+    """WSD only: the decay phase as a fraction of each run's steps (``training.lr_wsd_decay_fraction``)."""
+    lr_wsd_decay_style: str = "linear"
+    """WSD only: the decay's shape (``training.lr_wsd_decay_style``)."""
+    min_lr: float | None = None
+    """LR at the end of the decay; None: ``lr`` for a constant schedule, 0 for WSD."""
+    hidden_dropout: float = 0.1
+    """``model.hidden_dropout`` of every run (BERT's 0.1 by default)."""
+    attention_dropout: float = 0.1
+    """``model.attention_dropout`` of every run."""
+    bert_mask_prob: float = 0.15
+    """The MLM baseline's selection rate (``masking.bert_mask_prob``; 80/10/10 of the selected tokens)."""
+    weight_decay: float = 0.01
+    """AdamW's decoupled weight decay (``training.weight_decay``; megatron-core exempts biases and norms)."""
 
     def __post_init__(self) -> None:
         """Values no study can run with, refused before anything trains (one line naming the field)."""
@@ -125,6 +144,24 @@ class Plan:
                 raise ValueError(f"plan.{name} must be >= 1, got {getattr(self, name)}")
         if self.global_batch % self.micro_batch:
             raise ValueError(f"plan.global_batch {self.global_batch} is not a multiple of micro_batch {self.micro_batch}")
+        if self.lr_decay_style not in ("constant", "WSD"):
+            raise ValueError(f"plan.lr_decay_style={self.lr_decay_style!r} must be constant or WSD")
+
+    @property
+    def decays(self) -> bool:
+        """Whether the LR decays at the end of a run, so that a checkpoint before the end is not a shorter run."""
+        return self.lr_decay_style == "WSD"
+
+    def training_schedule(self, steps: int) -> dict:
+        """The ``training`` fields of the LR schedule of a ``steps``-step run (the one owner of the plan's
+        schedule: constant to ``lr``, or WSD to ``min_lr`` over the run's last ``lr_wsd_decay_fraction``)."""
+        warmup = min(self.warmup, steps)
+        if not self.decays:
+            return {"lr": self.lr, "min_lr": self.lr if self.min_lr is None else self.min_lr,
+                    "lr_warmup_iters": warmup, "lr_decay_style": "constant"}
+        return {"lr": self.lr, "min_lr": 0.0 if self.min_lr is None else self.min_lr, "lr_warmup_iters": warmup,
+                "lr_decay_style": "WSD", "lr_wsd_decay_fraction": self.lr_wsd_decay_fraction,
+                "lr_wsd_decay_style": self.lr_wsd_decay_style}
 
 
 @dataclass(frozen=True)
@@ -161,18 +198,21 @@ def run_config(plan: Plan, arch: str, mask_ratio: float, complementary: bool, sh
     steps = train_steps or plan.sample_steps
     model = {"arch": arch, "vocab_size": plan.vocab_size, "hidden_size": shape.hidden_size,
              "num_layers": shape.num_layers, "num_attention_heads": shape.num_attention_heads,
-             "max_position_embeddings": 512,
+             "max_position_embeddings": 512, "hidden_dropout": plan.hidden_dropout,
+             "attention_dropout": plan.attention_dropout,
              **decoder_fields(arch, shape.hidden_size, shape.num_attention_heads, decoder_layers, decoder_width)}
     raw = {
         "model": model,
-        "masking": {"mask_ratio": mask_ratio, "complementary": complementary, "seed": seed},
+        "masking": {"mask_ratio": mask_ratio, "complementary": complementary, "seed": seed,
+                    "bert_mask_prob": plan.bert_mask_prob},
         "data": {"seq_length": plan.seq_length, "split": plan.split},
         "training": {"micro_batch_size": plan.micro_batch, "global_batch_size": plan.global_batch,
-                     "precision": plan.precision, "seed": seed, "train_iters": steps, "lr": plan.lr,
-                     "min_lr": plan.lr, "lr_warmup_iters": min(plan.warmup, steps), "lr_decay_style": "constant",
+                     "precision": plan.precision, "seed": seed, "train_iters": steps,
+                     **plan.training_schedule(steps), "weight_decay": plan.weight_decay,
                      "log_interval": 10, "eval_iters": max(plan.eval_iters, 1),
                      "eval_interval": plan.save_interval if plan.eval_iters else 0},
-        # A longer plan deliberately extends finished runs (constant LR, so only train_iters changes).
+        # A longer constant-LR plan deliberately extends finished runs (only train_iters changes); a WSD run's
+        # train key changes with its schedule, so the stage keys refuse it in a used work dir.
         "checkpoint": {"lr_schedule_on_resume": "config"},
     }
     return RunConfig.from_dict(raw)
