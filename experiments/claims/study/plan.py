@@ -154,9 +154,10 @@ class Plan:
 
     def training_schedule(self, steps: int) -> dict:
         """The ``training`` fields of the LR schedule of a ``steps``-step run (the one owner of the plan's
-        schedule: constant to ``lr``, or WSD to ``min_lr`` over the run's last ``lr_wsd_decay_fraction``)."""
+        schedule: constant to ``lr``, or WSD to ``min_lr`` over the run's last ``lr_wsd_decay_fraction``). A run
+        no longer than its warm-up (the untrained reference) has no stable phase to decay: constant."""
         warmup = min(self.warmup, steps)
-        if not self.decays:
+        if not self.decays or steps <= warmup:
             return {"lr": self.lr, "min_lr": self.lr if self.min_lr is None else self.min_lr,
                     "lr_warmup_iters": warmup, "lr_decay_style": "constant"}
         return {"lr": self.lr, "min_lr": 0.0 if self.min_lr is None else self.min_lr, "lr_warmup_iters": warmup,
