@@ -113,6 +113,17 @@ def load_curves(plan: Plan, runs: list[RunSpec], work_dir: Path) -> StudyCurves:
                        {seed: points[-1] for curves in refs.values() for seed, points in curves.items() if points})
 
 
+def held_out_losses(plan: Plan, runs: list[RunSpec], work_dir: Path) -> dict[str, dict[int, dict[int, float]]]:
+    """{arm: {seed: {iteration: held-out loss}}} of the main and reference runs, every evaluation (not only the
+    probed checkpoints): the loss curves and the floors table read them."""
+    out: dict[str, dict[int, dict[int, float]]] = {}
+    for run in runs:
+        losses = valid_losses(work_dir, run) if run.group in ("main", "reference") else {}
+        if losses:
+            out.setdefault(arm_of(run), {})[plan.seed if run.seed is None else run.seed] = losses
+    return out
+
+
 def read_budget(plan: Plan, curves: dict[str, dict[int, list[Point]]], budget: str) -> dict[str, dict[int, Point]]:
     """{arm: {seed: point}} at ``budget``: 'samples' (the sample budget) or 'flops' (BERT's FLOPs)."""
     flops = compute_budget_flops(plan)

@@ -15,7 +15,7 @@ from megatron_crossbert.arch import get_arch
 from megatron_crossbert.benchmarking.report import fmt, markdown_table
 from .study.commands import read_command_log
 from .study.plan import Plan, RunSpec, arm_of, compute_budget_flops, run_flops_per_sample
-from .study.stats import NOT_RESOLVED, Interval, paired_difference, verdict
+from .study.stats import NOT_RESOLVED, Interval, mean_interval, paired_difference, verdict
 
 from . import analysis as an
 from .plan import CPU_KEY, seeds
@@ -24,8 +24,8 @@ REFERENCE = "untrained"
 CHALLENGERS = ("crossbert-single", "crossbert-compl", "crossbert-fast")
 
 
-def _text(interval: Interval | None) -> str:
-    return "—" if interval is None else interval.text()
+def _text(interval: Interval | None, digits: int = 1) -> str:
+    return "—" if interval is None else interval.text(digits)
 
 
 def _signed(interval: Interval | None) -> str:
@@ -41,8 +41,9 @@ def _plan_text(plan: Plan, runs: list[RunSpec], work_dir: Path) -> str:
     corpus = json.loads(subset.read_text()) if subset.is_file() else None
     seed_list = ", ".join(str(s) for s in seeds(plan) if s is not None) or str(plan.seed)
     lines = [f"- Plan `{plan.name}` (`experiments/claims/plans/{plan.name}.yaml`): L={plan.seq_length}, global batch "
-             f"{plan.global_batch}, AdamW lr {plan.lr} constant after {plan.warmup} warm-up steps, {plan.precision}, "
-             f"one process; seeds {seed_list} (a seed sets the initialisation, the data order and the masks).",
+             f"{plan.global_batch}, AdamW lr {plan.lr} {_schedule(plan)}, dropout {plan.hidden_dropout:g} (attention "
+             f"{plan.attention_dropout:g}), weight decay {plan.weight_decay:g}, BERT selects "
+             f"{plan.bert_mask_prob:.0%} of tokens, {plan.precision}, one process; seeds {seed_list} (a seed sets the initialisation, the data order and the masks).",
              f"- Corpus: {fmt(corpus['bytes'] / 1e6, 1) if corpus else '?'} MB of the corpus (`--corpus`), round-robin "
              f"over its sources, split {plan.split} (train/held-out/test); tokenizer: unigram, vocab {plan.vocab_size}.",
              f"- Probes: frozen encoder, mean-pooled last layer; linear (logistic regression, ridge for STS-B, C by CV "
@@ -66,6 +67,37 @@ def _plan_text(plan: Plan, runs: list[RunSpec], work_dir: Path) -> str:
                      fmt(run_flops_per_sample(plan, run) / 1e9, 3), run.group])
     header = ["arm", "arch", "masking", "encoder", "steps", "GFLOP/sample", "group"]
     return "\n".join(lines) + "\n\n" + markdown_table(header, rows)
+
+
+def _schedule(plan: Plan) -> str:
+    decay = plan.training_schedule(plan.sample_steps)
+    if not plan.decays:
+        return f"constant after {plan.warmup} warm-up steps"
+    return (f"WSD: {plan.warmup} warm-up steps, then constant, then a {plan.lr_wsd_decay_style} decay to "
+            f"{decay['min_lr']:g} over the last {plan.lr_wsd_decay_fraction:.0%} of each run")
+
+
+def _loss_text(plan: Plan, runs: list[RunSpec], work_dir: Path) -> str:
+    """Each arm's held-out loss at its last evaluation beside the floors: the unigram entropy and the untrained
+    model (the reference run's loss after its one step)."""
+    from .study.data_stage import data_prefix, tokenizer_dir
+    from .study.floors import unigram_entropy
+
+    if not Path(data_prefix(work_dir) + ".bin").is_file():
+        return "Not measured yet (the data stage has not run)."
+    floor = unigram_entropy(data_prefix(work_dir), str(tokenizer_dir(work_dir)))["nats"]
+    rows = []
+    for arm, by_seed in an.held_out_losses(plan, runs, work_dir).items():
+        finals = {seed: losses[max(losses)] for seed, losses in by_seed.items()}
+        steps = sorted({max(losses) for losses in by_seed.values()})
+        below = mean_interval([floor - loss for loss in finals.values()])
+        rows.append([arm, ", ".join(map(str, steps)), _text(mean_interval(list(finals.values())), 3),
+                     _text(below, 3), ", ".join(f"s{s}: {v:.3f}" for s, v in sorted(finals.items()))])
+    table = markdown_table(["arm", "step", "held-out loss (nats) [95%]", "below unigram [95%]", "per seed"], rows)
+    return (f"The corpus's unigram entropy under the study's tokenizer is **{floor:.3f} nats** (a model that ignores "
+            "context scores this on a masked token); the untrained row is the other floor. BERT's loss is on its "
+            "selected tokens (80/10/10), CrossBERT's on every masked position of both views, so the two arms' "
+            "losses are different tasks: compare each with the floors, not with each other.\n\n" + table)
 
 
 def _mteb_folders(work_dir: Path) -> str:
@@ -269,11 +301,12 @@ def claims_section(plan: Plan, runs: list[RunSpec], work_dir: Path, curves: an.S
               if isinstance(v, str) and not k.startswith(CPU_KEY) and not v.startswith("done")]
     return "\n\n".join([
         "## The paper's claims, with seeds and intervals",
+        "### Calibration first: does the MLM baseline beat an untrained encoder?",
+        _calibration_text(plan, curves),
+        "### Held-out loss against its floors", _loss_text(plan, runs, work_dir),
         "Verdicts (a verdict only where the 95% interval of the paired difference excludes zero):\n\n" + claims,
         "Stages not done when this page was written: " + ("; ".join(states) if states else "none") + ".",
         "### What was run", _plan_text(plan, runs, work_dir), _cost_text(work_dir, status),
-        "### Calibration: when does the MLM baseline beat an untrained encoder?",
-        _calibration_text(plan, curves),
         "### Claim 1: frozen representations", claim_one,
         "### Claim 2: sample efficiency", efficiency,
         "### Claim 3: model size", sweep,

@@ -27,13 +27,7 @@ from .plan import CPU_KEY, all_runs
 
 STAGES = ("data", "train", "probe", "report")
 
-CAVEATS = [
-    "Tiny encoders (h=64-128, 2-4 layers, L=64) trained for minutes on 2 CPU cores: the paper's models are "
-    "BERT-base and larger, trained for days. Verdicts here are about this scale only.",
-    "Intervals are Student-t over the seeds (n=3 in the cpu plan: t = 4.30), so only large, consistent gaps "
-    "resolve; differences are paired by seed (the same data order for every arm of a seed).",
-    "The LR is constant after warm-up (no decay), so a checkpoint is the end of a shorter run and the curves can "
-    "be read at any budget; no run gets the end-of-training gain a decayed schedule would give.",
+FIXED_CAVEATS = [
     "MTEB-lite is mteb's main score over the shared `mteb_lite/` folders (named under What was run) on test sets "
     "subsampled to the plan's `mteb_lite_max_test` rows: compare rows with each other, not with MTEB's published "
     "scores.",
@@ -45,6 +39,30 @@ CAVEATS = [
     "mean pooling, trained with MultipleNegativesRankingLoss on span pairs of the study's corpus (checked "
     "against the MTEB-lite test sets), at the budget points only.",
 ]
+
+
+def _schedule_caveat(plan: Plan) -> str:
+    if not plan.decays:
+        return ("The LR is constant after warm-up (no decay), so a checkpoint is the end of a shorter run and the "
+                "curves can be read at any budget; no run gets the end-of-training gain a decayed schedule would give.")
+    min_lr = plan.training_schedule(plan.sample_steps)["min_lr"]
+    return (f"The LR decays (WSD: {plan.lr_wsd_decay_style} to {min_lr} over the last "
+            f"{plan.lr_wsd_decay_fraction:.0%} of each run), so only a run's last checkpoint is decayed. The earlier "
+            "curve points are stable-phase checkpoints at the peak LR, below what a run that ended there would "
+            "reach, and so is the equal-compute point of an arm that trains past BERT's FLOPs.")
+
+
+def caveats(plan: Plan) -> list[str]:
+    """The page's caveats for ``plan``: its scale, the intervals, its LR schedule, MTEB-lite, the readouts."""
+    widths = "-".join(str(h) for h in sorted({plan.main_shape.hidden_size,
+                                               *(shape.hidden_size for shape in plan.sweep_shapes)}))
+    tokens = plan.sample_steps * plan.global_batch * plan.seq_length
+    return [f"Tiny encoders (h={widths}, L={plan.seq_length}) trained on 2 CPU cores, {tokens / 1e6:.1f}M tokens "
+            "a run at the sample budget: the paper's models are BERT-base and larger, trained for days. Verdicts "
+            "here are about this scale only.",
+            f"Intervals are Student-t over the seeds (n={len(plan.seeds) or 1}), so only large, consistent gaps "
+            "resolve; differences are paired by seed (the same data order for every arm of a seed).",
+            _schedule_caveat(plan), *FIXED_CAVEATS]
 
 
 @dataclass
@@ -136,7 +154,10 @@ def _add_cpu(work_dir: Path, name: str, seconds: float) -> dict:
     return {key: round(_load_status(work_dir).get(key, 0.0) + seconds, 1)}
 
 
-def make_figures(plan: Plan, curves: an.StudyCurves, figures_dir: Path) -> dict[str, Path | None]:
+def make_figures(plan: Plan, curves: an.StudyCurves, figures_dir: Path, runs: list[RunSpec] | None = None,
+                 work: Path | None = None) -> dict[str, Path | None]:
+    from .study.data_stage import data_prefix, tokenizer_dir
+    from .study.floors import unigram_entropy
     from .study.plan import flops_per_sample
 
     from . import plots
@@ -145,7 +166,7 @@ def make_figures(plan: Plan, curves: an.StudyCurves, figures_dir: Path) -> dict[
     suffix = "" if plan.name == "cpu" else f"_{plan.name}"
     sweep = [(shape.label, flops_per_sample(plan, "crossbert", 0.5, True, shape) / 1e9,
               list(an.values(points, an.HEADLINE).values())) for shape, points in an.sweep_points(plan, curves)]
-    return {
+    figures = {
         "vs samples": plots.plot_curves(curves.main, "samples", plan.sample_steps * plan.global_batch,
                                         figures_dir / f"claims_vs_samples{suffix}.png", floor),
         "vs FLOPs": plots.plot_curves(curves.main, "flops", compute_budget_flops(plan),
@@ -153,17 +174,24 @@ def make_figures(plan: Plan, curves: an.StudyCurves, figures_dir: Path) -> dict[
         "vs held-out loss": plots.plot_loss_vs_probe(curves.main, figures_dir / f"claims_vs_loss{suffix}.png"),
         "sweep": plots.plot_sweep(sweep, figures_dir / f"claims_size_sweep{suffix}.png"),
     }
+    if runs is not None and work is not None:
+        has_data = Path(data_prefix(work) + ".bin").is_file()
+        unigram = unigram_entropy(data_prefix(work), str(tokenizer_dir(work)))["nats"] if has_data else None
+        figures["held-out loss vs tokens"] = plots.plot_loss_curves(
+            an.held_out_losses(plan, runs, work), plan.global_batch * plan.seq_length, unigram,
+            figures_dir / f"claims_loss{suffix}.png")
+    return figures
 
 
 def _report(plan: Plan, runs: list[RunSpec], work: Path, paths: ExperimentPaths) -> None:
     from .results_page import write_results_page
 
     curves = an.load_curves(plan, runs, work)  # every probe JSON and event file read once per page
-    figures = make_figures(plan, curves, Path(paths.figures_dir))
+    figures = make_figures(plan, curves, Path(paths.figures_dir), runs, work)
     throughput = [Path(path) for path in paths.throughput_json if Path(path).is_file()]
     status = {k: v for k, v in _load_status(work).items() if k != "report"}
     write_results_page(Path(paths.results_md), plan=plan, runs=runs, work_dir=work, curves=curves, figures=figures,
-                       status=status, throughput_jsons=throughput, caveats=CAVEATS)
+                       status=status, throughput_jsons=throughput, caveats=caveats(plan))
 
 
 def follow_probes(plan: Plan, runs: list[RunSpec], work: Path, paths: ExperimentPaths, poll_s: float = 30.0) -> None:

@@ -94,6 +94,41 @@ def plot_loss_vs_probe(curves: dict[str, dict[int, list[Point]]], out: Path) -> 
     return _save(plt, fig, ax, out, "Frozen GLUE (linear) vs held-out loss, checkpoint by checkpoint", METRICS[HEADLINE])
 
 
+def plot_loss_curves(losses: dict[str, dict[int, dict[int, float]]], tokens_per_step: int, unigram: float | None,
+                     out: Path) -> Path | None:
+    """Held-out loss against training tokens per arm (mean over seeds, 95% band), with the unigram entropy and
+    the untrained model's loss (the reference's one evaluation) as floors."""
+    arms = {arm: by_seed for arm, by_seed in losses.items() if any(len(curve) > 1 for curve in by_seed.values())}
+    if not arms:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for arm, by_seed in arms.items():
+        label, color, marker = STYLES.get(arm, (arm, None, "x"))
+        steps = sorted(set.intersection(*(set(curve) for curve in by_seed.values())))
+        bands = [mean_interval([curve[step] for curve in by_seed.values()]) for step in steps]
+        x = [step * tokens_per_step / 1e6 for step in steps]
+        ax.plot(x, [b.mean for b in bands], marker=marker, markersize=3, color=color, label=label)
+        ax.fill_between(x, [b.low if b.low is not None else b.mean for b in bands],
+                        [b.high if b.high is not None else b.mean for b in bands], color=color, alpha=0.15)
+    untrained = [loss for arm, by_seed in losses.items() if arm not in arms
+                 for curve in by_seed.values() for loss in curve.values()]
+    if untrained:
+        ax.axhline(sum(untrained) / len(untrained), color="tab:green", linestyle="--", linewidth=1, label="untrained")
+    if unigram is not None:
+        ax.axhline(unigram, color="black", linestyle=":", linewidth=1, label=f"unigram entropy ({unigram:.2f})")
+    ax.set_xlabel("training tokens (M)")
+    ax.legend(fontsize=7)
+    ax.set_ylabel("held-out loss (nats per target token)")
+    ax.set_title("Held-out loss vs tokens (mean, 95% band over seeds)", fontsize=9)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
 def plot_sweep(rows: list[tuple[str, float, list[float]]], out: Path) -> Path | None:
     """Headline score (mean and interval over seeds) against FLOPs per sample for the size sweep."""
     rows = [(label, gflops, mean_interval(scores)) for label, gflops, scores in rows if scores]

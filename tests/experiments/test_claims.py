@@ -80,7 +80,7 @@ def test_the_smoke_plan_runs_every_stage_and_reports_intervals(tmp_path):
     assert f"MTEB-lite ({folders}; " in page and "span pairs of the corpus, checked against" in page
     assert "By readout (complementary − BERT): raw" in page
     assert "Equal samples" in page and "crossbert-compl − bert" in page
-    assert page.startswith(f"# old page\n\n{kept}\n\n<!-- claims:start")  # the other sections kept as they were
+    assert page.startswith(f"# old page\n\n{kept}\n\n<!-- claims-smoke:start")  # kept bytes; a plan other than cpu has its own section
     assert " ± " in page  # two seeds: every cell has an interval
     assert "Calibration" in page and "GLUE k-NN" in page and "CPU-hours" in page
     assert main(argv) == 0  # a second run finds everything done and only rewrites the report

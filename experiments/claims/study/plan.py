@@ -101,6 +101,9 @@ class Plan:
     probe_every: int | None = None
     """Main runs are probed at every multiple of this many steps, besides the budget points the tables read;
     None: at every checkpoint (a curve point costs a probe, about a minute on the cpu plan)."""
+    probe_at: list[int] = field(default_factory=list)
+    """Main runs are probed at exactly these steps (besides the budget points) when given, instead of every
+    ``probe_every``: log-spaced points (S/8, S/4, S/2, S) cost four probes a run where a grid costs more."""
     probe_knn: int = 10
     """Neighbours of the k-NN probe run beside the linear probe on every checkpoint; 0: linear only."""
     eval_iters: int = 0

@@ -57,13 +57,20 @@ def key_iterations(plan: Plan, run: RunSpec) -> list[int]:
 
 def targets(work_dir: Path, run: RunSpec, plan: Plan) -> list[tuple[int, Path]]:
     """Checkpoints to probe, key budget points first (they decide the tables), then the curve's points
-    (every ``plan.probe_every`` steps); sweep runs only at the sweep step; never beyond ``latest``."""
+    (``plan.probe_at``, else every ``plan.probe_every`` steps); sweep runs only at the sweep step; never beyond
+    ``latest``."""
     latest = latest_iteration(run_dir(work_dir, run)) or 0
     keys = key_iterations(plan, run)
-    every = plan.probe_every if run.group == "main" and plan.probe_every else None
     found = [(it, path) for it, path in checkpoints(work_dir, run) if it <= latest and
-             (it in keys or (run.group == "main" and (every is None or it % every == 0)))]
+             (it in keys or (run.group == "main" and _curve_point(plan, it)))]
     return sorted(found, key=lambda item: (item[0] not in keys, item[0]))
+
+
+def _curve_point(plan: Plan, iteration: int) -> bool:
+    """Whether a main run's checkpoint at ``iteration`` is one of the plan's curve points."""
+    if plan.probe_at:
+        return iteration in plan.probe_at
+    return plan.probe_every is None or iteration % plan.probe_every == 0
 
 
 def load_mteb_lite(plan: Plan, mteb_lite_dir: str | None) -> list:

@@ -28,6 +28,8 @@ def resolved_config(plan: Plan, run: RunSpec, work_dir: Path, data_prefix: str, 
     raw["model"]["vocab_size"] = vocab_size
     raw["data"].update(data_path=[data_prefix], tokenizer=tokenizer)
     raw["checkpoint"].update(save_dir=str(run_dir(work_dir, run)), save_interval=run.save_interval, keep_last=0)
+    if raw["training"]["eval_interval"]:  # held-out loss at every checkpoint, the 1-step reference's included
+        raw["training"]["eval_interval"] = run.save_interval
     return raw
 
 
