@@ -44,6 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--throughput-json", nargs="+", default=defaults.throughput_json,
                    help="throughput reports (crossbert-bench throughput) to include in the results page, "
                         "those that exist")
+    p.add_argument("--records", default=None, metavar="DIR",
+                   help="the study's records (small JSON, meant to be committed): each run is sealed there once "
+                        "trained and probed, and a fresh --work-dir is seeded from it after its data stage, so a "
+                        "study spans sessions whose machines do not keep the work dir (default: none)")
     p.add_argument("--stages", nargs="*", default=None, choices=STAGES,
                    help="subset of the stages (default: all, in order)")
     p.add_argument("--follow", action="store_true",
@@ -115,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     probe_dir = args.probe_dir or default_or_error("--probe-dir", "probe task folder", "probe")
     paths = ExperimentPaths(work_dir=args.work_dir, corpus=corpus, glue_dir=glue_dir, probe_dir=probe_dir,
                             results_md=args.results_md, figures_dir=args.figures_dir,
-                            throughput_json=args.throughput_json, mteb_lite_dir=mteb_lite_dir)
+                            throughput_json=args.throughput_json, mteb_lite_dir=mteb_lite_dir,
+                            records=args.records)
     try:
         run_experiment(paths, plan_name=args.plan, stages=args.stages, follow=args.follow)
     except StudyStopped as stop:

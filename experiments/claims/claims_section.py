@@ -121,8 +121,21 @@ def _test_rows(plan: Plan) -> str:
     return "**full dev sets**" if plan.probe_max_test is None else f"dev subsampled to {plan.probe_max_test} rows"
 
 
-def _cost_text(work_dir: Path, status: dict) -> str:
-    """Wall seconds of every command and CPU-hours of every stage (``status.json``'s ``cpu_seconds:*`` keys)."""
+def _sessions_text(records: Path | None) -> str:
+    """How many working sessions and CPU-hours the study took, from its records (restarted work included)."""
+    if records is None:
+        return ""
+    from .study.records import sessions_summary
+
+    summary = sessions_summary(records)
+    return (f"Over its {summary['sessions']} working session(s) ({summary['invocations']} processes, records in "
+            f"`{records}`), the study has used {summary['cpu_hours']:.2f} CPU-hours, work lost to a session's end "
+            "included.")
+
+
+def _cost_text(work_dir: Path, status: dict, records: Path | None = None) -> str:
+    """Wall seconds of every command and CPU-hours of every stage (``status.json``'s ``cpu_seconds:*`` keys), and
+    with records the sessions the study took."""
     log = read_command_log(work_dir)
     train = sum(e["seconds"] for e in log if "cli.pretrain" in " ".join(e["argv"]))
     cpu = {key[len(CPU_KEY):]: value for key, value in status.items() if key.startswith(CPU_KEY)}
@@ -134,10 +147,14 @@ def _cost_text(work_dir: Path, status: dict) -> str:
         parts.append("CPU time by stage (this process and its children): " + ", ".join(
             f"{kind} {seconds / 3600:.2f} h" for kind, seconds in by_kind.items()) +
             f"; {sum(by_kind.values()) / 3600:.2f} CPU-hours in all.")
+    if records is not None:
+        parts.append(_sessions_text(records))
     notes = work_dir / "NOTES.md"
     if notes.is_file():
         parts.append("How the study was driven (`NOTES.md`):\n\n" + notes.read_text().strip())
-    return " ".join(parts[:2]) + ("\n\n" + parts[2] if len(parts) > 2 else "")
+    prose = [part for part in parts if not part.startswith("How the study was driven")]
+    driven = [part for part in parts if part.startswith("How the study was driven")]
+    return " ".join(prose) + "".join("\n\n" + part for part in driven)
 
 
 def _budget_table(points: dict[str, dict[int, an.Point]], reference: dict[int, an.Point]) -> str:
@@ -277,7 +294,7 @@ def _figures(figures: dict[str, Path | None], docs_dir: Path) -> str:
 
 
 def claims_section(plan: Plan, runs: list[RunSpec], work_dir: Path, curves: an.StudyCurves,
-                   figures: dict[str, Path | None], docs_dir: Path, status: dict) -> str:
+                   figures: dict[str, Path | None], docs_dir: Path, status: dict, records: Path | None = None) -> str:
     """The whole study section: verdicts first, then how they were measured."""
     claim_one, verdicts = _claim_one(plan, curves)
     efficiency, factors = _efficiency_text(plan, curves)
@@ -306,7 +323,7 @@ def claims_section(plan: Plan, runs: list[RunSpec], work_dir: Path, curves: an.S
         "### Held-out loss against its floors", _loss_text(plan, runs, work_dir),
         "Verdicts (a verdict only where the 95% interval of the paired difference excludes zero):\n\n" + claims,
         "Stages not done when this page was written: " + ("; ".join(states) if states else "none") + ".",
-        "### What was run", _plan_text(plan, runs, work_dir), _cost_text(work_dir, status),
+        "### What was run", _plan_text(plan, runs, work_dir), _cost_text(work_dir, status, records),
         "### Claim 1: frozen representations", claim_one,
         "### Claim 2: sample efficiency", efficiency,
         "### Claim 3: model size", sweep,

@@ -79,6 +79,9 @@ class ExperimentPaths:
     and the same encoder at L=512 (``--seq-length 512``)."""
     mteb_lite_dir: str | None = None
     """MTEB-lite folders (STS12-16, Banking77) each checkpoint is also scored on; None: not scored."""
+    records: str | None = None
+    """The study's records folder (``study/records.py``): finished runs are sealed there and a fresh work dir is
+    seeded from it, so a study outlives its work dir; None: the work dir is the only record."""
 
 
 def _status_path(work_dir: Path) -> Path:
@@ -125,7 +128,18 @@ def _cpu_seconds() -> float:
     return times.user + times.system + times.children_user + times.children_system
 
 
-def _run_stage(name: str, fn, work_dir: Path) -> bool:
+_STARTED = time.time()
+"""This invocation's start (wall time), for its ``sessions.json`` entry in the records."""
+
+
+def _note_session(records: str | None) -> None:
+    if records:
+        from .study.records import note_session
+
+        note_session(Path(records), _STARTED, _cpu_seconds())
+
+
+def _run_stage(name: str, fn, work_dir: Path, records: str | None = None) -> bool:
     """Run one stage, recording running/done/failed (with the error) and its CPU seconds in status.json; raises
     only ``StudyStopped`` (a stop signal, ``study.stopping``), after recording the stage as stopped."""
     start, cpu = time.time(), _cpu_seconds()
@@ -135,6 +149,7 @@ def _run_stage(name: str, fn, work_dir: Path) -> bool:
         ok, state = True, f"done ({time.time() - start:.0f}s this invocation)"
     except StudyStopped as stop:
         _save_status(work_dir, {name: stop.state, **_add_cpu(work_dir, name, _cpu_seconds() - cpu)})
+        _note_session(records)
         raise
     except Exception as err:  # recorded and reported, so a partial run still yields a results page
         ok, state = False, f"FAILED: {type(err).__name__}: {err}"
@@ -143,6 +158,7 @@ def _run_stage(name: str, fn, work_dir: Path) -> bool:
         print(f"[claims] stage {name} failed: {err}", flush=True)
     stop = stop_requested()  # a child command stopped by the signal returns (or fails) first
     _save_status(work_dir, {name: stop.state if stop else state, **_add_cpu(work_dir, name, _cpu_seconds() - cpu)})
+    _note_session(records)
     if stop:
         raise stop
     return ok
@@ -191,14 +207,16 @@ def _report(plan: Plan, runs: list[RunSpec], work: Path, paths: ExperimentPaths)
     throughput = [Path(path) for path in paths.throughput_json if Path(path).is_file()]
     status = {k: v for k, v in _load_status(work).items() if k != "report"}
     write_results_page(Path(paths.results_md), plan=plan, runs=runs, work_dir=work, curves=curves, figures=figures,
-                       status=status, throughput_jsons=throughput, caveats=caveats(plan))
+                       status=status, throughput_jsons=throughput, caveats=caveats(plan),
+                       records=Path(paths.records) if paths.records else None)
 
 
-def follow_probes(plan: Plan, runs: list[RunSpec], work: Path, paths: ExperimentPaths, poll_s: float = 30.0) -> None:
+def follow_probes(plan: Plan, runs: list[RunSpec], work: Path, paths: ExperimentPaths, keys: dict,
+                  poll_s: float = 30.0) -> None:
     """Probe checkpoints as a concurrent training process writes them, until every run is done.
 
     Lets probing overlap training (``--stages probe report --follow`` beside ``--stages data train``);
-    the page is rewritten after every probed checkpoint.
+    the page is rewritten after every probed checkpoint, and with records every run that is ready is sealed.
     """
     from .study.probe_stage import run_probe_stage
     from .study.train_stage import is_complete
@@ -208,12 +226,32 @@ def follow_probes(plan: Plan, runs: list[RunSpec], work: Path, paths: Experiment
         probed = run_probe_stage(plan, runs, work, paths.glue_dir, paths.probe_dir, limit=1,
                                  mteb_lite_dir=paths.mteb_lite_dir, corpus=paths.corpus)
         _save_status(work, _add_cpu(work, "probe", _cpu_seconds() - cpu))
+        _note_session(paths.records)
         if probed:
-            _run_stage("report", lambda: _report(plan, runs, work, paths), work)
+            _seal(plan, runs, work, paths, keys)
+            _run_stage("report", lambda: _report(plan, runs, work, paths), work, paths.records)
         elif finished:
             return
         else:
             time.sleep(poll_s)
+
+
+def _seal(plan: Plan, runs: list[RunSpec], work: Path, paths: ExperimentPaths, keys: dict) -> None:
+    """Seal every finished, fully probed run of ``runs`` in the records (none without records)."""
+    if paths.records:
+        from .sealing import seal_finished
+
+        seal_finished(plan, runs, work, Path(paths.records), keys, _load_status(work))
+
+
+def _restore(runs: list[RunSpec], work: Path, paths: ExperimentPaths, keys: dict) -> None:
+    """Seed the work dir from the records (after the data stage, whose output the records are checked against)."""
+    from .study.data_stage import data_prefix
+
+    if paths.records and Path(data_prefix(work) + ".bin").is_file():
+        from .sealing import restore_runs
+
+        _save_status(work, restore_runs(Path(paths.records), runs, work, keys, _load_status(work)))
 
 
 def run_experiment(paths: ExperimentPaths, plan_name: str = "cpu", stages: list[str] | None = None,
@@ -234,28 +272,33 @@ def run_experiment(paths: ExperimentPaths, plan_name: str = "cpu", stages: list[
     keys = plan_keys(plan, runs, paths.corpus, paths.glue_dir, paths.probe_dir, paths.mteb_lite_dir)
     claim_work_dir(work, keys, ["probe"] if follow else wanted)
     with stopping():
-        _run_stages(plan, runs, wanted, work, paths, follow)
+        _run_stages(plan, runs, wanted, work, paths, follow, keys)
     return _load_status(work)
 
 
 def _run_stages(plan: Plan, runs: list[RunSpec], wanted: list[str], work: Path, paths: ExperimentPaths,
-                follow: bool) -> None:
+                follow: bool, keys: dict) -> None:
     """``run_experiment``'s stages, in order (see there)."""
     from .study.data_stage import data_prefix, run_data_stage, tokenizer_dir
     from .study.probe_stage import run_probe_stage
     from .study.train_stage import run_train_stage
 
+    records = paths.records
     if follow:
-        follow_probes(plan, runs, work, paths)
+        _restore(runs, work, paths, keys)
+        follow_probes(plan, runs, work, paths, keys)
         return
-    data_ok = "data" not in wanted or _run_stage("data", lambda: run_data_stage(plan, work, paths.corpus), work)
+    data_ok = "data" not in wanted or _run_stage("data", lambda: run_data_stage(plan, work, paths.corpus), work,
+                                                 records)
+    _restore(runs, work, paths, keys)
     for run in runs:
         if data_ok and "train" in wanted:
             _run_stage(f"train:{run.name}", lambda: run_train_stage(
-                plan, [run], work, data_prefix(work), str(tokenizer_dir(work))), work)
+                plan, [run], work, data_prefix(work), str(tokenizer_dir(work))), work, records)
         if "probe" in wanted:
             _run_stage(f"probe:{run.name}", lambda: run_probe_stage(
                 plan, [run], work, paths.glue_dir, paths.probe_dir, mteb_lite_dir=paths.mteb_lite_dir,
-                corpus=paths.corpus), work)
+                corpus=paths.corpus), work, records)
+            _seal(plan, [run], work, paths, keys)
         if "report" in wanted:
-            _run_stage("report", lambda: _report(plan, runs, work, paths), work)
+            _run_stage("report", lambda: _report(plan, runs, work, paths), work, records)

@@ -117,7 +117,7 @@ def claims_mark(plan: Plan) -> str:
 
 def write_results_page(path: Path, *, plan: Plan, runs: list[RunSpec], work_dir: Path, curves: StudyCurves,
                        figures: dict[str, Path | None], status: dict, throughput_jsons: list[Path],
-                       caveats: list[str]) -> Path:
+                       caveats: list[str], records: Path | None = None) -> Path:
     """Write this study's sections of the results page: the claims from ``work_dir`` and, when
     ``throughput_jsons`` are given, the throughput section. Every other section of the page (another tool's,
     another plan's, or text by hand) is left byte for byte (``outputs.write_section``)."""
@@ -127,11 +127,13 @@ def write_results_page(path: Path, *, plan: Plan, runs: list[RunSpec], work_dir:
                  f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} from the files the runs wrote. Everything in "
                  "this section was measured on a CPU-only machine with 2 cores: tiny encoders, one CPU thread a run. "
                  "No GPU has run this study.")
+    kept = f" --records {records}" if records else ""
     reproduce = ("Reproduce (from the repository root, venv active):\n\n```\n"
-                 f"python -m experiments.claims --plan {plan.name} --threads 1   # resumable; rerun to continue\n"
+                 f"python -m experiments.claims --plan {plan.name}{kept} --threads 1   # resumable; rerun to continue\n"
                  "crossbert-bench throughput --threads 1 --profile      # -> benchmarks/out/throughput.json\n"
                  "```")
-    heading, _, claims = claims_section(plan, runs, work_dir, curves, figures, path.parent, status).partition("\n\n")
+    heading, _, claims = claims_section(plan, runs, work_dir, curves, figures, path.parent, status,
+                                          records).partition("\n\n")
     if throughput_jsons:
         write_section(path, THROUGHPUT_MARK, _throughput_section(throughput_jsons),
                       note="written by the claims study's report from crossbert-bench throughput JSON")

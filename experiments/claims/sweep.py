@@ -35,7 +35,8 @@ from .study.floors import unigram_entropy
 from .study.plan import ARMS, Plan, RunSpec, arm_run, resolve_plan
 from .study.stage_keys import claim_work_dir, train_key
 from .study.stopping import StudyStopped, stopping
-from .study.train_stage import is_complete, run_train_stage, valid_losses
+from .study import records as rec
+from .study.train_stage import is_complete, run_dir, run_train_stage, valid_losses
 
 SWEEP_DIR = Path(__file__).parent / "sweeps"
 CHECKPOINTS = 4
@@ -145,26 +146,49 @@ def sweep_runs(base: Plan, sweep: Sweep) -> list[tuple[Row | None, Plan, RunSpec
     return runs
 
 
-def run_sweep(sweep: Sweep, data_work_dir: Path, out: Path, page: Path | None) -> dict:
-    """Train every run not yet finished (resumable), rewriting results.json and the page after each."""
+def run_sweep(sweep: Sweep, data_work_dir: Path, out: Path, page: Path | None, records: Path | None = None) -> dict:
+    """Train every run not yet finished (resumable), rewriting results.json and the page after each; with
+    ``records``, each finished run is sealed there and a fresh ``out`` is seeded from it (``study.records``)."""
     base = resolve_plan(sweep.plan)
     runs = sweep_runs(base, sweep)
     out.mkdir(parents=True, exist_ok=True)
     claim_work_dir(out, {f"train:{run.name}": train_key(plan, run) for _, plan, run in runs}, ["train"])
     prefix, tokenizer = data_prefix(data_work_dir), str(tokenizer_dir(data_work_dir))
     floor = unigram_entropy(prefix, tokenizer)
+    if records is not None:
+        _restore_rows(records, runs, out, rec.data_identity(tokenizer_dir(data_work_dir), prefix))
     with stopping():
         for row, plan, run in runs:
             if not is_complete(out, run):
                 start, cpu = time.time(), _children_cpu()
                 run_train_stage(plan, [run], out, prefix, tokenizer)
                 _record_cost(out, run.name, time.time() - start, _children_cpu() - cpu)
+            if records is not None and not rec.is_sealed(records, run.name):
+                cost = _costs(out).get(run.name, {})
+                rec.seal(records, run.name, train_key(plan, run), valid_losses(out, run), [], [], cost)
             results = collect(sweep, runs, out, floor)
             if page is not None:
                 from .sweep_page import write_sweep_section
 
                 write_sweep_section(page, results)
     return results
+
+
+def _restore_rows(records: Path, runs: list, out: Path, identity: dict) -> None:
+    """Seed ``out`` with the sealed rows of ``records`` (their losses and costs), the data checked first."""
+    rec.check_keys(records, identity)
+    costs = _costs(out)
+    for _, plan, run in runs:
+        record = rec.restore(records, run.name, train_key(plan, run), run_dir(out, run), out / "probes" / run.name)
+        if record is not None and run.name not in costs:
+            _record_cost(out, run.name, record["cpu_seconds"].get("wall_s", 0.0),
+                         record["cpu_seconds"].get("cpu_s", 0.0))
+            costs = _costs(out)
+
+
+def _costs(out: Path) -> dict:
+    path = out / "costs.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
 
 
 def _children_cpu() -> float:
@@ -181,7 +205,7 @@ def _record_cost(out: Path, name: str, wall: float, cpu: float) -> None:
 
 def collect(sweep: Sweep, runs: list, out: Path, floor: dict) -> dict:
     """``results.json``: the floors and, per run, its settings, steps, tokens, cost and held-out losses."""
-    costs = json.loads((out / "costs.json").read_text()) if (out / "costs.json").is_file() else {}
+    costs = _costs(out)
     rows = []
     for row, plan, run in runs:
         losses = valid_losses(out, run)
@@ -215,6 +239,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "--plan P --stages data): the sweep reads its tokenizer and data and writes sweep/<name>/")
     p.add_argument("--results-md", default="docs/results.md",
                    help="page whose recipe-sweep section is rewritten after every run ('none': no page)")
+    p.add_argument("--records", default=None, metavar="DIR",
+                   help="the sweep's records (small JSON, meant to be committed): each finished row is sealed there "
+                        "and a fresh --work-dir is seeded from it, so a sweep spans sessions (default: none)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads of this process and its runs")
     add_debug_flag(p)
     return p
@@ -230,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
                                 f"{sweep.plan} --work-dir {work} --stages data first")
     page = None if args.results_md.lower() == "none" else Path(args.results_md)
     try:
-        run_sweep(sweep, work, work / "sweep" / sweep.name, page)
+        run_sweep(sweep, work, work / "sweep" / sweep.name, page, Path(args.records) if args.records else None)
     except StudyStopped as stop:
         print(f"[sweep] {stop}: rerun the same command to resume", file=sys.stderr, flush=True)
         return 128 + stop.signum

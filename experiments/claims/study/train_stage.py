@@ -14,6 +14,7 @@ import yaml
 
 from .commands import module_argv, run_logged
 from .plan import Plan, RunSpec, run_spec_config
+from .records import sealed_record
 from megatron_crossbert.checkpoint.directories import ITER_PREFIX, RUN_CONFIG_FILE, latest_iteration
 
 
@@ -34,8 +35,9 @@ def resolved_config(plan: Plan, run: RunSpec, work_dir: Path, data_prefix: str, 
 
 
 def is_complete(work_dir: Path, run: RunSpec) -> bool:
+    """Trained to its steps here, or restored from the study's records (``records.SEAL_FILE``)."""
     done = latest_iteration(run_dir(work_dir, run))
-    return done is not None and done >= run.train_steps
+    return (done is not None and done >= run.train_steps) or sealed_record(run_dir(work_dir, run)) is not None
 
 
 def train_run(plan: Plan, run: RunSpec, work_dir: Path, data_prefix: str, tokenizer: str, vocab_size: int) -> None:
@@ -74,10 +76,12 @@ reconstruction loss on the split's validation documents)."""
 
 
 def valid_losses(work_dir: Path, run: RunSpec) -> dict[int, float]:
-    """{iteration: held-out loss} from the run's TensorBoard events (a resumed run's last value per step)."""
+    """{iteration: held-out loss} from the run's TensorBoard events (a resumed run's last value per step), or
+    from its restored record when the run was trained in an earlier work dir."""
     folder = run_dir(work_dir, run) / "tensorboard"
     if not folder.is_dir():
-        return {}
+        record = sealed_record(run_dir(work_dir, run))
+        return {} if record is None else {int(step): float(loss) for step, loss in record["losses"].items()}
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     events = EventAccumulator(str(folder), size_guidance={"scalars": 0})

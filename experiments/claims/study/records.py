@@ -1,0 +1,141 @@
+"""A study's records: what a finished run leaves behind that outlives its work dir.
+
+A long study spans working sessions, and a session's machine need not keep the work dir: checkpoints are tens
+of MB a run, too large to keep anywhere but there. So a run is **sealed** once it is trained and every
+checkpoint the plan reads is probed: its held-out losses, its probe JSONs, its commands and its CPU seconds go
+to the records folder (``--records``: small JSON files, meant to be committed). The next session's fresh work
+dir is seeded from the records after its data stage: a sealed run counts as complete without its checkpoints
+(``train_stage.is_complete``, ``valid_losses``), so only unsealed runs train, and the page is built from both.
+
+Records are checked before they are used:
+
+* ``keys.json`` holds what every sealed result depends on besides its own run: the data stage's key, the probe
+  key, and the identity of the tokenizer and the indexed dataset the data stage rebuilt. A difference is one
+  error naming the file: records of another plan, or a data stage that did not rebuild the same data, are
+  never mixed into a page.
+* Each ``runs/<name>.json`` holds its run's training key; a record whose key differs from the plan's is refused.
+
+``sessions.json`` counts every invocation's CPU seconds (rewritten after each stage), so the page can say how
+many sessions and CPU-hours the study took, restarted work included.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import time
+from pathlib import Path
+
+from megatron_crossbert.content_identity import dataset_fingerprint, tree_identity
+from megatron_crossbert.fsutil import atomic_write_text
+
+SEAL_FILE = "sealed.json"
+"""In a work dir's ``runs/<name>/``: the record a restored run is complete by (no checkpoints beside it)."""
+KEYS_FILE = "keys.json"
+SESSIONS_FILE = "sessions.json"
+
+
+def _read(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{path}: not a readable record ({err})") from None
+
+
+def _write(path: Path, value: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(value, indent=1, sort_keys=True) + "\n")
+
+
+def data_identity(tokenizer: Path, prefix: str) -> dict:
+    """The tokenizer's files and the indexed dataset by content: what the data stage must rebuild the same."""
+    return {"tokenizer": tree_identity(tokenizer), "dataset": dataset_fingerprint([prefix + ".bin", prefix + ".idx"])}
+
+
+def check_keys(records: Path, keys: dict) -> None:
+    """Record ``keys`` (first use) or refuse in one line when the records were made with other ones."""
+    path = records / KEYS_FILE
+    if not path.is_file():
+        _write(path, keys)
+        return
+    recorded = _read(path)
+    changed = sorted(name for name in set(recorded) | set(keys) if recorded.get(name) != keys.get(name))
+    if changed:
+        raise ValueError(f"{path}: these records were made with another {', '.join(changed)} than this study's; "
+                         "nothing was restored: use another --records for this plan or data")
+
+
+def seal(records: Path, name: str, key: dict, losses: dict[int, float], probes: list[Path],
+         commands: list[dict], cpu: dict[str, float]) -> Path:
+    """Write ``name``'s record (training key, held-out losses, commands, CPU seconds by stage) and copy its
+    probe JSONs; the record is written last, so a record on disk always has its probes beside it."""
+    folder = records / "probes" / name
+    folder.mkdir(parents=True, exist_ok=True)
+    for probe in probes:
+        shutil.copyfile(probe, folder / probe.name)
+    path = records / "runs" / f"{name}.json"
+    _write(path, {"name": name, "key": key, "losses": {str(k): v for k, v in sorted(losses.items())},
+                  "probes": sorted(probe.name for probe in probes), "commands": commands, "cpu_seconds": cpu,
+                  "sealed_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    return path
+
+
+def is_sealed(records: Path, name: str) -> bool:
+    return (records / "runs" / f"{name}.json").is_file()
+
+
+def restore(records: Path, name: str, key: dict, run_folder: Path, probe_folder: Path) -> dict | None:
+    """Seed a work dir with ``name``'s record: its probe JSONs and ``SEAL_FILE`` in ``run_folder``. Returns the
+    record (None when there is none); a record made with another training key is refused in one line."""
+    path = records / "runs" / f"{name}.json"
+    if not path.is_file():
+        return None
+    record = _read(path)
+    if record.get("key") != key:
+        raise ValueError(f"{path}: run {name} was made with another configuration than this plan's; nothing "
+                         "was restored: use another --records for this plan")
+    probe_folder.mkdir(parents=True, exist_ok=True)
+    for probe in record.get("probes", []):
+        if not (probe_folder / probe).is_file():
+            shutil.copyfile(records / "probes" / name / probe, probe_folder / probe)
+    run_folder.mkdir(parents=True, exist_ok=True)
+    if not (run_folder / SEAL_FILE).is_file():
+        _write(run_folder / SEAL_FILE, record)
+    return record
+
+
+def sealed_record(run_folder: Path) -> dict | None:
+    """The restored record in a work dir's run folder, or None."""
+    path = run_folder / SEAL_FILE
+    return _read(path) if path.is_file() else None
+
+
+def note_session(records: Path, started: float, cpu: float) -> None:
+    """Rewrite this invocation's entry of ``sessions.json``: its machine boot, start, last update, CPU seconds
+    (the process and its finished children)."""
+    path = records / SESSIONS_FILE
+    sessions = _read(path) if path.is_file() else {}
+    entry = f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(started))} {socket.gethostname()} {os.getpid()}"
+    sessions[entry] = {"boot": _boot_id(), "updated_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                       "cpu_seconds": round(cpu, 1)}
+    _write(path, sessions)
+
+
+def _boot_id() -> str:
+    """The machine boot this process runs in: a working session's machine is booted for it."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return socket.gethostname()
+
+
+def sessions_summary(records: Path) -> dict:
+    """``{"sessions", "invocations", "cpu_hours"}`` over ``sessions.json``: machine boots, processes, and every
+    process's CPU (restarted work included)."""
+    path = records / SESSIONS_FILE
+    sessions = _read(path) if path.is_file() else {}
+    cpu = sum(entry["cpu_seconds"] for entry in sessions.values())
+    boots = {entry.get("boot", key) for key, entry in sessions.items()}
+    return {"sessions": len(boots), "invocations": len(sessions), "cpu_hours": cpu / 3600}
