@@ -33,6 +33,7 @@ from pathlib import Path
 from megatron_crossbert.cli import DefaultsHelpFormatter, add_model_arguments, cache_dir_arg
 from megatron_crossbert.cli.errors import add_debug_flag, cli_main
 from megatron_crossbert.fsutil import atomic_write_text
+from megatron_crossbert.platform.threads import limit_threads, thread_count
 from megatron_crossbert.shared_data import find_shared
 
 
@@ -112,7 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup-ratio", type=float, default=0.1, help="share of the steps spent warming up")
     p.add_argument("--max-seq-length", type=int, default=128, help="max tokens per text while training")
     p.add_argument("--seed", type=int, default=0, help="trainer seed (data order, dropout)")
-    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
+    p.add_argument("--threads", type=thread_count,
+                   help="CPU threads of torch and the BLAS/OpenMP pools (default: torch's)")
     add_debug_flag(p)
     return p
 
@@ -120,12 +122,10 @@ def build_parser() -> argparse.ArgumentParser:
 @cli_main
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    import torch
-
     from megatron_crossbert.evaluation.encoders import resolve_model
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    if args.threads is not None:
+        limit_threads(args.threads)
     out = Path(args.out)
     if (out / "model").exists():
         raise FileExistsError(f"{out / 'model'} exists: choose another --out (nothing is overwritten)")

@@ -62,14 +62,23 @@ def file_identity(path: str | Path) -> str:
     return PREFIX + hash_file(path)
 
 
-def files_identity(files: Iterable[tuple[str, str | Path]]) -> str:
+def files_identity(files: Iterable[tuple[str, str | Path]], sample_above: int | None = None) -> str:
     """One digest over named files (``(name, path)``; the name is the file's role, e.g. ``weights``, never its
-    location), so a set of files is identified by what each holds; a missing file counts as absent."""
+    location), so a set of files is identified by what each holds; a missing file counts as absent. Files larger
+    than ``sample_above`` bytes are sampled (:func:`update_with_file`; None: every byte is read)."""
     state = xxhash.xxh3_128()
     for name, path in files:
         if Path(path).is_file():
-            state.update(f"{name}\0{hash_file(path)}\0".encode())
+            state.update(f"{name}\0{_file_digest(path, sample_above)}\0".encode())
     return PREFIX + state.hexdigest()
+
+
+def _file_digest(path: str | Path, sample_above: int | None) -> str:
+    if sample_above is None:
+        return hash_file(path)
+    state = xxhash.xxh3_128()
+    update_with_file(state, path, Path(path).stat().st_size, sample_above)
+    return state.hexdigest()
 
 
 def tree_identity(root: str | Path) -> str:

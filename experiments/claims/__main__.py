@@ -15,7 +15,7 @@ import sys
 from .study.plan import plan_names
 from .study.stopping import StudyStopped
 from megatron_crossbert.cli.errors import add_debug_flag, cli_main
-from megatron_crossbert.platform.threads import limit_threads
+from megatron_crossbert.platform.threads import limit_threads, thread_count
 from megatron_crossbert.shared_data import default_or_error, find_shared
 
 from .pipeline import STAGES, ExperimentPaths, run_experiment
@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="subset of the stages (default: all, in order)")
     p.add_argument("--follow", action="store_true",
                    help="probe/report only: keep probing checkpoints as a concurrent 'train' invocation writes them")
-    p.add_argument("--threads", type=int, default=None,
+    p.add_argument("--threads", type=thread_count, default=None,
                    help="CPU threads of torch and of the BLAS/OpenMP pools (the probes' scikit-learn), in this process "
                    "and its children (default: torch one per core, the pools their own setting)")
     timed = p.add_argument_group("equal FLOPs inside a time budget (what the device check runs; see timed.py)")

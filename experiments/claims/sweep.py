@@ -28,7 +28,7 @@ from pathlib import Path
 
 from megatron_crossbert.cli.errors import add_debug_flag, cli_main
 from megatron_crossbert.fsutil import atomic_write_text
-from megatron_crossbert.platform.threads import limit_threads
+from megatron_crossbert.platform.threads import limit_threads, thread_count
 
 from .study.data_stage import data_prefix, tokenizer_dir
 from .study.floors import unigram_entropy
@@ -242,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--records", default=None, metavar="DIR",
                    help="the sweep's records (small JSON, meant to be committed): each finished row is sealed there "
                         "and a fresh --work-dir is seeded from it, so a sweep spans sessions (default: none)")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads of this process and its runs")
+    p.add_argument("--threads", type=thread_count, default=None, help="CPU threads of this process and its runs")
     add_debug_flag(p)
     return p
 

@@ -28,10 +28,11 @@ from megatron_crossbert.config import RunConfig
 
 logger = logging.getLogger(__name__)
 
-# Fields that fix parameter shapes or the meaning of positions: a mismatch makes a resume wrong.
-_MODEL_FIELDS = ("arch", "encoder", "vocab_size", "hidden_size", "num_layers", "num_attention_heads", "ffn",
-                 "max_position_embeddings", "decoder_num_layers", "dec_hidden", "dec_heads", "dec_ffn",
-                 "decoder_position_embedding")
+MODEL_FIELDS = ("arch", "encoder", "vocab_size", "hidden_size", "num_layers", "num_attention_heads",
+                "ffn_hidden_size", "max_position_embeddings", "decoder_num_layers", "decoder_hidden_size",
+                "decoder_num_attention_heads", "decoder_ffn_hidden_size", "decoder_position_embedding")
+"""``ModelConfig`` fields that fix parameter shapes or the meaning of positions: a mismatch makes a resume wrong.
+Compared as they take effect (``ModelConfig.resolved``: an unset width is its default), named by their key."""
 
 
 @dataclass(frozen=True)
@@ -79,9 +80,9 @@ def config_mismatches(saved: RunConfig, current: RunConfig, *, weights_only: boo
     ``init_from`` (``weights_only``) may extend the context: its position table and RoPE options are
     ``context_extension.plan_extension``'s to judge; a full resume may change none of them.
     """
-    fields = [name for name in _MODEL_FIELDS if not (weights_only and name == "max_position_embeddings")]
-    diffs = [f"model.{name}: checkpoint {getattr(saved.model, name)!r} vs run {getattr(current.model, name)!r}"
-             for name in fields if getattr(saved.model, name) != getattr(current.model, name)]
+    fields = [name for name in MODEL_FIELDS if not (weights_only and name == "max_position_embeddings")]
+    diffs = [f"model.{name}: checkpoint {saved.model.resolved(name)!r} vs run {current.model.resolved(name)!r}"
+             for name in fields if saved.model.resolved(name) != current.model.resolved(name)]
     return diffs if weights_only else diffs + resume_mismatches(saved, current)
 
 

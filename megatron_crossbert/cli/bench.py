@@ -14,6 +14,7 @@ import sys
 from megatron_crossbert.benchmarking.choices import CLOCKS, EXPORT_DEVICES, GPU_CHECK_PRECISIONS, GPU_DTYPES
 from megatron_crossbert.cli.errors import add_debug_flag, cli_main
 from megatron_crossbert.config import CheckpointConfig, DataConfig, ModelConfig, TrainingConfig, field_choices
+from megatron_crossbert.platform.threads import thread_count
 
 
 def _add_throughput(sub) -> None:
@@ -44,7 +45,7 @@ def _add_throughput(sub) -> None:
                    help="device peak TFLOP/s for MFU (default: the GEMM measured now on a GPU; none on the CPU)")
     p.add_argument("--clock", default="auto", choices=CLOCKS,
                    help="step timer: process CPU time is robust to other jobs on a shared CPU (auto: cpu on CPU, wall on GPU)")
-    p.add_argument("--threads", type=int, default=None,
+    p.add_argument("--threads", type=thread_count, default=None,
                    help="CPU threads of torch and the BLAS/OpenMP pools (default: torch one per core)")
     p.add_argument("--profile", action="store_true",
                    help="also break one step per model into embedding/encoder/decoder/LM head/optimizer time")
@@ -114,7 +115,7 @@ def _add_export_speed(sub) -> None:
     p.add_argument("--clock", default="auto", choices=CLOCKS,
                    help="auto: process CPU time on CPU (robust to other jobs), wall on GPU")
     p.add_argument("--work-dir", default=None, help="keep the checkpoint and exports here (default: temp dir)")
-    p.add_argument("--threads", type=int, default=None,
+    p.add_argument("--threads", type=thread_count, default=None,
                    help="CPU threads of torch and the BLAS/OpenMP pools (default: torch one per core)")
     p.add_argument("--out", default="benchmarks/out/export_speed.json", help="JSON report path")
 
@@ -127,7 +128,7 @@ def _add_checkpoint(sub) -> None:
     p.add_argument("--verify", choices=field_choices(CheckpointConfig, "verify"), default="full",
                    help="checkpoint.verify of the loads: check the checksums before reading (full) or not (off)")
     p.add_argument("--work-dir", default=None, help="where temporary checkpoints go (default: system temp dir)")
-    p.add_argument("--threads", type=int, default=None,
+    p.add_argument("--threads", type=thread_count, default=None,
                    help="CPU threads of torch and the BLAS/OpenMP pools (default: torch one per core)")
     p.add_argument("--out", default="benchmarks/out/checkpoint.json",
                    help="JSON report path (the markdown table goes beside it, .md)")

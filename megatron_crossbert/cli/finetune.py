@@ -27,6 +27,7 @@ import sys
 from megatron_crossbert.cli import DefaultsHelpFormatter, add_model_arguments, cache_dir_arg
 from megatron_crossbert.cli.errors import add_debug_flag, cli_main
 from megatron_crossbert.evaluation.finetune.presets import PRESETS
+from megatron_crossbert.platform.threads import thread_count
 
 
 class _HelpFormatter(DefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -62,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-train", type=int, help="subsample each train split to N rows (seeded), for smoke runs")
     p.add_argument("--max-dev", type=int, help="subsample each dev split to N rows (smoke runs only: the numbers "
                                                "are marked not comparable)")
-    p.add_argument("--threads", type=int,
+    p.add_argument("--threads", type=thread_count,
                    help="CPU threads of torch and the BLAS/OpenMP pools (default: torch's; bit agreement needs equal counts)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     add_debug_flag(p)
@@ -72,8 +73,6 @@ def build_parser() -> argparse.ArgumentParser:
 @cli_main
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.threads is not None and args.threads < 1:
-        raise ValueError(f"--threads: must be at least 1, got {args.threads}")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     from megatron_crossbert.evaluation.finetune.presets import get_preset
     from megatron_crossbert.evaluation.finetune.report import render_markdown
@@ -84,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     config = FinetuneConfig(preset=preset, max_train=args.max_train, max_dev=args.max_dev, device=args.device,
                             cache_dir=cache_dir_arg(args.cache_dir), tokenizer_dir=args.tokenizer_dir,
                             verify=args.verify, progress=not args.no_progress)
-    if args.threads:
+    if args.threads is not None:
         from megatron_crossbert.platform.threads import limit_threads
 
         limit_threads(args.threads)

@@ -5,6 +5,7 @@ Architecture and encoder names come from ``arch``'s registry, their one owner.
 
 from __future__ import annotations
 
+import dataclasses
 import typing
 from dataclasses import dataclass
 from typing import Literal
@@ -21,6 +22,10 @@ AttentionBackend = Literal["auto", "sdpa", "flex", "megatron"]
 """Core-attention kernels (``models.core_attention``): auto = flex on a GPU when masks apply, else sdpa."""
 ATTENTION_KERNELS = tuple(name for name in typing.get_args(AttentionBackend) if name != "auto")
 """What ``model.attention_backend`` resolves to: its values but 'auto'."""
+
+RESOLVED_BY = {"ffn_hidden_size": "ffn", "decoder_hidden_size": "dec_hidden",
+               "decoder_num_attention_heads": "dec_heads", "decoder_ffn_hidden_size": "dec_ffn"}
+"""Field -> the ``ModelConfig`` property that resolves its None default (``ModelConfig.resolved``)."""
 
 
 @dataclass
@@ -134,6 +139,14 @@ class ModelConfig:
     def windowed(self) -> bool:
         """Some layers attend locally (``attention_windows`` owns which)."""
         return self.local_attention > 0 and self.global_attn_every_n_layers > 1
+
+    def resolved(self, key: str) -> object:
+        """The value the field ``key`` takes effect as: a None default resolved (``ffn_hidden_size`` None is
+        ``4 * hidden_size``), any other field as it is. Checks that compare two configs compare this and name
+        ``model.<key>``, the key a user sets, never the property that resolves it."""
+        if key not in {field.name for field in dataclasses.fields(self)}:
+            raise KeyError(f"ModelConfig has no field {key!r}")
+        return getattr(self, RESOLVED_BY.get(key, key))
 
     @property
     def ffn(self) -> int:

@@ -61,10 +61,9 @@ class RunConfig:
         if self.training.precision != "fp8":
             return
         model, spec = self.model, get_arch(self.model.arch)
-        widths = {"model.hidden_size": model.hidden_size, "model.ffn_hidden_size": model.ffn}
-        if spec.has_reconstruction_decoder:
-            widths.update({"model.decoder_hidden_size": model.dec_hidden,
-                           "model.decoder_ffn_hidden_size": model.dec_ffn})
+        keys = ("hidden_size", "ffn_hidden_size") + (("decoder_hidden_size", "decoder_ffn_hidden_size")
+                                                     if spec.has_reconstruction_decoder else ())
+        widths = {f"model.{key}": model.resolved(key) for key in keys}
         problems = fp8_shape_problems(spec.gemm_rows(self), widths, self.parallel.tensor_model_parallel_size)
         _require(not problems, "training.precision=fp8: " + "; ".join(problems)
                  + " (change training.micro_batch_size, data.seq_length or masking.mask_ratio)")

@@ -29,6 +29,7 @@ import tokenizers
 from tokenizers import AddedToken
 from tokenizers.processors import TemplateProcessing
 
+from megatron_crossbert.content_identity import SAMPLE_ABOVE, files_identity
 from megatron_crossbert.data.spm import spm_to_tokenizers
 
 SPECIAL_TOKENS: dict[str, str] = {
@@ -39,6 +40,8 @@ SPECIAL_TOKENS: dict[str, str] = {
 _REQUIRED_ROLES = ("pad", "unk", "cls", "sep", "mask")
 _EOD_FALLBACKS = ("[EOD]", "<|endoftext|>", "</s>")
 SPM_MODEL_NAME = "sentencepiece.model"
+NAME_FILES = ("special_tokens_map.json", "tokenizer_config.json")
+"""Where a tokenizer directory names its special tokens, read in this order."""
 
 
 @dataclass
@@ -148,7 +151,7 @@ def resolve_special_ids(backend: tokenizers.Tokenizer, names: dict[str, str | No
 def _names_from_config(directory: Path) -> dict[str, str | None]:
     """Special-token texts from tokenizer_config.json / special_tokens_map.json, when present."""
     names: dict[str, str | None] = {}
-    for fname in ("special_tokens_map.json", "tokenizer_config.json"):
+    for fname in NAME_FILES:
         path = directory / fname
         if not path.exists():
             continue
@@ -210,21 +213,25 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     return _from_hf_directory(path)
 
 
-def _files_stamp(path: Path) -> tuple:
-    """What a cached load depends on: the name, size and mtime of the path and (a directory) of each file in it."""
-    files = sorted(path.iterdir()) if path.is_dir() else [path]
-    return tuple((item.name, item.stat().st_size, item.stat().st_mtime_ns) for item in files if item.is_file())
+def _load_inputs(path: Path) -> list[tuple[str, Path]]:
+    """What :func:`load_tokenizer` reads for ``path``: every file of a directory, or the file and the
+    special-token configs beside it (``_names_from_config``)."""
+    if path.is_dir():
+        return [(item.name, item) for item in sorted(path.iterdir()) if item.is_file()]
+    return [(path.name, path), *((name, path.parent / name) for name in NAME_FILES)]
 
 
 @functools.lru_cache(maxsize=4)
-def _cached_load(path: str, stamp: tuple) -> Tokenizer:
+def _cached_load(path: str, identity: str) -> Tokenizer:
     return load_tokenizer(path)
 
 
 def run_tokenizer(path: str | Path) -> Tokenizer:
-    """:func:`load_tokenizer` for a run's ``data.tokenizer``, loaded once per process while its files are unchanged
-    (an edited or replaced file is loaded again). Callers only read it: the fingerprint, special ids and size."""
+    """:func:`load_tokenizer` for a run's ``data.tokenizer``, loaded once per process while the files it reads hold
+    the same bytes (``content_identity``, as every other key of the project: a file rewritten in place is loaded
+    again whatever its size and mtime; large files, e.g. weights beside an HF tokenizer, are sampled). Callers
+    only read it: the fingerprint, special ids and size."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"tokenizer not found: {path}")
-    return _cached_load(str(path.resolve()), _files_stamp(path))
+    return _cached_load(str(path.resolve()), files_identity(_load_inputs(path), sample_above=SAMPLE_ABOVE))

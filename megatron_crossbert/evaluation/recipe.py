@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,18 +83,48 @@ class EmbeddingRecipe:
         return self.max_len or DEFAULT_MAX_LEN
 
 
-def _modules(model_dir: Path) -> list[dict] | None:
+@dataclass(frozen=True)
+class _Module:
+    """One ``modules.json`` entry: its class name and the folder it loads from (checked by :func:`_modules`)."""
+
+    type: str
+    folder: Path
+
+    @property
+    def kind(self) -> str:
+        return _kind(self.type)
+
+
+def _kind(module_type: object) -> str:
+    return str(module_type).rsplit(".", 1)[-1]
+
+
+def _module_folder(modules_file: Path, index: int, module: dict) -> Path:
+    """The folder of entry ``index``: its ``path`` under the model folder, never outside it. An absolute path,
+    a ``..`` that climbs out, or a folder that is a symlink to elsewhere is refused (sentence-transformers would
+    load a config or weights the user never pointed at). Files inside the folder may be symlinks: the HF
+    cache's ``snapshots/<rev>/1_Pooling/config.json -> ../../../blobs/<hash>``."""
+    raw, root = module.get("path", ""), modules_file.parent
+    if not isinstance(raw, str):
+        raise ValueError(f"{modules_file}: entry {index} path {raw!r} is not a string")
+    real, real_root = os.path.realpath(root / raw), os.path.realpath(root)
+    inside = os.path.commonpath([real, real_root]) == real_root
+    if os.path.isabs(raw) or os.path.normpath(raw).split(os.sep)[0] == os.pardir or not inside:
+        kind = _kind(module.get("type", ""))
+        raise ValueError(f"{modules_file}: entry {index} ({kind}) path {raw!r} resolves to {real}, outside the "
+                         f"model folder {real_root}")
+    return root / raw
+
+
+def _modules(model_dir: Path) -> list[_Module] | None:
+    """The entries of ``model_dir/modules.json`` with their folders, each inside ``model_dir``; None without it."""
     path = model_dir / MODULES_FILE
     if not path.is_file():
         return None
     modules = json.loads(path.read_text())
     if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
         raise ValueError(f"{path}: expected a list of module objects")
-    return modules
-
-
-def _kind(module: dict) -> str:
-    return str(module.get("type", "")).rsplit(".", 1)[-1]
+    return [_Module(str(m.get("type", "")), _module_folder(path, i, m)) for i, m in enumerate(modules)]
 
 
 def _pooling_mode(config_file: Path) -> str:
@@ -116,9 +147,8 @@ def transformer_subdir(model_dir: str | Path) -> Path | None:
     (older sentence-transformers saved it in ``0_Transformer/``), or None."""
     model_dir = Path(model_dir)
     for module in _modules(model_dir) or []:
-        if _kind(module) == "Transformer" and module.get("path"):
-            sub = model_dir / module["path"]
-            return sub if (sub / "config.json").is_file() else None
+        if module.kind == "Transformer" and module.folder != model_dir:
+            return module.folder if (module.folder / "config.json").is_file() else None
     return None
 
 
@@ -130,15 +160,15 @@ def read_sentence_transformers_recipe(model_dir: str | Path) -> EmbeddingRecipe 
         return None
     pooling, normalize, dense, attention = "mean", False, [], None
     for module in modules:
-        kind = _kind(module)
+        kind = module.kind
         if kind == "Pooling":
-            pooling = _pooling_mode(model_dir / module.get("path", "") / "config.json")
-        elif module.get("type") == ATTENTION_TYPE:
-            pooling, attention = "attention", str(model_dir / module.get("path", ""))
+            pooling = _pooling_mode(module.folder / "config.json")
+        elif module.type == ATTENTION_TYPE:
+            pooling, attention = "attention", str(module.folder)
         elif kind == "Normalize":
             normalize = True
         elif kind == "Dense" and not normalize:
-            dense.append(str(model_dir / module.get("path", "")))
+            dense.append(str(module.folder))
         elif kind != "Transformer":
             raise ValueError(f"{model_dir / MODULES_FILE}: module {kind!r} cannot be reproduced by "
                              "AutoModel + pooling; evaluate this model with sentence-transformers itself")
@@ -146,13 +176,13 @@ def read_sentence_transformers_recipe(model_dir: str | Path) -> EmbeddingRecipe 
                            source=str(model_dir / MODULES_FILE), dense=tuple(dense), attention=attention)
 
 
-def _max_seq_length(model_dir: Path, modules: list[dict]) -> int | None:
+def _max_seq_length(model_dir: Path, modules: list[_Module]) -> int | None:
     """``max_seq_length`` from ``sentence_bert_config.json``; sentence-transformers >= 5 no longer writes it
     there but keeps it as the tokenizer's ``model_max_length`` in the Transformer module's folder."""
     config = model_dir / "sentence_bert_config.json"
     if config.is_file() and "max_seq_length" in (settings := json.loads(config.read_text())):
         return settings["max_seq_length"]
-    folder = next((model_dir / m.get("path", "") for m in modules if _kind(m) == "Transformer"), model_dir)
+    folder = next((m.folder for m in modules if m.kind == "Transformer"), model_dir)
     tokenizer_config = folder / "tokenizer_config.json"
     limit = json.loads(tokenizer_config.read_text()).get("model_max_length") if tokenizer_config.is_file() else None
     return int(limit) if isinstance(limit, (int, float)) and 0 < limit < UNBOUNDED_TOKENIZER else None

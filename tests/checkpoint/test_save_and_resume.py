@@ -157,6 +157,8 @@ def test_incompatible_checkpoint_is_rejected_and_old_ones_pruned(indexed_corpus,
     assert sorted(p.name for p in save.glob("iter_*")) == ["iter_0000003", "iter_0000004"]  # keep_last=2
     with pytest.raises(CheckpointError, match=r"model\.hidden_size: checkpoint 32 vs run 64"):
         train(tiny_config("bert", indexed_corpus, save, training__train_iters=8, model__hidden_size=64))
+    with pytest.raises(CheckpointError, match=r"model\.ffn_hidden_size: checkpoint 128 vs run 96"):  # the key, not .ffn
+        train(tiny_config("bert", indexed_corpus, save, training__train_iters=8, model__ffn_hidden_size=96))
     with pytest.raises(CheckpointError, match=r"model\.arch: checkpoint 'bert' vs run 'crossbert'"):
         train(tiny_config("crossbert", indexed_corpus, save, training__train_iters=8))
     with pytest.raises(CheckpointError, match=r"data\.seq_length: checkpoint 32 vs run 16"):
