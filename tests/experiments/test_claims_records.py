@@ -89,3 +89,20 @@ def test_a_record_is_complete_on_disk_or_absent(tmp_path):
     path = rec.seal(tmp_path / "records", "r", {}, {}, [probe], [], {})
     record = json.loads(path.read_text())
     assert all((tmp_path / "records" / "probes" / "r" / name).is_file() for name in record["probes"])
+
+
+def test_a_config_field_added_since_a_record_was_sealed_is_read_at_its_default(tmp_path):
+    """Records outlive code changes that add a config field left at its default; a changed value is refused."""
+    from megatron_crossbert.config import RunConfig
+
+    current = json.loads(json.dumps(RunConfig().to_dict(), default=str))
+    older = json.loads(json.dumps(current))
+    dropped = sorted(older["checkpoint"])[0]
+    del older["checkpoint"][dropped]  # the field did not exist when the record was sealed
+    records = tmp_path / "records"
+    rec.seal(records, "bert-s1", older, {2: 6.5}, [], [], {})
+    assert rec.restore(records, "bert-s1", current, tmp_path / "run", tmp_path / "probes") is not None
+    changed = json.loads(json.dumps(current))
+    changed["training"]["lr"] = 123.0
+    with pytest.raises(ValueError, match="training.lr"):
+        rec.restore(records, "bert-s1", changed, tmp_path / "run2", tmp_path / "probes2")

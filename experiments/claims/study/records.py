@@ -28,6 +28,7 @@ import socket
 import time
 from pathlib import Path
 
+from .stage_keys import key_differences
 from megatron_crossbert.content_identity import dataset_fingerprint, tree_identity
 from megatron_crossbert.fsutil import atomic_write_text
 
@@ -93,9 +94,10 @@ def restore(records: Path, name: str, key: dict, run_folder: Path, probe_folder:
     if not path.is_file():
         return None
     record = _read(path)
-    if record.get("key") != key:
-        raise ValueError(f"{path}: run {name} was made with another configuration than this plan's; nothing "
-                         "was restored: use another --records for this plan")
+    changed = key_differences(record.get("key", {}), key, config=True)
+    if changed:
+        raise ValueError(f"{path}: run {name} was made with another configuration than this plan's "
+                         f"({'; '.join(changed[:3])}); nothing was restored: use another --records for this plan")
     probe_folder.mkdir(parents=True, exist_ok=True)
     for probe in record.get("probes", []):
         if not (probe_folder / probe).is_file():

@@ -19,6 +19,7 @@ import json
 from pathlib import Path
 
 from .plan import Plan, RunSpec, run_spec_config
+from megatron_crossbert.config import RunConfig
 from megatron_crossbert.content_identity import tree_identity
 from megatron_crossbert.fsutil import atomic_write_text
 
@@ -52,9 +53,26 @@ def probe_key(plan: Plan, glue_dir: str, probe_dir: str, mteb_lite_dir: str | No
             "mteb_lite_max_test": plan.mteb_lite_max_test}
 
 
-def _differences(old: dict, new: dict) -> list[str]:
-    return [f"{field} {old.get(field)!r} -> {new.get(field)!r}" for field in sorted(set(old) | set(new))
-            if old.get(field) != new.get(field)]
+_ABSENT = "(absent)"
+
+
+def _config_defaults() -> dict:
+    """Every RunConfig field at its default, flattened (``model.hidden_size``)."""
+    return _flat(json.loads(json.dumps(RunConfig().to_dict(), default=str)))
+
+
+def key_differences(old: dict, new: dict, config: bool = False) -> list[str]:
+    """The fields whose values differ, as ``field old -> new``. With ``config`` (a training key, a RunConfig as a
+    dict) a field one side lacks reads as its default: a config field added to the code since the key was
+    recorded, left at its default, changes nothing the run made, and a study's records outlive such changes."""
+    old, new = _flat(old), _flat(new)
+    defaults = _config_defaults() if config else {}
+    found = []
+    for name in sorted(set(old) | set(new)):
+        before, after = old.get(name, defaults.get(name, _ABSENT)), new.get(name, defaults.get(name, _ABSENT))
+        if before != after:
+            found.append(f"{name} {before!r} -> {after!r}")
+    return found
 
 
 def _flat(key: dict, prefix: str = "") -> dict:
@@ -72,8 +90,11 @@ def check_stage_keys(work_dir: Path, keys: dict[str, dict]) -> None:
     """ValueError naming the file and every changed field when a stage recorded another key than ``keys``'s."""
     path = work_dir / KEYS_FILE
     recorded = json.loads(path.read_text()) if path.is_file() else {}
-    changed = [f"{stage}: {'; '.join(_differences(_flat(recorded[stage]), _flat(key)))}"
-               for stage, key in keys.items() if stage in recorded and recorded[stage] != key]
+    changed = []
+    for stage, key in keys.items():
+        found = key_differences(recorded[stage], key, stage.startswith("train:")) if stage in recorded else []
+        if found:
+            changed.append(f"{stage}: {'; '.join(found)}")
     if changed:
         shown = changed[:SHOWN] + ([f"{len(changed) - SHOWN} more stages"] if len(changed) > SHOWN else [])
         raise ValueError(f"{path}: this work dir's outputs were made with another plan or other data "
