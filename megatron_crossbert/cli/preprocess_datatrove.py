@@ -84,7 +84,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.executor == "slurm":  # submitted, not run: the array's job id, for a dependent merge job
         print(f"slurm job: {executor.job_id}\nwhen it has ended: {merge}")
     else:
-        print(f"tasks done: {merge}")
+        from megatron_crossbert.data.shards import run_totals
+
+        totals = run_totals(args.output_dir, args.tasks)
+        kinds = ", ".join(f"{kind}={n}" for kind, n in sorted(totals["skipped_by_kind"].items()))
+        print(f"tasks done: {totals['documents_written']} documents written, {totals['documents_skipped']} skipped"
+              + (f" ({kinds}; where: {args.output_dir}/<rank>_preprocess_report.json)" if kinds else "")
+              + f"\nthen: {merge}")
     return 0
 
 

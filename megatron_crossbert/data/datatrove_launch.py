@@ -24,9 +24,10 @@ import os
 from dataclasses import dataclass, field, replace
 
 from megatron_crossbert.data.datatrove_step import CrossbertTokenize, check_pipeline
-from megatron_crossbert.data.jsonl import expand_inputs
+from megatron_crossbert.data.jsonl import BadInputError, expand_inputs
 from megatron_crossbert.data.preprocess import PreprocessOptions
 from megatron_crossbert.data.shard_run import ENCODING_FLAGS, input_entries, run_record, start_run
+from megatron_crossbert.data.shards import run_totals
 
 EXECUTORS = ("local", "slurm", "ray")
 READERS = ("ours", "jsonl", "parquet")
@@ -140,4 +141,15 @@ def launch(cfg: LaunchConfig, opts: PreprocessOptions):
         if not ray.is_initialized():
             ray.init(address=cfg.ray_address)
     executor.run()
+    if cfg.executor != "slurm":  # run here: every document skipped fails, as one crossbert-preprocess run does
+        _check_written(cfg)
     return executor
+
+
+def _check_written(cfg: LaunchConfig) -> None:
+    totals = run_totals(cfg.output_dir, cfg.tasks)
+    if totals["reports"] == cfg.tasks and not totals["documents_written"]:
+        skips = ", ".join(f"{kind}={n} (first at {totals['first_skip_location'][kind]})"
+                          for kind, n in sorted(totals["skipped_by_kind"].items()))
+        raise BadInputError(f"{cfg.output_dir}: no documents written by the run's {cfg.tasks} task(s); "
+                            f"{totals['documents_read']} read, all skipped" + (f": {skips}" if skips else ""))

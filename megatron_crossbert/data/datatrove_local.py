@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import signal
+import sys
 from collections import deque
 from copy import deepcopy
 
@@ -38,9 +39,14 @@ class TaskFailedError(RuntimeError):
 
 
 def _task_main(executor: LocalPipelineExecutor, rank: int, local_rank: int, launcher_pid: int) -> None:
-    """A task process: die with the launcher, then run the task as datatrove would."""
+    """A task process: die with the launcher, leave Ctrl-C to it (it stops every task), then run the task as
+    datatrove would; a failure exits 1, its traceback already in the task's log."""
     die_with_parent(launcher_pid)
-    executor._run_for_rank(rank, local_rank)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        executor._run_for_rank(rank, local_rank)
+    except Exception:
+        sys.exit(1)
 
 
 def _how(exitcode: int) -> str:

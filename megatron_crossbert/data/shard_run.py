@@ -23,6 +23,7 @@ from pathlib import Path
 
 from megatron_crossbert.content_identity import sampled_identity, tree_identity
 from megatron_crossbert.fsutil import atomic_write_text, move_aside
+from megatron_crossbert.outputs import require_output_dir
 
 logger = logging.getLogger(__name__)
 
@@ -137,6 +138,8 @@ def _move_earlier_run(output_dir: Path, logging_dir: Path, files: list[Path]) ->
     files = [p for p in files if p.exists() and p.parent == output_dir]
     if files:
         earlier = output_dir / "earlier-run"
+        if earlier.exists():  # left by a --force that was interrupted: kept, under its own name
+            move_aside(earlier)
         earlier.mkdir()
         for path in files:
             os.rename(path, earlier / path.name)
@@ -146,7 +149,7 @@ def _move_earlier_run(output_dir: Path, logging_dir: Path, files: list[Path]) ->
 def start_run(output_dir: str, logging_dir: str, record: dict, force: bool = False) -> None:
     """Before any task runs: continue the same run, start a new one, or refuse (one line); ``force`` starts
     over with the earlier run moved aside. Writes the record."""
-    out, logs = Path(output_dir).absolute(), Path(logging_dir).absolute()
+    out, logs = require_output_dir(output_dir, "--output-dir").absolute(), Path(logging_dir).absolute()
     earlier, old = _earlier_files(out, logs), read_run_record(out)
     if earlier and not force:
         if old is None:

@@ -152,6 +152,25 @@ def _read_report(path: str) -> dict:
     return report
 
 
+def run_totals(directory: str | os.PathLike, tasks: int) -> dict:
+    """Documents read, written and skipped, and skips per kind (with the first place of each), summed over the
+    reports of tasks 0..``tasks``-1 that exist: a sharded run's account, as one run's report gives it."""
+    totals = {"reports": 0, "documents_read": 0, "documents_written": 0, "documents_skipped": 0,
+              "skipped_by_kind": {}, "first_skip_location": {}}
+    for rank in range(tasks):
+        path = report_path(task_prefix(directory, rank))
+        if not os.path.exists(path):
+            continue
+        report = _read_report(path)
+        totals["reports"] += 1
+        for key in ("documents_read", "documents_written", "documents_skipped"):
+            totals[key] += int(report.get(key) or 0)
+        for kind, count in (report.get("skipped_by_kind") or {}).items():
+            totals["skipped_by_kind"][kind] = totals["skipped_by_kind"].get(kind, 0) + count
+            totals["first_skip_location"].setdefault(kind, (report.get("first_skip_location") or {}).get(kind))
+    return totals
+
+
 def _run_prefixes(root: Path, record: dict, found: list[str], key: str | None) -> list[str]:
     """The outputs of the recorded run's tasks, in task order: all tasks reported, every listed output sealed."""
     tasks, keys = record["tasks"], list((record.get("encoding") or {}).get("json_keys") or ["text"])

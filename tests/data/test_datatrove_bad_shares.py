@@ -62,3 +62,15 @@ def test_a_task_whose_share_holds_no_document_reports_its_skips_and_finishes(tmp
     assert kinds == single["skipped_by_kind"]
     assert merge_main(["--input", str(tmp_path / "dt"), "--output-prefix", str(tmp_path / "m"), "--no-progress"]) == 0
     assert read_shards([str(tmp_path / "m")]).shards[0].documents == single["documents_written"] == sum(GOOD)
+
+
+@pytest.mark.parametrize("kinds", [("blank_line", "empty_file"), ("invalid_json", "blank_line", "invalid_json")])
+def test_a_run_in_which_every_document_is_skipped_fails_in_one_line(tmp_path, bpe_tokenizer, capfd, kinds):
+    """As one crossbert-preprocess over the same files: nothing written is an error that says what was skipped."""
+    files = [_bad_file(tmp_path / f"bad{i}.jsonl", kind, 300)[0] for i, kind in enumerate(kinds)]
+    argv = ["--input", *files, "--output-dir", str(tmp_path / "dt"), "--tokenizer", str(bpe_tokenizer),
+            "--tasks", str(len(files)), "--parallel-tasks", "1"]
+    assert datatrove_main(argv) == 2
+    errors = [line for line in capfd.readouterr().err.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and f"no documents written by the run's {len(files)} task(s)" in errors[0]
+    assert all(f"{kind}=" in errors[0] for kind in kinds)
