@@ -200,8 +200,7 @@ def _ordered_results(spec: WorkerSpec, chunks: Iterator[LineChunk], workers: int
         init_worker(spec, encoder)
         yield from (process_chunk(chunk) for chunk in chunks)
         return
-    with multiprocessing.get_context("spawn").Pool(workers, initializer=init_pool_worker,
-                                                    initargs=(spec, os.getpid())) as pool:
+    with multiprocessing.get_context("spawn").Pool(workers, initializer=init_pool_worker, initargs=(spec,)) as pool:
         pending: deque = deque()
         for chunk in chunks:
             pending.append(pool.apply_async(process_chunk, (chunk,)))

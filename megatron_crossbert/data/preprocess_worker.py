@@ -74,15 +74,10 @@ def init_worker(spec: WorkerSpec, encoder: Encoder | None = None) -> None:
         open_tokenizer(spec.tokenizer_path, spec.tokenizer_kind), spec.backend, threads=1, pieces=spec.pieces)
 
 
-def init_pool_worker(spec: WorkerSpec, parent_pid: int | None = None) -> None:
-    """Pool initializer: die with the preprocessing process (``parent_pid``; a SIGKILLed run, or a task killed
-    with its launcher, leaves no worker behind), one Rust thread per worker process (processes are the
-    parallelism)."""
+def init_pool_worker(spec: WorkerSpec) -> None:
+    """Pool initializer: one Rust thread per worker process (processes are the parallelism)."""
     from megatron_crossbert.data.encoding import set_threads
-    from megatron_crossbert.parent_death import die_with_parent
 
-    if parent_pid is not None:
-        die_with_parent(parent_pid)
     set_threads(1)
     init_worker(spec)
 
