@@ -41,8 +41,12 @@ def dataset_files(prefix: str, static: bool) -> list[str]:
     """The files one dataset of the blend is read from (static mask pairs have three pairs and a meta file)."""
     if not static:
         from megatron_crossbert.data.blend_file import blend_files, is_blend_file
+        from megatron_crossbert.data.idx_format import require_pair
 
-        return blend_files(prefix) if is_blend_file(prefix) else [f"{prefix}.bin", f"{prefix}.idx"]
+        if is_blend_file(prefix):
+            return blend_files(prefix)  # a missing shard: one line naming the blend file and the entry
+        require_pair(prefix, "data.data_path")
+        return [f"{prefix}.bin", f"{prefix}.idx"]
     return [f"{prefix}_{part}{ext}" for part in _STATIC_PARTS for ext in (".bin", ".idx")] + [f"{prefix}_meta.json"]
 
 

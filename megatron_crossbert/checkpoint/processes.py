@@ -29,35 +29,20 @@ finalizer would remove that directory.
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import os
 import queue
 import secrets
-import signal
 import sys
 
 from megatron_crossbert.checkpoint import fault_points
+from megatron_crossbert.parent_death import die_with_parent
 from megatron_crossbert.platform import signals
-
-PR_SET_PDEATHSIG = 1
 
 _queues: dict[bool, object] = {}
 """asynchronous -> the results queue handed to megatron (one per process, as megatron keeps one)."""
 _managers: list = []
 """The Manager serving the async queue (kept referenced: dropping it would shut the server down)."""
-
-
-def die_with_parent(parent_pid: int, sig: int = signal.SIGKILL) -> bool:
-    """Ask Linux to send ``sig`` to this process when its parent dies; exit now if it already has."""
-    if not sys.platform.startswith("linux"):
-        return False
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
-        return False
-    if os.getppid() != parent_pid:  # the parent died before prctl: nobody will signal us
-        os._exit(1)
-    return True
 
 
 def arm_helper(parent_pid: int) -> None:

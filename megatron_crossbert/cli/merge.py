@@ -1,13 +1,16 @@
 """``crossbert-merge``: many Megatron ``.bin/.idx`` prefixes into one, or into a blend file.
 
 Megatron-LM's ``tools/merge_datasets.py`` command line works unchanged: ``--input DIR --output-prefix
-PREFIX`` merges every ``.bin/.idx`` pair in DIR in sorted name order (the order sharded preprocessing
-names its tasks in, so the result is byte-identical to one crossbert-preprocess run over the same
-files). Unlike it, the prefixes are checked first: a truncated pair, or a token dtype, vocabulary or
-tokenizer record that differs from the first prefix's, is refused in one line naming the file, and
-temporaries of unfinished tasks are never read. ``--blend-file NAME.blend.json`` writes, instead of
-(or besides) the merge, a file that ``--data-path`` accepts: training on it equals training on the
-merge, with no copy of the data. Outputs appear atomically; existing ones need --force (moved aside).
+PREFIX`` merges every ``.bin/.idx`` pair in DIR in sorted name order (the order sharded preprocessing names
+its tasks in, so the result is byte-identical to one crossbert-preprocess run over the same files). Unlike
+it, the folder is checked first (one line naming the file, never a merge of fewer documents): a run of
+crossbert-preprocess-datatrove must be complete (every task's report; the missing tasks are named), a half
+pair (.bin without .idx), a gap in the task numbering or a pair no task wrote is refused, and so is a
+truncated pair, or a token dtype, vocabulary or tokenizer record that differs from the first prefix's;
+temporaries of unfinished tasks are never read. --output-prefix must lie outside the folder (a later merge
+of it would read the output as one more shard). ``--blend-file NAME.blend.json`` writes, instead of (or
+besides) the merge, a file that ``--data-path`` accepts: training on it equals training on the merge, with
+no copy of the data. Outputs appear atomically; existing ones need --force (moved aside).
 """
 
 from __future__ import annotations
@@ -49,13 +52,13 @@ def main(argv: list[str] | None = None) -> int:
     from megatron_crossbert.progress import progress_bar
 
     from megatron_crossbert.data.blend_file import write_blend_file
-    from megatron_crossbert.data.merge import merge_shards, read_shards
-    from megatron_crossbert.data.shards import sealed_prefixes
+    from megatron_crossbert.data.merge import check_output_prefix, merge_shards, read_shards
+    from megatron_crossbert.data.shards import checked_prefixes
 
-    prefixes = sealed_prefixes(args.input, args.json_key)
-    if not prefixes:
-        raise FileNotFoundError(f"{args.input}: no .bin/.idx pairs to merge")
+    prefixes = checked_prefixes(args.input, args.json_key)
     shard_set = read_shards(prefixes)
+    if args.output_prefix:  # before the blend file is written: both outputs or neither
+        check_output_prefix(shard_set, args.output_prefix)
     if args.blend_file:
         payload = write_blend_file(shard_set, args.blend_file, force=args.force)
         print(f"blend file: {args.blend_file} ({len(prefixes)} prefixes, {payload['documents']} documents, "

@@ -9,7 +9,8 @@ index is the merged ``.idx`` (lengths and documents concatenated, byte offsets c
 shards) and whose reads go to the shard holding the bytes, so packing, shuffling and masking see
 exactly the merged dataset: same samples, same order.
 
-Checked when opened (one line naming the file): every shard is read and cross-checked as a merge
+Checked when opened (one line naming the file and the entry): the entries add up to the file's totals,
+no shard is listed twice, each shard's pair exists; every shard is read and cross-checked as a merge
 would (``merge.read_shards``: dtype, vocabulary, tokenizer record), and each shard's counts must
 still be the file's (a shard rewritten after the blend file was made is refused). Shard paths are
 stored relative to the blend file, so the folder can move. The blend's tokenizer record is written
@@ -26,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from megatron_crossbert.data.fingerprint import read_dataset_record, record_path, save_dataset_record
-from megatron_crossbert.data.idx_format import bin_path, idx_path
+from megatron_crossbert.data.idx_format import bin_path, idx_path, require_pair
 from megatron_crossbert.data.merge import ShardSet, read_shards
 from megatron_crossbert.fsutil import atomic_write_text
 
@@ -76,10 +77,41 @@ def _read_payload(path: str) -> dict:
     return payload
 
 
-def blend_prefixes(path: str) -> list[str]:
-    """The shard prefixes a blend file lists, in order, as paths."""
+def _is_count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _checked_entries(path: str, payload: dict) -> list[dict]:
+    """The entries, each well formed, their sum the file's totals, no shard twice (one line naming the entry)."""
+    entries = payload["datasets"]
+    for number, entry in enumerate(entries, 1):
+        if not (isinstance(entry, dict) and isinstance(entry.get("prefix"), str) and _is_count(entry.get("documents"))
+                and _is_count(entry.get("tokens"))):
+            raise ValueError(f"{path}: entry {number} is not {{prefix, documents, tokens}}: {entry!r}")
+    for total in ("documents", "tokens"):
+        summed = sum(entry[total] for entry in entries)
+        if payload.get(total) != summed:
+            raise ValueError(f"{path}: says {payload.get(total)} {total} in all, but its entries add up to {summed} "
+                             "(an edited or damaged blend file; remake it with crossbert-merge --blend-file)")
+    seen: dict[str, int] = {}
     base = Path(path).parent
-    return [str(base / entry["prefix"]) for entry in _read_payload(path)["datasets"]]
+    for number, entry in enumerate(entries, 1):
+        real = os.path.realpath(base / entry["prefix"])
+        if real in seen:
+            raise ValueError(f"{path}: entries {seen[real]} and {number} name the same shard {entry['prefix']} "
+                             "(its documents would be read twice)")
+        seen[real] = number
+    return entries
+
+
+def blend_prefixes(path: str) -> list[str]:
+    """The shard prefixes a blend file lists, in order, as paths; each checked to exist (one line naming the
+    blend file and the entry)."""
+    base = Path(path).parent
+    prefixes = [str(base / entry["prefix"]) for entry in _checked_entries(path, _read_payload(path))]
+    for number, prefix in enumerate(prefixes, 1):
+        require_pair(prefix, f"{path}: entry {number}", "remake the blend file, or restore the shard")
+    return prefixes
 
 
 def blend_files(path: str) -> list[str]:

@@ -16,9 +16,12 @@ atomic ``.bin/.idx`` writing are the single-node tool's by construction. Task ``
   counts them in its stats, not in our report); report locations are ``<datatrove reader>:<n>``, the
   n-th document of the task.
 
-A rerun skips every task whose report exists (the report is renamed into place last); datatrove's
-executors also skip the tasks they recorded as complete. A task killed mid-write leaves only
-temporaries, which no merge or blend reads and the task's rerun on that host removes.
+Every task that finishes writes its report, also one whose share was no file at all or only empty files,
+blank lines and bad JSON (then the report counts the skips and there is no ``.bin/.idx``): a merge knows a
+run is whole when tasks 0..N-1 have reports (``shards.checked_prefixes``). A rerun skips every task whose
+report exists (the report is renamed into place last); datatrove's executors also skip the tasks they
+recorded as complete; the run's record (``shard_run``) makes sure a rerun is the same run. A task killed
+mid-write leaves only temporaries, which no merge or blend reads and the task's rerun on that host removes.
 
 datatrove's own ``MegatronDocumentTokenizer`` is wrong for BERT-style data (its end-of-document token
 defaults to GPT-2's ``<|endoftext|>``, a missing token id breaks its template or drops the token, and
@@ -34,7 +37,7 @@ import logging
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
-from itertools import chain, islice
+from itertools import islice
 
 from datatrove.pipeline.base import PipelineStep
 
@@ -75,15 +78,18 @@ class CrossbertTokenize(PipelineStep):
     name = "CrossBERT tokenize"
     type = "🔢 - TOKENIZER"
 
-    def __init__(self, output_dir: str, options: PreprocessOptions) -> None:
+    def __init__(self, output_dir: str, options: PreprocessOptions, input_sizes: list[int] | None = None) -> None:
         """``options``: the single-node tool's options for the whole corpus (``inputs`` all of it;
-        ``output_prefix`` and ``force`` are set per task)."""
+        ``output_prefix`` and ``force`` are set per task). ``input_sizes``: the inputs' sizes when the run was
+        launched (its record, ``shard_run``): every task cuts its share from them, and refuses a file whose
+        size has changed since, so no two tasks see different cuts (default: the sizes when a task starts)."""
         super().__init__()
         if options.emit_mask_pairs:
             raise ValueError("--emit-mask-pairs: static mask pairs pack across documents; make them from the "
                              "merged dataset with crossbert-preprocess, not per task")
         self.output_dir = str(output_dir)
-        self.options = replace(options, progress=False, force=False)
+        self.options = replace(options, progress=False, force=False, allow_empty=True)
+        self.input_sizes = None if input_sizes is None else [int(size) for size in input_sizes]
         logger.info("CrossBERT tokenize: %s", _eod_note(self.options))
 
     def task_options(self, rank: int, inputs: list[str]) -> PreprocessOptions | None:
@@ -109,25 +115,23 @@ class CrossbertTokenize(PipelineStep):
         yield  # noqa: B901 (makes run a generator)
 
     def _run_documents(self, data, rank: int) -> None:
+        """A reader's documents; a task the reader gave none (more tasks than files) reports nothing read."""
         opts = self.task_options(rank, [READER_PATH])
-        if opts is None:
-            return
-        chunks = document_chunks(data, opts.json_keys, opts.chunk_lines)
-        first = next(chunks, None)
-        if first is None:  # datatrove gave this task no files (more tasks than files)
-            logger.info("task %d: the reader gave no documents; nothing to write", rank)
-            return
-        self._record(preprocess(opts, chain([first], chunks)))
+        if opts is not None:
+            self._record(preprocess(opts, document_chunks(data, opts.json_keys, opts.chunk_lines)))
 
     def _run_files(self, rank: int, world_size: int) -> None:
         every = expand_inputs(self.options.inputs)
-        mine = task_files(every, rank, world_size)
-        if not mine:
-            logger.info("task %d of %d: no input files (fewer files than tasks); nothing to write", rank, world_size)
-            return
+        mine = task_files(every, rank, world_size, self.input_sizes)
         opts = self.task_options(rank, mine)
-        if opts is not None:
-            self._record(preprocess(replace(opts, splitter_inputs=[str(p) for p in every])))
+        if opts is None:
+            return
+        opts = replace(opts, splitter_inputs=[str(p) for p in every])
+        if mine:
+            self._record(preprocess(opts))
+        else:  # fewer files than tasks: the task is finished when its (empty) report says so
+            logger.info("task %d of %d: no input files (fewer files than tasks); nothing to write", rank, world_size)
+            self._record(preprocess(opts, iter(())))
 
     def _record(self, report: dict) -> None:
         """datatrove's per-task stats: documents and tokens as the report counts them."""

@@ -89,6 +89,17 @@ def bin_path(prefix: str) -> str:
     return prefix + ".bin"
 
 
+def require_pair(prefix: str, named_by: str | None = None,
+                 remedy: str = "run crossbert-preprocess, or pass the prefix without .bin/.idx") -> None:
+    """Both files of ``prefix`` exist, else FileNotFoundError in one line naming the missing ones and
+    (``named_by``: ``"run.blend.json: entry 3"``, ``"data.data_path"``) what named the prefix."""
+    missing = [p for p in (idx_path(prefix), bin_path(prefix)) if not os.path.isfile(p)]
+    if missing:
+        where = f"{named_by}: " if named_by else ""
+        raise FileNotFoundError(f"{where}indexed dataset {prefix!r} is incomplete; missing: {', '.join(missing)} "
+                                f"({remedy})")
+
+
 def idx_path(prefix: str) -> str:
     return prefix + ".idx"
 

@@ -19,7 +19,7 @@ import numpy as np
 from megatron.core.datasets.indexed_dataset import IndexedDataset, get_bin_path, get_idx_path
 
 from megatron_crossbert.data.blend_file import is_blend_file, read_blend
-from megatron_crossbert.data.idx_format import HEADER_BYTES, AtomicIndexedWriter, read_header
+from megatron_crossbert.data.idx_format import HEADER_BYTES, AtomicIndexedWriter, read_header, require_pair
 
 __all__ = ["AtomicIndexedWriter", "CorruptDatasetError", "open_indexed", "resolve_prefix"]
 
@@ -129,10 +129,7 @@ def open_indexed(prefix: str, mmap: bool = True) -> IndexedDataset | ShardedInde
     if is_blend_file(prefix):
         return ShardedIndexedDataset(prefix)
     idx_path, bin_path = get_idx_path(prefix), get_bin_path(prefix)
-    missing = [p for p in (idx_path, bin_path) if not os.path.isfile(p)]
-    if missing:
-        raise FileNotFoundError(f"indexed dataset {prefix!r} is incomplete; missing: {', '.join(missing)} "
-                                "(run crossbert-preprocess, or pass the prefix without .bin/.idx)")
+    require_pair(prefix)
     _check_header(idx_path)
     _check_index_size(idx_path)
     try:

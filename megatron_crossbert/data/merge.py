@@ -108,12 +108,24 @@ def _clear_outputs(output_prefix: str, force: bool) -> None:
     remove_stale_temporaries(_outputs(output_prefix))
 
 
+def check_output_prefix(shard_set: ShardSet, output_prefix: str) -> None:
+    """The output is neither an input nor in an input's folder, by real path (a symlinked folder is the folder
+    it points to): there a later merge of the folder would read it as one more shard, and ``--force`` would
+    move an input aside before reading it."""
+    real = os.path.realpath(output_prefix)
+    if real in {os.path.realpath(s.prefix) for s in shard_set.shards}:
+        raise ValueError(f"{output_prefix}: --output-prefix is one of the inputs")
+    folders = {os.path.dirname(os.path.realpath(s.prefix)) for s in shard_set.shards}
+    if os.path.dirname(real) in folders:
+        raise ValueError(f"{output_prefix}: --output-prefix is in the folder of the shards it merges "
+                         f"({os.path.dirname(real)}): a later merge of that folder would read it as one more shard; "
+                         "write it elsewhere")
+
+
 def merge_shards(shard_set: ShardSet, output_prefix: str, force: bool = False, progress=None) -> dict:
     """Write the merged pair (and the shared tokenizer record); returns a summary. ``progress(shard)``
     is called after each shard is copied."""
-    inputs = {os.path.abspath(s.prefix) for s in shard_set.shards}
-    if os.path.abspath(output_prefix) in inputs:
-        raise ValueError(f"{output_prefix}: --output-prefix is one of the inputs")
+    check_output_prefix(shard_set, output_prefix)
     _clear_outputs(output_prefix, force)
     writer = AtomicIndexedWriter(output_prefix, None, dtype=shard_set.dtype)
     try:

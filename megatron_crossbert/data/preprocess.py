@@ -90,6 +90,10 @@ class PreprocessOptions:
     splitter_inputs: list[str] | None = None
     """Files whose first texts train Punkt where punkt_tab is absent (default: ``inputs``). A task of a
     sharded run passes the whole corpus, so every task splits sentences as one run over it would."""
+    allow_empty: bool = False
+    """A run that writes no document writes its report (what was skipped, and where) and no dataset, instead of
+    failing: a task of a sharded run whose share is empty files, blank lines or bad JSON is a finished task
+    (the other tasks' documents are the dataset), as those lines are skips in one run over the whole input."""
 
 
 def document_prefix(output_prefix: str, key: str) -> str:
@@ -252,6 +256,8 @@ def _consume(opts: PreprocessOptions, spec: WorkerSpec, chunks: Iterator[LineChu
         tally.bar.update(result.lines_read)
     tally.log()
     tally.bar.close()
+    if opts.allow_empty and not tally.written:
+        return
     tally.check_written()
     for writer in writers.values():
         writer.finalize()
@@ -302,6 +308,8 @@ def preprocess(opts: PreprocessOptions, lines: Iterator[LineChunk] | None = None
         all_writers = list(writers.values())
         try:
             _consume(opts, spec, chunks, encoder, tally, writers)
+            if not tally.written:  # allow_empty: the report alone says what was read and skipped
+                return _report_only(opts, tokenizer, splitter, tally, all_writers, encoder)
             metas: dict = {}
             if opts.emit_mask_pairs:
                 extra, metas = _emit_mask_pairs(opts, writers, tokenizer)
@@ -316,6 +324,18 @@ def preprocess(opts: PreprocessOptions, lines: Iterator[LineChunk] | None = None
             raise
 
 
+def _report_only(opts: PreprocessOptions, tokenizer, splitter, tally: _Tally, writers: list, encoder) -> dict:
+    """No document written (``allow_empty``): the temporaries go, the report is written with no outputs."""
+    for writer in writers:
+        writer.abort()
+    log = logger.warning if tally.read else logger.info
+    log("%s: no documents written; %d read, all skipped %s", ", ".join(opts.inputs) or "no input", tally.read,
+        dict(sorted(tally.skips.items())))
+    report = _report(opts, tokenizer, splitter, tally, {}, {}, encoder)
+    _write_json_atomic(report_path(opts.output_prefix), report)
+    return report
+
+
 def _report(opts: PreprocessOptions, tokenizer, splitter, tally: _Tally, writers, metas, encoder) -> dict:
     return {"inputs": opts.inputs, "output_prefix": opts.output_prefix, "tokenizer": str(opts.tokenizer),
             "tokenizer_kind": opts.tokenizer_kind,
@@ -324,6 +344,6 @@ def _report(opts: PreprocessOptions, tokenizer, splitter, tally: _Tally, writers
             "split_sentences": opts.split_sentences, "append_eod": opts.append_eod,
             "max_document_bytes": opts.max_document_bytes, "pieces": isinstance(encoder, PiecewiseEncoder),
             "sentence_splitter": splitter.describe() if splitter else None,
-            "dtype": np.dtype(next(iter(writers.values())).dtype).name,
+            "dtype": np.dtype(next(iter(writers.values())).dtype).name if writers else None,
             "outputs": {key: w.prefix for key, w in writers.items()}, "mask_pairs": metas or None,
             **tally.as_dict()}

@@ -16,7 +16,7 @@ A batch system signals *every* process of a job. A helper that kept a signal's d
 it in the middle of a save (the async writer's results server did, and the save was lost), so each
 helper starts with these signals blocked (inherited from the trainer, :func:`blocked`), sets them to
 ignored, then unblocks them (:func:`ignore_in_helper`): there is no moment at which one can kill it.
-It still dies with the trainer (``checkpoint.processes.die_with_parent``).
+It still dies with the trainer (``parent_death.die_with_parent``).
 """
 
 from __future__ import annotations

