@@ -149,7 +149,7 @@ def _cost_text(work_dir: Path, status: dict, records: Path | None = None) -> str
             f"; {sum(by_kind.values()) / 3600:.2f} CPU-hours in all.")
     if records is not None:
         parts.append(_sessions_text(records))
-    notes = work_dir / "NOTES.md"
+    notes = (records if records is not None and (records / "NOTES.md").is_file() else work_dir) / "NOTES.md"
     if notes.is_file():
         parts.append("How the study was driven (`NOTES.md`):\n\n" + notes.read_text().strip())
     prose = [part for part in parts if not part.startswith("How the study was driven")]

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from .stage_keys import key_differences
-from megatron_crossbert.content_identity import dataset_fingerprint, tree_identity
+from megatron_crossbert.content_identity import dataset_fingerprint
 from megatron_crossbert.fsutil import atomic_write_text
 
 SEAL_FILE = "sealed.json"
@@ -51,8 +51,13 @@ def _write(path: Path, value: dict) -> None:
 
 
 def data_identity(tokenizer: Path, prefix: str) -> dict:
-    """The tokenizer's files and the indexed dataset by content: what the data stage must rebuild the same."""
-    return {"tokenizer": tree_identity(tokenizer), "dataset": dataset_fingerprint([prefix + ".bin", prefix + ".idx"])}
+    """The tokenizer (its fingerprint: the ids' meanings, not its files' bytes, which sentencepiece varies run to
+    run) and the indexed dataset by content: what the data stage must rebuild the same."""
+    from megatron_crossbert.data.fingerprint import tokenizer_fingerprint
+    from megatron_crossbert.data.tokenizer import load_tokenizer
+
+    return {"tokenizer": tokenizer_fingerprint(load_tokenizer(str(tokenizer))),
+            "dataset": dataset_fingerprint([prefix + ".bin", prefix + ".idx"])}
 
 
 def check_keys(records: Path, keys: dict) -> None:
