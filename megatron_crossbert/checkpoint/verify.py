@@ -31,7 +31,7 @@ logger = logging.getLogger(__name__)
 # Fields that fix parameter shapes or the meaning of positions: a mismatch makes a resume wrong.
 _MODEL_FIELDS = ("arch", "encoder", "vocab_size", "hidden_size", "num_layers", "num_attention_heads", "ffn",
                  "max_position_embeddings", "decoder_num_layers", "dec_hidden", "dec_heads", "dec_ffn",
-                 "decoder_position_embedding")
+                 "decoder_position_embedding", "decoder_cross_attention_only")
 
 
 @dataclass(frozen=True)
