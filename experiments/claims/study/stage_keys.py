@@ -68,12 +68,31 @@ def _flat(key: dict, prefix: str = "") -> dict:
     return flat
 
 
+def _config_defaults() -> dict:
+    """Every RunConfig field's default, flattened as a train key is (``section.field``)."""
+    from megatron_crossbert.config import RunConfig
+
+    return _flat(json.loads(json.dumps(RunConfig().to_dict(), default=str)))
+
+
+def stage_changes(stage: str, recorded: dict, key: dict) -> list[str]:
+    """The fields of ``stage``'s key that changed since ``recorded``. A training run's config field that the
+    record predates (added to RunConfig later) and that holds its default is no change: the run was trained
+    with that default, and a new option must not refuse every work dir made before it."""
+    old, new = _flat(recorded), _flat(key)
+    if stage.startswith("train:"):
+        defaults = _config_defaults()
+        new = {name: value for name, value in new.items()
+               if name in old or name not in defaults or value != defaults[name]}
+    return _differences(old, new)
+
+
 def check_stage_keys(work_dir: Path, keys: dict[str, dict]) -> None:
     """ValueError naming the file and every changed field when a stage recorded another key than ``keys``'s."""
     path = work_dir / KEYS_FILE
     recorded = json.loads(path.read_text()) if path.is_file() else {}
-    changed = [f"{stage}: {'; '.join(_differences(_flat(recorded[stage]), _flat(key)))}"
-               for stage, key in keys.items() if stage in recorded and recorded[stage] != key]
+    changes = {stage: stage_changes(stage, recorded[stage], key) for stage, key in keys.items() if stage in recorded}
+    changed = [f"{stage}: {'; '.join(diffs)}" for stage, diffs in changes.items() if diffs]
     if changed:
         shown = changed[:SHOWN] + ([f"{len(changed) - SHOWN} more stages"] if len(changed) > SHOWN else [])
         raise ValueError(f"{path}: this work dir's outputs were made with another plan or other data "
