@@ -14,6 +14,7 @@ from megatron_crossbert import platform  # noqa: E402
 from megatron_crossbert.config import ParallelConfig  # noqa: E402
 from megatron_crossbert.evaluation.encoders import HFEncoder, resolve_model  # noqa: E402
 from megatron_crossbert.evaluation.encoding import EncodingOptions, visible_mask  # noqa: E402
+from megatron_crossbert.evaluation.probing.report import render_markdown  # noqa: E402
 from megatron_crossbert.evaluation.probing.runner import ProbeRunConfig, collect_tasks, run_probing  # noqa: E402
 from tests.support.synthetic_eval import write_jsonl_task  # noqa: E402
 
@@ -108,6 +109,8 @@ def test_the_probe_report_carries_the_features_geometry_and_the_encoding(native,
     assert -1.0 <= stats["mean_cosine"] <= 1.0
     assert report["config"]["encoding"]["visible_fraction"] == 0.5
     assert set(report["tasks"]["planted"]["readouts"]) == {"raw", "whitened"}
+    text = render_markdown(report)
+    assert "0.5 of each text's tokens visible" in text and f"effective rank {stats['effective_rank']:.1f} of 32" in text
     with pytest.raises(ValueError, match="--layers all"):
         run_probing(str(native / "ckpt"), tasks, ProbeRunConfig(
             layers="all", encoding=EncodingOptions(hidden_state="middle_layer"), cache_dir=str(tmp_path / "cache")))
