@@ -95,7 +95,9 @@ class Row:
     group: str
     """'probe-time' or 'decoder'."""
     model: str
+    """The run read (its name)."""
     what: str
+    """What the row changes, in words."""
     run: RunSpec
     run_dir: Path
     """The work dir whose ``runs/<run.name>`` holds the checkpoints."""
@@ -142,9 +144,12 @@ class Inputs:
     """The study's work dir and the probe data."""
 
     work: Path
+    """The study's work dir: its tokenizer, data and seed-1 runs are read; ``ablations/`` is written."""
     glue_dir: str
     mteb_lite_dir: str | None
+    """MTEB-lite folders; None: no MTEB-lite column."""
     results_md: Path | None
+    """The page whose ``collapse-ablations`` section is rewritten; None: no page."""
 
 
 def final_checkpoint(run_dir: Path, run: RunSpec) -> Path | None:
