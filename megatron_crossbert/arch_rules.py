@@ -97,8 +97,9 @@ def views_attention_calls(run_cfg: RunConfig) -> tuple[AttentionCall, ...]:
     visible, rows = views_pipeline_shape(run_cfg)
     targets, head_dim = seq - visible, model.hidden_size // model.num_attention_heads
     dec_dim, dec_layers = model.dec_hidden // model.dec_heads, model.decoder_num_layers
+    self_layers = 0 if model.decoder_cross_attention_only else dec_layers
     return (AttentionCall("encoder", rows, visible, visible, model.num_attention_heads, head_dim, model.num_layers),
-            AttentionCall("decoder self", rows, targets, targets, model.dec_heads, dec_dim, dec_layers),
+            AttentionCall("decoder self", rows, targets, targets, model.dec_heads, dec_dim, self_layers),
             AttentionCall("decoder cross", rows, targets, visible, model.dec_heads, dec_dim, dec_layers))
 
 

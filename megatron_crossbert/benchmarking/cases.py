@@ -164,15 +164,20 @@ def _decoder_fields(shape: dict, setting: BenchSetting) -> dict:
                           setting.decoder_width)
 
 
-def decoder_fields(arch: str, hidden_size: int, num_heads: int, layers: int, width: float = 1.0) -> dict:
-    """The model section's decoder keys: depth and, below full width, width and heads scaled by ``width``
-    (the benchmark's rows and the study's arms both build their decoders here)."""
+def decoder_fields(arch: str, hidden_size: int, num_heads: int, layers: int, width: float = 1.0,
+                   cross_attention_only: bool = False) -> dict:
+    """The model section's decoder keys: depth and, below full width, width and heads scaled by ``width``;
+    with ``cross_attention_only`` layers of cross-attention alone (the benchmark's rows and the study's arms
+    both build their decoders here)."""
     if not get_arch(arch).has_reconstruction_decoder:
         return {"decoder_num_layers": 0}
-    if width == 1.0:
-        return {"decoder_num_layers": layers}
-    return {"decoder_num_layers": layers, "decoder_hidden_size": round(hidden_size * width),
-            "decoder_num_attention_heads": max(1, round(num_heads * width))}
+    fields = {"decoder_num_layers": layers}
+    if width != 1.0:
+        fields.update(decoder_hidden_size=round(hidden_size * width),
+                      decoder_num_attention_heads=max(1, round(num_heads * width)))
+    if cross_attention_only:
+        fields["decoder_cross_attention_only"] = True
+    return fields
 
 
 def default_cases(size: str = "cpu", precision: str = "fp32", transformer_impl: str = "auto",

@@ -18,6 +18,7 @@ import typing
 from megatron_crossbert.cli import DefaultsHelpFormatter, add_encoder_arguments, cache_dir_arg
 from megatron_crossbert.cli.errors import add_debug_flag, cli_main
 from megatron_crossbert.evaluation.encoders import Layers
+from megatron_crossbert.evaluation.encoding import HIDDEN_STATES, EncodingOptions
 from megatron_crossbert.evaluation.probing.linear_probes import ProbeConfig
 from megatron_crossbert.evaluation.recipe import PROBE_MAX_LEN
 
@@ -42,7 +43,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--both-readouts", action=argparse.BooleanOptionalAction, default=True,
                    help="also probe the other readout of the same features: raw (the paper's: pooled features as "
                         "they are) and PCA-whitened side by side, linear probe (default: yes)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the subsampling and the probe's folds (default: 0)")
+    p.add_argument("--visible-fraction", type=float, default=1.0, metavar="F",
+                   help="encode a seeded random share F of each text's tokens, kept at their original positions "
+                        "(the rest hidden from attention and pooling): CrossBERT's training input; 1.0: all tokens")
+    p.add_argument("--hidden-state", choices=HIDDEN_STATES, default="after_final_norm",
+                   help="the tensor pooled: the encoder's output after its final norm, the last layer's output "
+                        "before it, or the output of layer num_layers // 2")
+    p.add_argument("--seed", type=int, default=0, help="seed of the subsampling, the probe's folds and the visible "
+                                                       "subsets (default: 0)")
     p.add_argument("--out", default="probe_results", help="output directory for JSON, markdown and plot")
     add_debug_flag(p)
     return p
@@ -65,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
                             seed=args.seed, cache_dir=cache_dir_arg(args.cache_dir), device=args.device,
                             tokenizer_dir=args.tokenizer_dir, verify=args.verify, whiten=args.whiten, knn=args.knn,
                             both_readouts=args.both_readouts,
+                            encoding=EncodingOptions(args.visible_fraction, args.hidden_state, args.seed),
                             probe=ProbeConfig(folds=args.cv_folds, seed=args.seed))  # refuses what cannot run
     require_output_dir(args.out, "--out")  # before any task is read or text encoded
     tasks = collect_tasks(glue_dir=args.glue_dir, glue_tasks=_split_list(args.glue_tasks) or None,

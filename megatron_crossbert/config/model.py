@@ -69,6 +69,10 @@ class ModelConfig:
     width, half of them at half width)."""
     decoder_ffn_hidden_size: int | None = None
     """Decoder MLP width; None means 4 * decoder width."""
+    decoder_cross_attention_only: bool = False
+    """CrossBERT decoder layers hold their cross-attention to the encoder only: no self-attention among the
+    queries and no MLP (megatron-core's identity in those slots). The weakest decoder that still reads the
+    encoder: each target is predicted from its own query (mask embedding + position) and the visible states."""
     layernorm_epsilon: float = 1e-5
     """LayerNorm epsilon; exported verbatim to HF (whose default 1e-12 would be wrong)."""
     hidden_dropout: float = 0.1
@@ -110,6 +114,8 @@ class ModelConfig:
                  f"num_attention_heads={self.num_attention_heads} must divide hidden_size={self.hidden_size}")
         _require(self.decoder_num_layers >= int(spec.has_reconstruction_decoder),
                  f"arch={self.arch!r} needs decoder_num_layers >= 1, got {self.decoder_num_layers}")
+        _require(not self.decoder_cross_attention_only or spec.has_reconstruction_decoder,
+                 f"model.decoder_cross_attention_only: arch={self.arch!r} has no reconstruction decoder")
         _require(self.rotary_base > 0, f"ModelConfig.rotary_base must be > 0, got {self.rotary_base}")
         _require(get_encoder(self.encoder).linear_bias or not self.bias_gelu_fusion,
                  f"bias_gelu_fusion needs linear biases, which the {self.encoder!r} encoder does not have")

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Literal, Sequence
 import numpy as np
 import torch
 
+from megatron_crossbert.evaluation.encoding import (EncodingOptions, pick_hidden_state, untie_last_hidden_state,
+                                                 visible_mask)
 from megatron_crossbert.progress import progress_bar
 
 if TYPE_CHECKING:
@@ -170,13 +172,16 @@ class HFEncoder:
     """A frozen HF encoder that embeds text lists in length-sorted batches (fp32, eval mode, no grad)."""
 
     def __init__(self, model: ResolvedModel | str, *, device: str | None = None, max_len: int = 128,
-                 batch_size: int = 32) -> None:
+                 batch_size: int = 32, encoding: EncodingOptions | None = None) -> None:
         from transformers import AutoModel, AutoTokenizer
 
+        self.encoding = encoding or EncodingOptions()
+        """How each text is encoded and which tensor is pooled (``evaluation.encoding``); part of ``identity``."""
         self.resolved = model if isinstance(model, ResolvedModel) else resolve_model(model)
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.tokenizer = AutoTokenizer.from_pretrained(self.resolved.hf_path)
         self.model = AutoModel.from_pretrained(self.resolved.hf_path).to(self.device).eval()
+        untie_last_hidden_state(self.model, self.encoding)
         self.max_len, self.batch_size = max_len, batch_size
         self.num_layers = int(self.model.config.num_hidden_layers)
         self.attention, self.attention_identity = None, ""
@@ -190,7 +195,8 @@ class HFEncoder:
 
     @property
     def identity(self) -> str:
-        return self.resolved.identity + (f"+{self.attention_identity}" if self.attention_identity else "")
+        return (self.resolved.identity + self.encoding.identity
+                + (f"+{self.attention_identity}" if self.attention_identity else ""))
 
     def _pool(self, hidden: torch.Tensor, mask: torch.Tensor, pooling: str) -> torch.Tensor:
         if pooling != "attention":
@@ -201,15 +207,26 @@ class HFEncoder:
 
     @torch.inference_mode()
     def _forward(self, texts: list[str], all_layers: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """The backbone's float hidden states ``[n_layers, b, s, h]`` of a padded batch, and its attention mask."""
+        """The backbone's float hidden states ``[n_layers, b, s, h]`` of a padded batch, and its attention mask
+        (the tokens the encoder saw: ``self.encoding``'s visible subset, else every real token)."""
         batch = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_len, return_tensors="pt")
         batch = {k: v.to(self.device) for k, v in batch.items()}
-        out = self.model(**batch, output_hidden_states=all_layers)
-        hidden = torch.stack(out.hidden_states) if all_layers else out.last_hidden_state.unsqueeze(0)
+        options = self.encoding
+        if options.visible_fraction < 1.0:
+            batch["attention_mask"] = visible_mask(batch["attention_mask"], texts, options.visible_fraction,
+                                                   options.seed)
+        out = self.model(**batch, output_hidden_states=all_layers or options.hidden_state != "after_final_norm")
+        if all_layers:
+            hidden = torch.stack(out.hidden_states)
+        else:
+            hidden = pick_hidden_state(out, options.hidden_state, self.num_layers, self.resolved.hf_path).unsqueeze(0)
         return hidden.float(), batch["attention_mask"]
 
     @torch.inference_mode()
     def _embed_batch(self, texts: list[str], pooling: Pooling, layers: Layers) -> np.ndarray:
+        if pooling == "cls" and self.encoding.visible_fraction < 1.0:
+            raise ValueError(f"{self.resolved.hf_path}: cls pooling reads the first token, which a visible "
+                             f"subset (visible_fraction={self.encoding.visible_fraction:g}) may hide; use mean")
         hidden, mask = self._forward(texts, all_layers=layers == "all")
         return self._pool(hidden, mask, pooling).cpu().numpy()
 

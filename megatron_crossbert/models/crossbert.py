@@ -39,18 +39,21 @@ class CrossBertModel(EncoderLanguageModel):
 
     def __init__(self, config: TransformerConfig, decoder_config: TransformerConfig, *, family: EncoderFamily,
                  vocab_size: int, max_sequence_length: int, rotary_base: float, use_te: bool,
-                 attention: AttentionPlan, decoder_position_embedding: bool = True, pre_process: bool = True,
+                 attention: AttentionPlan, decoder_position_embedding: bool = True,
+                 decoder_cross_attention_only: bool = False, pre_process: bool = True,
                  post_process: bool = True) -> None:
         super().__init__(config, family=family, vocab_size=vocab_size, max_sequence_length=max_sequence_length,
                          rotary_base=rotary_base, use_te=use_te, attention=attention, pre_process=pre_process,
                          post_process=post_process)
         if post_process:
-            self._build_reconstruction_branch(decoder_config, use_te, decoder_position_embedding)
+            self._build_reconstruction_branch(decoder_config, use_te, decoder_position_embedding,
+                                              decoder_cross_attention_only)
             self.decoder_rotary = (None if self.rotary is None
                                    else KindRotary(decoder_config, rotary_base, attention.local_rotary_base))
         self.setup_embeddings_and_output_layer()
 
-    def _build_reconstruction_branch(self, dec_cfg: TransformerConfig, use_te: bool, positions: bool) -> None:
+    def _build_reconstruction_branch(self, dec_cfg: TransformerConfig, use_te: bool, positions: bool,
+                                     cross_only: bool = False) -> None:
         """Queries (mask embedding [+ decoder positions]), decoder block, LM head, tied output layer."""
         cfg = self.config
         self.mask_embedding = torch.nn.Parameter(torch.empty(dec_cfg.hidden_size, dtype=cfg.params_dtype))
@@ -65,7 +68,7 @@ class CrossBertModel(EncoderLanguageModel):
         # The decoder may be narrower than the encoder: its cross-attention projects keys/values from the
         # encoder width, and the head maps the decoder width back to the tied embeddings' width.
         self.decoder = TransformerBlock(config=dec_cfg, spec=decoder_block_spec(
-            use_te, dec_cfg.num_layers, self.attention.decoder, memory_size=cfg.hidden_size))
+            use_te, dec_cfg.num_layers, self.attention.decoder, memory_size=cfg.hidden_size, cross_only=cross_only))
         self.lm_head = LMHead(cfg, use_te, bias=True, input_size=dec_cfg.hidden_size)
         self.output_layer = tensor_parallel.ColumnParallelLinear(
             cfg.hidden_size, self.vocab_size, config=cfg, init_method=cfg.init_method, bias=True,
@@ -132,4 +135,5 @@ def build_crossbert_model(run_cfg: RunConfig, **common) -> CrossBertModel:
     model = run_cfg.model
     return CrossBertModel(transformer_config(run_cfg), transformer_config(run_cfg, decoder=True),
                           family=get_encoder(model.encoder), rotary_base=model.rotary_base,
-                          decoder_position_embedding=model.decoder_position_embedding, **common)
+                          decoder_position_embedding=model.decoder_position_embedding,
+                          decoder_cross_attention_only=model.decoder_cross_attention_only, **common)

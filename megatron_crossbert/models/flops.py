@@ -15,7 +15,8 @@ Conventions (the usual "model FLOPs", as in the Megatron-LM / PaLM MFU papers):
 Per architecture:
 - CrossBERT, per view: encoder over Lv tokens; decoder (width d, possibly narrower than the encoder's
   h) over T = L - Lv queries (self-attention among queries, cross-attention to the Lv encoder states
-  incl. their K/V projection from width h, MLP); LM head (dense d -> h + tied h x V output projection)
+  incl. their K/V projection from width h, MLP; cross-attention alone with
+  ``model.decoder_cross_attention_only``); LM head (dense d -> h + tied h x V output projection)
   over the T targets only. Times the number of views.
 - MLM baselines (megatron BertModel; the modern MlmModel): encoder over all L tokens; LM head over the
   positions it runs on: the ``round(p * L)`` masked ones with ``model.sparse_prediction`` (the
@@ -78,9 +79,9 @@ def decoder_forward_flops(run_cfg: RunConfig, queries: int, memory: int) -> floa
     """One forward pass of the reconstruction decoder (``queries`` targets over ``memory`` visible states);
     its layers are ``dec_hidden`` wide, their cross-attention K/V read the encoder's ``hidden_size``."""
     model, span = run_cfg.model, run_cfg.data.seq_length
-    hidden = model.dec_hidden
-    mlp = mlp_flops(queries, hidden, model.dec_ffn, get_encoder(model.encoder).gated_mlp)
-    return sum(self_attention_flops(queries, hidden, keys_per_query(queries, span, half))
+    hidden, full = model.dec_hidden, not model.decoder_cross_attention_only
+    mlp = mlp_flops(queries, hidden, model.dec_ffn, get_encoder(model.encoder).gated_mlp) if full else 0.0
+    return sum((self_attention_flops(queries, hidden, keys_per_query(queries, span, half)) if full else 0.0)
                + cross_attention_flops(queries, memory, hidden, keys_per_query(memory, span, half),
                                        memory_width=model.hidden_size) + mlp
                for half in _half_windows(run_cfg, model.decoder_num_layers))

@@ -128,8 +128,10 @@ def pick_rotary(rotary, local: bool):
 
 
 def _is_local(layer: TransformerLayer) -> bool:
-    """A layer's kind is its core attention's (``attention_windows`` owns the rule)."""
-    return getattr(layer.self_attention.core_attention, "half_window", 0) > 0
+    """A layer's kind is its core attention's (``attention_windows`` owns the rule); a decoder layer of
+    cross-attention alone has no self-attention to ask, and its cross-attention is of the same kind."""
+    attention = layer.self_attention if hasattr(layer.self_attention, "core_attention") else layer.cross_attention
+    return getattr(attention.core_attention, "half_window", 0) > 0
 
 
 class LocalGlobalLayer(TransformerLayer):

@@ -34,7 +34,7 @@ from megatron.core.transformer.attention import (
     SelfAttentionSubmodules,
 )
 from megatron.core.transformer.enums import AttnMaskType
-from megatron.core.transformer.identity_op import IdentityOp
+from megatron.core.transformer.identity_op import IdentityFuncOp, IdentityOp
 from megatron.core.transformer.mlp import MLP, MLPSubmodules
 from megatron.core.transformer.spec_utils import ModuleSpec
 from megatron.core.transformer.transformer_block import TransformerBlockSubmodules
@@ -266,9 +266,23 @@ def encoder_block_spec(use_te: bool, num_layers: int, attention: AttentionOption
     return TransformerBlockSubmodules(layer_specs=layers, layer_norm=final_norm(use_te))
 
 
+def cross_attention_only(layer: ModuleSpec) -> ModuleSpec:
+    """``layer`` without self-attention and without its MLP: the pre-LN cross-attention alone. The other
+    slots hold megatron-core's identities (``IdentityOp``, ``IdentityFuncOp`` for the bias-dropout-adds), as
+    its own specs leave the slots a layer does not use."""
+    sub = layer.submodules
+    sub.input_layernorm, sub.self_attention, sub.self_attn_bda = IdentityOp, IdentityOp, IdentityFuncOp
+    sub.pre_mlp_layernorm, sub.mlp, sub.mlp_bda = IdentityOp, IdentityOp, IdentityFuncOp
+    sub.sharded_state_dict_keys_map = {}
+    return layer
+
+
 def decoder_block_spec(use_te: bool, num_layers: int, attention: AttentionOptions,
-                       memory_size: int | None = None) -> TransformerBlockSubmodules:
-    """The reconstruction decoder's block; ``memory_size`` = the encoder width its cross-attention reads."""
+                       memory_size: int | None = None, cross_only: bool = False) -> TransformerBlockSubmodules:
+    """The reconstruction decoder's block; ``memory_size`` = the encoder width its cross-attention reads;
+    ``cross_only``: layers of cross-attention alone (``model.decoder_cross_attention_only``)."""
     layer = te_decoder_layer_spec(attention, memory_size) if use_te else local_decoder_layer_spec(attention,
                                                                                                   memory_size)
+    if cross_only:
+        layer = cross_attention_only(layer)
     return TransformerBlockSubmodules(layer_specs=[layer] * num_layers, layer_norm=final_norm(use_te))

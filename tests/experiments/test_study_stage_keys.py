@@ -75,3 +75,19 @@ def test_which_changes_are_refused(inputs, tmp_path):
     (copy / "SST-2" / "dev.tsv").write_text("sentence\tlabel\nanother row\t1\n")
     with pytest.raises(ValueError, match=r"probe: glue.SST-2 "):
         claim(plan, ["probe"], glue_dir=str(copy))
+
+
+def test_a_config_field_added_after_a_run_was_recorded_is_no_change_at_its_default():
+    """A work dir recorded before RunConfig gained a field resumes while the field holds its default."""
+    from experiments.claims.plan import all_runs
+    from experiments.claims.study.stage_keys import key_differences, train_key
+
+    plan = resolve_plan("smoke")
+    run = next(run for run in all_runs(plan) if run.arch == "crossbert")
+    key = train_key(plan, run)
+    older = json.loads(json.dumps(key))
+    del older["model"]["decoder_cross_attention_only"]                   # recorded before the field existed
+    assert key_differences(older, key, config=True) == []
+    changed = train_key(plan, dataclasses.replace(run, decoder_cross_attention_only=True))
+    assert key_differences(older, changed, config=True) == ["model.decoder_cross_attention_only False -> True"]
+    assert key_differences({"a": 1}, {"a": 1, "b": 2}) == ["b '(absent)' -> 2"]   # other keys: any new field

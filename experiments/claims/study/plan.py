@@ -58,6 +58,8 @@ class RunSpec:
     """CrossBERT's reconstruction decoder width as a fraction of the encoder's (heads scale with it)."""
     decoder_layers: int = 2
     """CrossBERT's reconstruction decoder depth (ignored for the MLM baseline)."""
+    decoder_cross_attention_only: bool = False
+    """CrossBERT's decoder layers hold cross-attention alone (``model.decoder_cross_attention_only``)."""
 
 
 @dataclass
@@ -194,7 +196,7 @@ the fastest complementary setting of the throughput benchmark (r=0.75, decoder h
 
 def run_config(plan: Plan, arch: str, mask_ratio: float, complementary: bool, shape: ModelShape,
                train_steps: int | None = None, seed: int | None = None, decoder_width: float = 1.0,
-               decoder_layers: int = 2) -> RunConfig:
+               decoder_layers: int = 2, decoder_cross_attention_only: bool = False) -> RunConfig:
     """The RunConfig of one run (data paths and tokenizer are added by the pipeline)."""
     from megatron_crossbert.benchmarking.cases import decoder_fields
 
@@ -204,7 +206,8 @@ def run_config(plan: Plan, arch: str, mask_ratio: float, complementary: bool, sh
              "num_layers": shape.num_layers, "num_attention_heads": shape.num_attention_heads,
              "max_position_embeddings": 512, "hidden_dropout": plan.hidden_dropout,
              "attention_dropout": plan.attention_dropout,
-             **decoder_fields(arch, shape.hidden_size, shape.num_attention_heads, decoder_layers, decoder_width)}
+             **decoder_fields(arch, shape.hidden_size, shape.num_attention_heads, decoder_layers, decoder_width,
+                              decoder_cross_attention_only)}
     raw = {
         "model": model,
         "masking": {"mask_ratio": mask_ratio, "complementary": complementary, "seed": seed,
@@ -225,22 +228,23 @@ def run_config(plan: Plan, arch: str, mask_ratio: float, complementary: bool, sh
 def run_spec_config(plan: Plan, run: RunSpec) -> RunConfig:
     """``run_config`` of one RunSpec: its arch, masking, shape, steps, seed and decoder."""
     return run_config(plan, run.arch, run.mask_ratio, run.complementary, run.shape, run.train_steps, run.seed,
-                      run.decoder_width, run.decoder_layers)
+                      run.decoder_width, run.decoder_layers, run.decoder_cross_attention_only)
 
 
 def flops_per_sample(plan: Plan, arch: str, mask_ratio: float, complementary: bool, shape: ModelShape,
-                     decoder_width: float = 1.0, decoder_layers: int = 2) -> float:
+                     decoder_width: float = 1.0, decoder_layers: int = 2,
+                     decoder_cross_attention_only: bool = False) -> float:
     from megatron_crossbert.models.flops import model_flops_per_sample
 
     cfg = run_config(plan, arch, mask_ratio, complementary, shape, decoder_width=decoder_width,
-                     decoder_layers=decoder_layers)
+                     decoder_layers=decoder_layers, decoder_cross_attention_only=decoder_cross_attention_only)
     return float(model_flops_per_sample(cfg))
 
 
 def run_flops_per_sample(plan: Plan, run: RunSpec) -> float:
     """Model FLOPs of one training sample of ``run`` (its decoder included)."""
     return flops_per_sample(plan, run.arch, run.mask_ratio, run.complementary, run.shape, run.decoder_width,
-                            run.decoder_layers)
+                            run.decoder_layers, run.decoder_cross_attention_only)
 
 
 def compute_budget_flops(plan: Plan) -> float:

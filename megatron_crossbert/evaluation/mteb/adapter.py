@@ -34,6 +34,7 @@ from mteb.models.model_meta import ModelMeta, ScoringFunction
 
 from megatron_crossbert.evaluation.dense_head import apply_dense, l2_normalize
 from megatron_crossbert.evaluation.encoders import HFEncoder, model_card, resolve_model
+from megatron_crossbert.evaluation.encoding import EncodingOptions
 from megatron_crossbert.evaluation.feature_cache import FeatureCache, texts_digest
 from megatron_crossbert.evaluation.mteb.report import check_out_dir, summarize, write_outputs
 from megatron_crossbert.evaluation.mteb.task_folders import discover_task_folders
@@ -122,16 +123,17 @@ class CachingMtebEncoder(AbsEncoder):
 def build_mteb_encoder(model_ref: str, *, cache_dir: str | None = None, tokenizer_dir: str | None = None,
                        device: str | None = None, pooling: str | None = None, normalize: bool | None = None,
                        max_len: int | None = None, batch_size: int = 32, verify: str = "full",
-                       whiten: bool | None = None) -> CachingMtebEncoder:
+                       whiten: bool | None = None, encoding: EncodingOptions | None = None) -> CachingMtebEncoder:
     """Resolve the model once (a native checkpoint is verified, ``verify`` its checksum check, and
     exported); the recipe is the model's sentence-transformers config and its architecture's whitening
     default (``recipe.resolve_recipe``) unless flags say otherwise, its token count within the model's own
-    limit (``recipe.fit_max_len``)."""
+    limit (``recipe.fit_max_len``). ``encoding``: how each text is encoded and which tensor is pooled
+    (``evaluation.encoding``; default: all tokens, after the final norm)."""
     resolved = resolve_model(model_ref, cache_dir=cache_dir, tokenizer_dir=tokenizer_dir, verify=verify)
     recipe = resolve_recipe(resolved.model_dir, pooling=pooling, normalize=normalize, max_len=max_len, whiten=whiten,
                             limit=model_token_limit(resolved.hf_path))
     logger.info(describe(recipe))
-    encoder = HFEncoder(resolved, device=device, max_len=recipe.tokens, batch_size=batch_size)
+    encoder = HFEncoder(resolved, device=device, max_len=recipe.tokens, batch_size=batch_size, encoding=encoding)
     if recipe.attention:
         encoder.use_attention(recipe.attention)
     return CachingMtebEncoder(encoder, recipe, FeatureCache(cache_dir))

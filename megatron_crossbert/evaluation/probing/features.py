@@ -61,9 +61,22 @@ def extract_task_features(encoder: HFEncoder, task: ProbeTask, *, pooling: Pooli
                           whiten: bool = False, head: EmbeddingRecipe | None = None) -> TaskFeatures:
     """Probe inputs for the task's train and test splits (sentence features from the cache when present),
     read through ``head``'s modules after pooling (``probe_inputs``)."""
+    return probe_inputs(task.spec, *task_sides(encoder, task, pooling=pooling, layers=layers, cache=cache),
+                        whiten, head)
+
+
+def task_sides(encoder: HFEncoder, task: ProbeTask, *, pooling: Pooling = "mean", layers: Layers = "last",
+               cache: FeatureCache | None = None) -> tuple[Sides, Sides]:
+    """The pooled backbone features of the task's train and test splits (through the cache): what every
+    readout of the task (``probe_inputs``) and the feature statistics are computed from, encoded once."""
     cache = cache or FeatureCache(None)
-    return probe_inputs(task.spec, split_sides(encoder, cache, task, "train", task.train, pooling, layers),
-                        split_sides(encoder, cache, task, "test", task.test, pooling, layers), whiten, head)
+    return (split_sides(encoder, cache, task, "train", task.train, pooling, layers),
+            split_sides(encoder, cache, task, "test", task.test, pooling, layers))
+
+
+def sentence_rows(*splits: Sides) -> np.ndarray:
+    """Every sentence's last-layer pooled features ``[n, h]`` of the given splits (both sides of a pair)."""
+    return np.concatenate([side[-1] for sides in splits for side in sides if side is not None], axis=0)
 
 
 def _each_side(fn, sides: Sides) -> Sides:

@@ -103,13 +103,26 @@ def recipe_line(recipe: dict | None) -> str:
     return describe(EmbeddingRecipe(**recipe)) if recipe else ""
 
 
+def features_line(report: dict) -> str:
+    """How the features were read (when not the default) and their geometry (absent in older reports)."""
+    encoding = report["config"].get("encoding") or {}
+    read = "" if not encoding or (encoding["visible_fraction"] == 1.0 and
+                                  encoding["hidden_state"] == "after_final_norm") else \
+        f"Encoded with {encoding['visible_fraction']:g} of each text's tokens visible, read {encoding['hidden_state']}. "
+    stats = report.get("feature_stats")
+    if not stats:
+        return read.strip()
+    return (read + f"Pooled features: effective rank {stats['effective_rank']:.1f} of {stats['dim']}, mean pairwise "
+                   f"cosine {stats['mean_cosine']:.3f} ({stats['n']} sentences).")
+
+
 def render_markdown(report: dict) -> str:
     """The full markdown document: model line, main table and the per-layer table when present."""
     parts = [f"# Frozen probes: `{report['model']['hf_path']}`", "",
              f"pooling={report['config']['pooling']}, layers={report['config']['layers']}, "
              f"max_len={report['config']['max_len']}, max_train={report['config']['max_train']}, "
-             f"max_test={report['config']['max_test']}", recipe_line(report.get("recipe")), "",
-             markdown_table(report)]
+             f"max_test={report['config']['max_test']}", recipe_line(report.get("recipe")),
+             features_line(report), "", markdown_table(report)]
     layers = layer_table(report)
     if layers:
         parts += ["", "## Score per layer", "", layers]

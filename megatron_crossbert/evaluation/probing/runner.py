@@ -6,11 +6,14 @@ HF first), extracts cached features per task, fits one probe per layer (only the
 
     {"model": {...}, "config": {...},
      "tasks": {name: {"spec", "n_train", "n_test", "metrics", "score", "chosen", "per_layer"?}},
-     "summary": {"glue_average", "glue_tasks", "average", "tasks"}}
+     "summary": {"glue_average", "glue_tasks", "average", "tasks"},
+     "feature_stats": {"effective_rank", "mean_cosine", "n", "dim"}}
 
 Headline metrics are always the last layer's; ``per_layer`` (layer 0 = embedding output) is present
 with ``layers="all"``. ``report["recipe"]`` says whether the features were PCA-whitened and why
 (``recipe.resolve_recipe``: this project's checkpoints by default, ``--whiten``/``--no-whiten`` for any model).
+``report["feature_stats"]`` is the geometry of the pooled last-layer features every task was probed on (before
+any whitening or pooler: ``evaluation.feature_stats``), on a seeded sample of the sentences of all tasks.
 A sentence-transformers directory is read through its own modules (pooling, ``Dense``, ``Normalize``), as
 ``SentenceTransformer(dir).encode`` reads it (``features.probe_inputs``).
 """
@@ -22,15 +25,21 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
+
+from megatron_crossbert.evaluation.encoding import EncodingOptions
 from megatron_crossbert.evaluation.encoders import HFEncoder, Layers, Pooling, model_card, resolve_model
 from megatron_crossbert.evaluation.feature_cache import FeatureCache
-from megatron_crossbert.evaluation.probing.features import TaskFeatures, extract_task_features
+from megatron_crossbert.evaluation.feature_stats import feature_stats
+from megatron_crossbert.evaluation.probing.features import (TaskFeatures, probe_inputs, sentence_rows,
+                                                           task_sides)
 from megatron_crossbert.evaluation.tasks.glue import available_glue_tasks, load_glue_task
 from megatron_crossbert.evaluation.probing.knn_probes import knn_probe
 from megatron_crossbert.evaluation.probing.linear_probes import ProbeConfig, ProbeResult, probe_features
 from megatron_crossbert.evaluation.tasks.metrics import average_scores, finite_or_none
 from megatron_crossbert.evaluation.tasks.data import ProbeTask, find_jsonl_tasks, load_jsonl_task
-from megatron_crossbert.evaluation.recipe import PROBE_MAX_LEN, describe, fit_max_len, model_token_limit, resolve_recipe
+from megatron_crossbert.evaluation.recipe import (PROBE_MAX_LEN, EmbeddingRecipe, describe, fit_max_len,
+                                                  model_token_limit, resolve_recipe)
 from megatron_crossbert.evaluation.whitening import READOUTS, readout_of
 
 logger = logging.getLogger(__name__)
@@ -59,6 +68,10 @@ class ProbeRunConfig:
     both_readouts: bool = True
     """Also probe the other readout (raw: the paper's; whitened) from the same features, side by side."""
     probe: ProbeConfig = field(default_factory=ProbeConfig)
+    encoding: EncodingOptions = field(default_factory=EncodingOptions)
+    """How each text is encoded and which tensor is pooled (``evaluation.encoding``: a visible subset of the
+    tokens at their original positions; before the final norm or a middle layer); default: all tokens, after
+    the final norm."""
 
     def __post_init__(self) -> None:
         """Checked here, so a Python caller of ``run_probing`` gets the same one-line refusal as the CLI."""
@@ -147,8 +160,12 @@ def run_probing(model_ref: str | Path, tasks: Sequence[ProbeTask], config: Probe
         resolved = resolve_model(model_ref, cache_dir=config.cache_dir, tokenizer_dir=config.tokenizer_dir,
                                  verify=config.verify)
         max_len = fit_max_len(config.max_len, PROBE_MAX_LEN, model_token_limit(resolved.hf_path))
-        encoder = HFEncoder(resolved, device=config.device, max_len=max_len, batch_size=config.batch_size)
-    config = replace(config, max_len=encoder.max_len)  # the report says what was used
+        encoder = HFEncoder(resolved, device=config.device, max_len=max_len, batch_size=config.batch_size,
+                            encoding=config.encoding)
+    config = replace(config, max_len=encoder.max_len, encoding=encoder.encoding)  # the report says what was used
+    if config.layers == "all" and config.encoding.hidden_state != "after_final_norm":
+        raise ValueError(f"--layers all reads every layer; --hidden-state {config.encoding.hidden_state} picks one "
+                         "tensor: use --layers last")
     recipe = resolve_recipe(encoder.resolved.model_dir, pooling=config.pooling, max_len=config.max_len,
                             whiten=config.whiten)
     if (recipe.dense or recipe.attention) and config.layers == "all":
@@ -158,25 +175,32 @@ def run_probing(model_ref: str | Path, tasks: Sequence[ProbeTask], config: Probe
         encoder.use_attention(recipe.attention)
     config = replace(config, pooling=recipe.pooling)
     logger.info(describe(recipe))
-    cache = FeatureCache(config.cache_dir)
-    entries = {}
+    cache, entries, sentences = FeatureCache(config.cache_dir), {}, []
     for task in tasks:
         task = task.subsample(config.max_train, config.max_test, config.seed)
-        feats = extract_task_features(encoder, task, pooling=config.pooling, layers=config.layers, cache=cache,
-                                      whiten=recipe.whiten, head=recipe)
-        logger.info("probing %s (%d train / %d test, %d layer(s))", task.spec.name, len(task.train),
-                    len(task.test), feats.train.shape[0])
-        entries[task.spec.name] = task_entry(task, probe_layers(task, feats, config.probe), config.layers == "all")
-        if config.both_readouts:
-            other = extract_task_features(encoder, task, pooling=config.pooling, layers=config.layers, cache=cache,
-                                          whiten=not recipe.whiten, head=recipe)
-            scores = {readout_of(recipe.whiten): entries[task.spec.name]["score"],
-                      readout_of(not recipe.whiten): task_entry(task, probe_layers(task, other, config.probe),
-                                                                False)["score"]}
-            entries[task.spec.name]["readouts"] = {name: scores[name] for name in READOUTS}
-        if config.knn:
-            knn = knn_probe(task.spec, feats.train[-1], task.train.labels, feats.test[-1], task.test.labels, config.knn)
-            entries[task.spec.name]["knn"] = {**_scores(knn), "k": int(knn.chosen["k"])}
+        sides = task_sides(encoder, task, pooling=config.pooling, layers=config.layers, cache=cache)
+        entries[task.spec.name] = probe_task(task, sides, config, recipe)
+        sentences.append(sentence_rows(*sides))
+    stats = asdict(feature_stats(np.concatenate(sentences), seed=config.seed)) if sentences else None
     return {"model": model_card(encoder.resolved), "config": asdict(config), "recipe": asdict(recipe), "tasks": entries,
-            "summary": summarize(entries)}
+            "summary": summarize(entries), "feature_stats": stats}
+
+
+def probe_task(task: ProbeTask, sides: tuple, config: ProbeRunConfig, recipe: EmbeddingRecipe) -> dict:
+    """One task's report entry from its pooled features (``features.task_sides``): the recipe's readout, with
+    ``both_readouts`` the other one, with ``knn`` the k-NN probe; every readout reads the same encoded sides."""
+    feats = probe_inputs(task.spec, *sides, recipe.whiten, recipe)
+    logger.info("probing %s (%d train / %d test, %d layer(s))", task.spec.name, len(task.train),
+                len(task.test), feats.train.shape[0])
+    entry = task_entry(task, probe_layers(task, feats, config.probe), config.layers == "all")
+    if config.both_readouts:
+        other = probe_inputs(task.spec, *sides, not recipe.whiten, recipe)
+        scores = {readout_of(recipe.whiten): entry["score"],
+                  readout_of(not recipe.whiten): task_entry(task, probe_layers(task, other, config.probe),
+                                                            False)["score"]}
+        entry["readouts"] = {name: scores[name] for name in READOUTS}
+    if config.knn:
+        knn = knn_probe(task.spec, feats.train[-1], task.train.labels, feats.test[-1], task.test.labels, config.knn)
+        entry["knn"] = {**_scores(knn), "k": int(knn.chosen["k"])}
+    return entry
 

@@ -1,0 +1,90 @@
+"""The collapse ablations' section of the results page, from their ``results.json`` (``ablations.collect``).
+
+One table: every row's frozen GLUE (raw and whitened readouts), MTEB-lite raw, and the effective rank and mean
+pairwise cosine of its pooled features, with its CPU cost. Under it, the cause the numbers name: the row that
+raises CrossBERT's effective rank most over the study's reading, with what it does to the raw scores. The page
+states what was measured; which ablation explains the collapse is read from these differences, one seed each.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from megatron_crossbert.outputs import write_section
+
+SECTION = "collapse-ablations"
+
+
+def _number(value, digits: int = 1) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def _row_line(row: dict) -> str:
+    if not row["done"]:
+        return f"| {row['model']} | {row['what']} | not measured yet | — | — | — | — | — |"
+    cpu = row.get("cpu_s", 0.0) / 60
+    dim = f" / {row['dim']}" if "dim" in row else ""
+    cost = "(the study's reading, first row)" if row.get("same_as") else f"{cpu:.1f}"
+    return (f"| {row['model']} | {row['what']} | {_number(row['glue_raw'])} | {_number(row['glue_whitened'])} | "
+            f"{_number(row['mteb_raw'])} | {_number(row['effective_rank'])}{dim} | {_number(row['mean_cosine'], 3)} | "
+            f"{cost} |")
+
+
+def strongest(rows: list[dict], baseline_key: str) -> tuple[dict, dict] | None:
+    """(the study's CrossBERT reading, the CrossBERT row whose effective rank rises most above it), or None
+    while either is unmeasured."""
+    base = next((row for row in rows if row["key"] == baseline_key and row["done"]), None)
+    others = [row for row in rows if row["done"] and row["key"] != baseline_key and not row.get("same_as")
+              and row["model"].startswith("crossbert")]
+    if base is None or not others:
+        return None
+    return base, max(others, key=lambda row: row["effective_rank"])
+
+
+def _delta(new, old, digits: int = 1) -> str:
+    return "—" if new is None or old is None else f"{new - old:+.{digits}f}"
+
+
+def cause_text(rows: list[dict]) -> str:
+    """The sentence naming the row that restores the most rank, and by how much it moves the raw scores."""
+    baseline = next((row["key"] for row in rows if row["group"] == "probe-time"
+                     and row["model"].startswith("crossbert")), None)
+    found = strongest(rows, baseline) if baseline else None
+    if found is None:
+        return "The cause is named once the study's CrossBERT reading and at least one ablation are measured."
+    base, best = found
+    return (f"Largest rise in CrossBERT's effective rank: **{best['model']}, {best['what']}**, "
+            f"{base['effective_rank']:.1f} -> {best['effective_rank']:.1f} (mean cosine "
+            f"{base['mean_cosine']:.3f} -> {best['mean_cosine']:.3f}); raw GLUE "
+            f"{_delta(best['glue_raw'], base['glue_raw'])}, MTEB-lite raw "
+            f"{_delta(best['mteb_raw'], base['mteb_raw'])}, "
+            f"whitened GLUE {_delta(best['glue_whitened'], base['glue_whitened'])} points against the study's reading. "
+            "One seed per row: read differences of a few points as noise.")
+
+
+def ablations_text(results: dict) -> str:
+    rows = results["rows"]
+    out = [f"### CrossBERT's raw-feature collapse: ablations (plan `{results['plan']}`, seed {results['seed']})", "",
+           "Each row changes one thing. Probe-time rows read the study's final checkpoints another way (a seeded "
+           "random half of each text's tokens visible at their original positions, CrossBERT's training input; "
+           "the tensor before the encoder's final norm; a middle layer); decoder rows train CrossBERT "
+           "complementary again at the same steps with a weaker reconstruction decoder. GLUE is the frozen "
+           "linear probe's average (raw: pooled features as they are; whitened: PCA-whitened); effective rank "
+           "(Roy & Vetterli) and mean pairwise cosine (uncentred) are those of the pooled features. A visible half "
+           "pools half as many tokens, which by itself lowers the mean cosine: BERT's same row is the control.", "",
+           "| model | change | GLUE raw | GLUE whitened | MTEB-lite raw | effective rank / dim | mean cosine | "
+           "CPU-min |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for group in ("probe-time", "decoder"):
+        out += [_row_line(row) for row in rows if row["group"] == group]
+    cpu = sum(row.get("cpu_s", 0.0) for row in rows)
+    done = sum(row["done"] for row in rows)
+    out += ["", cause_text(rows), "",
+            f"{done} of {len(rows)} rows measured; {cpu / 3600:.2f} CPU-hours (decoder rows include their training; "
+            f"results.json written {results['written_utc']}).",
+            "", f"Reproduce: `python -m experiments.claims.ablations --plan {results['plan']} --work-dir WORK` "
+                "(WORK: the study's work dir; resumable)."]
+    return "\n".join(out)
+
+
+def write_ablations_section(page: Path, results: dict) -> Path:
+    return write_section(page, SECTION, ablations_text(results), "python -m experiments.claims.ablations")
