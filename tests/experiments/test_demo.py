@@ -53,7 +53,7 @@ def test_run_flags_set_the_config_sections(tmp_path, capsys):
     assert (run.training.lr_warmup_iters, run.training.log_interval) == (5, 5)
     assert run.training.min_lr == pytest.approx(run.training.lr / 10)
     assert demo_cli.main(["--arch", "mlm", "--out-dir", str(tmp_path / "new")]) == 2  # mlm needs the modern encoder
-    assert "arch='mlm' is built with encoder modern" in capsys.readouterr().err
+    assert "cannot build model.arch='mlm', which is built with encoder modern" in capsys.readouterr().err
     assert not (tmp_path / "new").exists()
 
 
