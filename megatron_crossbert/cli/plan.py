@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="named GPU (memory, bf16 peak, NVLink and network bandwidth), or cpu: this machine "
                               "(its RAM and cores shared by the ranks; dropout's terms differ, see below)")
     cluster.add_argument("--gpus-per-node", type=int, default=None,
-                         help="GPUs per node (default 8), or ranks on the machine with --gpu cpu (default 1)")
+                         help="GPUs per node, or ranks on the machine with --gpu cpu (default: 8, 1 with --gpu cpu)")
     cluster.add_argument("--nodes", type=int, default=1, help="nodes")
     cluster.add_argument("--gpu-memory", type=float, metavar="GIB", help="device memory in GiB (default: the GPU's)")
     cluster.add_argument("--peak-tflops", type=float, help="dense bf16 peak TFLOP/s (default: the GPU's)")

@@ -103,7 +103,8 @@ class ModelConfig:
                                                 f"which is built with encoder {' or '.join(spec.encoders)}")
         _positive(self, "vocab_size", "make_vocab_size_divisible_by", "hidden_size", "num_layers",
                   "num_attention_heads", "max_position_embeddings", "layernorm_epsilon", "rotary_base")
-        _require(self.init_method_std > 0, f"{setting(self, 'init_method_std')} must be > 0 (0 starts every weight at 0)")
+        _require(self.init_method_std > 0,
+                 f"{setting(self, 'init_method_std')} must be > 0 (0 starts every weight at 0)")
         _require(self.hidden_size % self.num_attention_heads == 0,
                  f"{setting(self, 'num_attention_heads')} must divide {setting(self, 'hidden_size')}")
         _require(self.decoder_num_layers >= int(spec.has_reconstruction_decoder),

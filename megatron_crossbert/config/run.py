@@ -47,8 +47,8 @@ class RunConfig:
         model.padded_vocab_size(parallel.tensor_model_parallel_size)  # raises when the multiple is not TP-divisible
         schedule = [setting(training, name) for name in ("step_batch_size_schedule", "rampup_batch_size")
                     if getattr(training, name)]
-        named_rule(", ".join(schedule + [setting(training, "global_batch_size"), setting(training, "micro_batch_size")]),
-                   lambda: training.batch_step_schedule(seq))
+        schedule += [setting(training, "global_batch_size"), setting(training, "micro_batch_size")]
+        named_rule(", ".join(schedule), lambda: training.batch_step_schedule(seq))
         _require(model.num_layers % parallel.pipeline_model_parallel_size == 0,
                  f"{setting(parallel, 'pipeline_model_parallel_size')} must divide {setting(model, 'num_layers')}")
         self._check_fp8_shapes()
@@ -57,7 +57,8 @@ class RunConfig:
         """TP splits every stack's heads, and under sequence parallelism the encoder's and the sequence's rows."""
         model, parallel, tp = self.model, self.parallel, self.parallel.tensor_model_parallel_size
         tp_setting = setting(parallel, "tensor_model_parallel_size")
-        _require(model.num_attention_heads % tp == 0, f"{tp_setting} must divide {setting(model, 'num_attention_heads')}")
+        _require(model.num_attention_heads % tp == 0,
+                 f"{tp_setting} must divide {setting(model, 'num_attention_heads')}")
         _require(model.dec_heads % tp == 0, f"{tp_setting} must divide the decoder's {model.dec_heads} attention heads "
                                             f"({setting(model, 'decoder_num_attention_heads')})")
         encoder_length = get_arch(model.arch).pipeline_shape(self)[0]

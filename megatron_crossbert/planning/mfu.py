@@ -97,7 +97,8 @@ def measured_mfu(path: str, run_cfg: RunConfig, gpu: GpuSpec) -> tuple[float, st
     model = run_cfg.model
     by_size = rows_by_size(path, run_cfg, gpu)
     if not by_size:
-        raise ValueError(f"--mfu-from {path}: no bf16 gpu-check measurement of arch={model.arch} encoder={model.encoder}")
+        raise ValueError(f"--mfu-from {path}: no bf16 gpu-check measurement of arch={model.arch} "
+                         f"encoder={model.encoder}")
     size = min(by_size, key=lambda name: abs(SIZES[name]["hidden_size"] - model.hidden_size))
     achieved = sum(by_size[size]) / len(by_size[size])
     return achieved / gpu.peak_tflops, f"measured: gpu-check {size}, {achieved:.0f} TFLOP/s, in {path}"
