@@ -24,10 +24,10 @@ LOCAL = "sliding_attention"
 def check_window_options(local_attention: int, global_attn_every_n_layers: int) -> None:
     """ValueError naming the option when the pair cannot describe ModernBERT-style attention."""
     if local_attention < 0 or local_attention % 2:
-        raise ValueError(f"model.local_attention must be 0 (off) or a positive even number of tokens "
-                         f"(ModernBERT uses 128), got {local_attention}")
+        raise ValueError(f"model.local_attention={local_attention} must be 0 (off) or a positive even number of "
+                         "tokens (ModernBERT uses 128)")
     if global_attn_every_n_layers < 1:
-        raise ValueError(f"model.global_attn_every_n_layers must be >= 1, got {global_attn_every_n_layers}")
+        raise ValueError(f"model.global_attn_every_n_layers={global_attn_every_n_layers} must be >= 1")
 
 
 def is_global_layer(index: int, local_attention: int, global_attn_every_n_layers: int) -> bool:

@@ -96,9 +96,9 @@ def test_wsd_through_megatrons_scheduler(style):
     (dict(lr_decay_style="WSD", lr_wsd_decay_iters=5, lr_wsd_decay_fraction=0.1), "exactly one"),
     (dict(lr_decay_style="WSD", lr_wsd_decay_iters=95), "must fit between the warmup"),
     (dict(lr_decay_style="WSD", lr_wsd_decay_fraction=0.0), "lr_wsd_decay_fraction must be in"),
-    (dict(lr_decay_style="WSD", lr_wsd_decay_fraction=0.1, lr_wsd_decay_style="sqrt"), "lr_wsd_decay_style must be"),
-    (dict(lr_wsd_decay_iters=10), "apply only with lr_decay_style=WSD"),
-    (dict(lr_decay_style="step"), "lr_decay_style must be one of"),
+    (dict(lr_decay_style="WSD", lr_wsd_decay_fraction=0.1, lr_wsd_decay_style="sqrt"), "lr_wsd_decay_style='sqrt' must be one of"),
+    (dict(lr_wsd_decay_iters=10), "lr_wsd_decay_iters=10 applies only with training.lr_decay_style='WSD'"),
+    (dict(lr_decay_style="step"), "lr_decay_style='step' must be one of"),
 ])
 def test_bad_lr_schedules_are_refused(fields, message):
     with pytest.raises(ValueError, match=message):

@@ -43,7 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--probe-train", type=int, default=defaults.probe_train, help="probe training rows (max)")
     parser.add_argument("--probe-test", type=int, default=defaults.probe_test, help="probe test rows (max)")
     parser.add_argument("--mteb-lite-dir", default=defaults.mteb_lite_dir,
-                        help="MTEB-lite folders: both encoders' STS12-16 average is printed ('none': print the "
+                        help="MTEB-lite folders: both encoders' average over its STS folders is printed, each named "
+                             "('none': print the "
                              "crossbert-mteb command instead; default: mteb_lite/ of the shared data folder "
                              "($CROSSBERT_DATA_DIR, else ../shared/data) when present, "
                              "here %(default)s)")

@@ -10,7 +10,7 @@ Stages (each prints a numbered header; the tools underneath show their own progr
  5. pretrain   - a tiny CrossBERT (complementary masking, r=0.5), or ``--arch``/``--encoder``
  6. export     - Hugging Face dir in the encoder's default format (AutoModel / SentenceTransformer ready)
  7. probe      - frozen linear probe on the held-out task: trained vs untrained encoder vs chance,
-                 then (when the MTEB-lite data is there) the STS12-16 average of both encoders, scored by mteb
+                 then (when the MTEB-lite data is there) both encoders' average over its STS folders, scored by mteb
 
 The probe task is "which package wrote this docstring?" for the default corpus (labels from the
 record's ``source``), or, for a corpus without labels, "is this paragraph's word order original or
@@ -334,7 +334,10 @@ def format_summary(result: dict) -> str:
 
 
 def _sts_line(sts: dict) -> str:
+    """Labelled by the folders it read (every STS folder of the data: STS12-16 and STSBenchmark in the shared one)."""
     if "command" in sts:
         return f"  STS (MTEB STS12-16): MTEB-lite data not found; score the export with: {sts['command']}"
-    return (f"  STS average (MTEB STS12-16, cosine Spearman x100): pretrained {sts['pretrained']['average']:.1f}, "
-            f"untrained {sts['untrained']['average']:.1f} ({sts['seconds']:.0f} s, {sts['data']})")
+    folders = ", ".join(sorted(sts["pretrained"]["tasks"]))
+    return (f"  STS average (MTEB-lite {folders}; cosine Spearman x100): pretrained "
+            f"{sts['pretrained']['average']:.1f}, untrained {sts['untrained']['average']:.1f} "
+            f"({sts['seconds']:.0f} s, {sts['data']})")

@@ -45,9 +45,11 @@ def _module(backend: str, half: int, sizes: dict, toy: bool):
     from megatron.core.transformer.transformer_config import TransformerConfig
 
     from megatron_crossbert.models.core_attention import AttentionOptions, CoreAttention
+    from megatron_crossbert.models.transformer_config import NO_CUDA_GRAPHS
 
     config = TransformerConfig(num_layers=1, hidden_size=sizes["heads"] * sizes["head_dim"],
-                               num_attention_heads=sizes["heads"], attention_dropout=0.0, use_cpu_initialization=True)
+                               num_attention_heads=sizes["heads"], attention_dropout=0.0, use_cpu_initialization=True,
+                               **NO_CUDA_GRAPHS)
     options = AttentionOptions(backend, (half,), compile_flex=False if toy else None, flex_without_grad=True)
     return CoreAttention(config, 1, AttnMaskType.padding, "self", options=options)
 

@@ -97,10 +97,11 @@ def _attention(case: dict, device):
 
     from megatron_crossbert.models.attention_masks import sample_coords
     from megatron_crossbert.models.core_attention import AttentionOptions, CoreAttention
+    from megatron_crossbert.models.transformer_config import NO_CUDA_GRAPHS
 
     config = TransformerConfig(num_layers=1, hidden_size=case["heads"] * case["head_dim"],
                                num_attention_heads=case["heads"], attention_dropout=0.0,
-                               use_cpu_initialization=True)
+                               use_cpu_initialization=True, **NO_CUDA_GRAPHS)
     half = case["window"] // 2 if case["mask"] == "documents+window" else 0
     options = AttentionOptions(case["backend"], (half,), compile_flex=not case["flex_eager"], flex_without_grad=True)
     module = CoreAttention(config, 1, AttnMaskType.padding, "self", options=options)

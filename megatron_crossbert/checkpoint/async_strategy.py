@@ -69,3 +69,13 @@ def calls_queue_class(strategy: AsyncStrategy):
     else:
         from megatron.core.dist_checkpointing.strategies.async_utils import AsyncCallsQueue
     return AsyncCallsQueue
+
+
+_DROP_DEPRECATION = _DropDeprecation()
+
+
+def drop_mcore_deprecation() -> None:
+    """Filter megatron's async-save deprecation from its logger before a synchronous save too: megatron's
+    synchronous ``save`` runs its own ("mcore") writer through ``async_save`` and warns at the first save,
+    though nothing was asked of it and NVRx cannot run on a CPU. Nothing else from that logger is hidden."""
+    logging.getLogger(MEGATRON_LOGGER).addFilter(_DROP_DEPRECATION)

@@ -40,7 +40,8 @@ from megatron.core import dist_checkpointing
 from torch.distributed.checkpoint.api import CheckpointException as TorchCheckpointException
 
 from megatron_crossbert.checkpoint import fault_points
-from megatron_crossbert.checkpoint.async_strategy import calls_queue_class, run_async_strategy
+from megatron_crossbert.checkpoint.async_strategy import (calls_queue_class, drop_mcore_deprecation,
+                                                          run_async_strategy)
 from megatron_crossbert.checkpoint.checksums import own_shards
 from megatron_crossbert.checkpoint.checksums import write_record as write_checksums
 from megatron_crossbert.checkpoint.data_record import write_data_record
@@ -289,6 +290,7 @@ def save_checkpoint(saves: RunSaves, root: str | Path, model, optimizer, schedul
         saves.in_flight.start(state, ckpt_dir, content, commit, target)
     else:
         install_results_queue(asynchronous=False)  # the writer runs here: no server process
+        drop_mcore_deprecation()  # megatron's synchronous save warns of its async writer's deprecation
         _failing_as(target, dist_checkpointing.save, state, str(ckpt_dir), content_metadata=content)
         commit()
     return ckpt_dir
@@ -300,6 +302,7 @@ def save_model_only(model, run_config: RunConfig, root: str | Path, iteration: i
     target = SaveTarget.of(root, iteration)
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     install_results_queue(asynchronous=False)
+    drop_mcore_deprecation()
     _failing_as(target, dist_checkpointing.save, {"model": model.sharded_state_dict()}, str(ckpt_dir))
     seal_model_only(ckpt_dir, run_config, target)
     return ckpt_dir

@@ -4,6 +4,10 @@
 every value of every section read from YAML, ``--set`` or a checkpoint's ``run_config.json`` (there through
 ``coerce_saved``, which reads what older versions let through). ``field_choices`` is where a CLI reads a
 field's ``choices``, so no flag retypes what a section declares.
+
+Every rule's message names what it was given and its bound the same way, ``section.key=value``
+(``setting``): ``training.lr_warmup_iters=10000 must be <= training.train_iters=6``. A rule another module
+owns (``schedules``, ``masking``) runs through ``named_rule``, which puts the fields it read in front.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import logging
 import math
 import types
 import typing
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 logger = logging.getLogger(__name__)
 
@@ -22,6 +26,29 @@ logger = logging.getLogger(__name__)
 def _require(condition: bool, message: str) -> None:
     if not condition:
         raise ValueError(message)
+
+
+def show(value: Any) -> str:
+    """A value as a YAML user writes it: null, true/false, numbers as given, strings quoted."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return repr(value)
+
+
+def setting(obj: Any, name: str) -> str:
+    """``section.name=value`` of a section's field: how every rule names what it was given and its bounds."""
+    return f"{obj.SECTION}.{name}={show(getattr(obj, name))}"
+
+
+def named_rule(settings: str, check: Callable[[], Any]) -> Any:
+    """Run a rule another module owns (``schedules``, ``masking``) on config fields; its one-line ValueError
+    is prefixed with the ``settings`` it read (``setting``'s ``section.key=value``, comma-joined)."""
+    try:
+        return check()
+    except ValueError as err:
+        raise ValueError(f"{settings}: {err}") from None
 
 
 @functools.cache
@@ -39,27 +66,36 @@ def field_choices(section_cls: type, name: str) -> tuple:
 def _check_choices(obj: Any) -> None:
     """Every ``Literal`` field of ``obj`` holds one of its values; one line naming the field otherwise."""
     for name, choices in _literal_fields(type(obj)).items():
-        value = getattr(obj, name)
-        _require(value in choices, f"{type(obj).__name__}.{name} must be one of {', '.join(map(str, choices))}, "
-                                   f"got {value!r}")
+        _require(getattr(obj, name) in choices,
+                 f"{setting(obj, name)} must be one of {', '.join(map(str, choices))}")
 
 
-def _seed(value: int, key: str) -> None:
+def _seed(obj: Any, name: str) -> None:
     """Seeds go to numpy and torch, which take [0, 2**32)."""
-    _require(0 <= value < 2**32, f"{key} must be in [0, 2**32), got {value}")
+    _require(0 <= getattr(obj, name) < 2**32, f"{setting(obj, name)} must be in [0, 2**32)")
 
 
-def _optional_positive(obj: Any, section: str, *names: str) -> None:
+def _optional_positive(obj: Any, *names: str) -> None:
     """``None`` (the documented default) or > 0: a 0 would silently fall back to the default (``x or ...``)."""
     for name in names:
         value = getattr(obj, name)
-        _require(value is None or value > 0, f"{section}.{name} must be > 0 or null (the default), got {value!r}")
+        _require(value is None or value > 0, f"{setting(obj, name)} must be > 0 or null (the default)")
 
 
 def _positive(obj: Any, *names: str) -> None:
     for name in names:
         value = getattr(obj, name)
-        _require(value is not None and value > 0, f"{type(obj).__name__}.{name} must be > 0, got {value!r}")
+        _require(value is not None and value > 0, f"{setting(obj, name)} must be > 0")
+
+
+def _at_least(obj: Any, name: str, low: float, why: str = "") -> None:
+    """``name >= low`` (``why``: what the bound means, e.g. "0 turns it off")."""
+    _require(getattr(obj, name) >= low, f"{setting(obj, name)} must be >= {low}" + (f" ({why})" if why else ""))
+
+
+def _fraction(obj: Any, name: str) -> None:
+    """A probability that may be 0 but never 1: [0, 1)."""
+    _require(0 <= getattr(obj, name) < 1, f"{setting(obj, name)} must be in [0, 1)")
 
 
 # ---- declared types: every value read from YAML, --set or run_config.json passes through coerce() ----

@@ -6,11 +6,12 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
 from megatron_crossbert import masking as masking_rules
 from megatron_crossbert import schedules
-from megatron_crossbert.config.checks import _check_choices, _positive, _require, _seed
+from megatron_crossbert.config.checks import (_at_least, _check_choices, _positive, _require, _seed, named_rule,
+                                              setting, show)
 
 StripMode = Literal["auto", "always", "never"]
 """How ``DataConfig.strip_wrapper_tokens`` treats [CLS]/[SEP]/eod already around each document."""
@@ -20,6 +21,7 @@ StripMode = Literal["auto", "always", "never"]
 class MaskingConfig:
     """How each packed sequence is split into visible and target positions."""
 
+    SECTION: ClassVar[str] = "masking"
     mask_ratio: float = 0.5
     """CrossBERT masking ratio r; the encoder sees round((1-r)*L) tokens. Must be in [0.5, 1)."""
     complementary: bool = True
@@ -43,17 +45,19 @@ class MaskingConfig:
 
     def __post_init__(self) -> None:
         _check_choices(self)
-        _seed(self.seed, "masking.seed")
-        _require(0.5 <= self.mask_ratio < 1.0, f"mask_ratio must be in [0.5, 1), got {self.mask_ratio}")
-        _require(0.0 < self.bert_mask_prob < 1.0, f"bert_mask_prob must be in (0, 1), got {self.bert_mask_prob}")
-        _require(self.bert_replace_mask >= 0 and self.bert_replace_random >= 0
-                 and self.bert_replace_mask + self.bert_replace_random <= 1.0,
-                 "bert_replace_mask + bert_replace_random must be within [0, 1]")
+        _seed(self, "seed")
+        _require(0.5 <= self.mask_ratio < 1.0, f"{setting(self, 'mask_ratio')} must be in [0.5, 1)")
+        _require(0.0 < self.bert_mask_prob < 1.0, f"{setting(self, 'bert_mask_prob')} must be in (0, 1)")
+        _at_least(self, "bert_replace_mask", 0)
+        _at_least(self, "bert_replace_random", 0)
+        _require(self.bert_replace_mask + self.bert_replace_random <= 1.0,
+                 f"{setting(self, 'bert_replace_mask')} + {setting(self, 'bert_replace_random')} must be <= 1")
         _require(not (self.pin_cls and self.complementary),
-                 "pin_cls=True is incompatible with complementary=True: a pinned position would be visible "
-                 "in both views, breaking disjointness")
+                 f"{setting(self, 'pin_cls')} is incompatible with {setting(self, 'complementary')}: a pinned "
+                 "position would be visible in both views, breaking disjointness")
         if self.bert_mask_prob_schedule:
-            schedules.mask_rate_schedule(self.bert_mask_prob_schedule, self.bert_mask_prob_schedule_style)
+            named_rule(setting(self, "bert_mask_prob_schedule"), lambda: schedules.mask_rate_schedule(
+                self.bert_mask_prob_schedule, self.bert_mask_prob_schedule_style))
 
     @property
     def num_views(self) -> int:
@@ -80,6 +84,7 @@ class MaskingConfig:
 class DataConfig:
     """Where samples come from and how they are packed."""
 
+    SECTION: ClassVar[str] = "data"
     data_path: list[str | float] = field(default_factory=list)
     """Megatron blend: [prefix], [prefix1, prefix2, ...] (weighted by size) or [w1, prefix1, w2, prefix2, ...]
     with every weight > 0 (prefix without _document.bin); ``blend()`` reads it."""
@@ -106,11 +111,11 @@ class DataConfig:
     def __post_init__(self) -> None:
         _positive(self, "seq_length")
         _check_choices(self)
-        _require(self.num_workers >= 0, "DataConfig.num_workers must be >= 0")
+        _at_least(self, "num_workers", 0)
         parts = self.split.replace("/", ",").split(",")
         _require(all(p.strip().replace(".", "", 1).isdigit() for p in parts) and 1 <= len(parts) <= 3,
-                 f"split must look like '969,30,1', got {self.split!r}")
-        _require(self.split_shares()[0] > 0, f"data.split={self.split!r}: the train share is 0, so there is "
+                 f"{setting(self, 'split')} must look like '969,30,1'")
+        _require(self.split_shares()[0] > 0, f"{setting(self, 'split')}: the train share is 0, so there is "
                                              "nothing to train on; give the first share a value > 0")
         if self.data_path:
             parse_blend(self.data_path)
@@ -142,18 +147,19 @@ def parse_blend(data_path: list[str | float]) -> tuple[list[str], list[float] | 
     Every weight must be finite and > 0. A weight of 0 is refused rather than read as "skip": megatron
     asserts on it, and a list that names a dataset it does not train on is a mistake more often than not."""
     if not data_path:
-        raise ValueError("data.data_path is empty: give at least one preprocessed prefix (--data-path)")
+        raise ValueError("data.data_path=[] is empty: give at least one preprocessed prefix (--data-path)")
     weights = [_weight(item) for item in data_path]
     if not any(w is not None for w in weights):
         return [str(item) for item in data_path], None
     pairs = len(data_path) % 2 == 0 and all(w is not None for w in weights[0::2]) \
         and all(w is None for w in weights[1::2])
+    given = f"data.data_path={show(list(data_path)[:6])}" + (f" (of {len(data_path)} items)"
+                                                             if len(data_path) > 6 else "")
     if not pairs:
-        raise ValueError(f"data.data_path: {len(data_path)} items {list(map(str, data_path))[:6]}: expected "
-                         "PREFIX [PREFIX ...] or WEIGHT PREFIX pairs")
+        raise ValueError(f"{given}: expected PREFIX [PREFIX ...] or WEIGHT PREFIX pairs")
     prefixes = [str(item) for item in data_path[1::2]]
     for weight, prefix in zip(weights[0::2], prefixes):
         _require(math.isfinite(weight) and weight > 0,
-                 f"data.data_path: weight {weight} for {prefix}: a blend weight must be a finite number > 0; "
+                 f"{given}: weight {weight} for {prefix}: a blend weight must be a finite number > 0; "
                  "leave the prefix out to skip it")
     return prefixes, [float(w) for w in weights[0::2]]

@@ -20,6 +20,6 @@ def fp8_shape_problems(rows: dict[str, int], widths: dict[str, int], tensor_para
     problems = [f"{name} = {count} is not divisible by {FP8_ROW_MULTIPLE}"
                 for name, count in rows.items() if count % FP8_ROW_MULTIPLE]
     per_rank = f" / TP {tensor_parallel}" if tensor_parallel > 1 else ""
-    problems += [f"{name} = {width}{per_rank} is not divisible by {FP8_WIDTH_MULTIPLE}"
+    problems += [f"{name}={width}{per_rank} is not divisible by {FP8_WIDTH_MULTIPLE}"
                  for name, width in widths.items() if (width // tensor_parallel) % FP8_WIDTH_MULTIPLE]
     return problems

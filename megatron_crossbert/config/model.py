@@ -8,11 +8,12 @@ from __future__ import annotations
 import dataclasses
 import typing
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 from megatron_crossbert.arch import ENCODERS, REGISTRY, get_arch, get_encoder
 from megatron_crossbert.attention_windows import check_window_options
-from megatron_crossbert.config.checks import _check_choices, _optional_positive, _positive, _require
+from megatron_crossbert.config.checks import (_check_choices, _fraction, _optional_positive, _positive, _require,
+                                              setting)
 
 ArchName = Literal[tuple(REGISTRY)]
 """The registered architectures (``arch.REGISTRY``, the one owner of the names)."""
@@ -32,6 +33,7 @@ RESOLVED_BY = {"ffn_hidden_size": "ffn", "decoder_hidden_size": "dec_hidden",
 class ModelConfig:
     """Encoder (kept) and reconstruction decoder (discarded after pretraining) dimensions."""
 
+    SECTION: ClassVar[str] = "model"
     arch: ArchName = "crossbert"
     """A name in ``arch.REGISTRY``: 'crossbert' = encoder on visible tokens + cross-attention decoder;
     'bert' = megatron-core BertModel baseline (classic encoder); 'mlm' = modern encoder + MLM head."""
@@ -104,42 +106,43 @@ class ModelConfig:
     """RoPE base of the local layers (ModernBERT's local_rope_theta); rotary_base stays the global layers'."""
 
     def __post_init__(self) -> None:
-        spec, _ = get_arch(self.arch), get_encoder(self.encoder)  # unknown names list the registered ones
-        _check_choices(self)
-        _require(self.encoder in spec.encoders,
-                 f"arch={self.arch!r} is built with encoder {' or '.join(spec.encoders)}, not {self.encoder!r}")
+        _check_choices(self)  # before the registry look-ups, so an unknown name is named with its key
+        spec = get_arch(self.arch)
+        _require(self.encoder in spec.encoders, f"{setting(self, 'encoder')} cannot build {setting(self, 'arch')}, "
+                                                f"which is built with encoder {' or '.join(spec.encoders)}")
         _positive(self, "vocab_size", "make_vocab_size_divisible_by", "hidden_size", "num_layers",
-                  "num_attention_heads", "max_position_embeddings", "layernorm_epsilon")
+                  "num_attention_heads", "max_position_embeddings", "layernorm_epsilon", "rotary_base")
+        _require(self.init_method_std > 0,
+                 f"{setting(self, 'init_method_std')} must be > 0 (0 starts every weight at 0)")
         _require(self.hidden_size % self.num_attention_heads == 0,
-                 f"num_attention_heads={self.num_attention_heads} must divide hidden_size={self.hidden_size}")
+                 f"{setting(self, 'num_attention_heads')} must divide {setting(self, 'hidden_size')}")
         _require(self.decoder_num_layers >= int(spec.has_reconstruction_decoder),
-                 f"arch={self.arch!r} needs decoder_num_layers >= 1, got {self.decoder_num_layers}")
+                 f"{setting(self, 'decoder_num_layers')} must be >= 1 for {setting(self, 'arch')}")
         _require(not self.decoder_cross_attention_only or spec.has_reconstruction_decoder,
-                 f"model.decoder_cross_attention_only: arch={self.arch!r} has no reconstruction decoder")
-        _require(self.rotary_base > 0, f"ModelConfig.rotary_base must be > 0, got {self.rotary_base}")
+                 f"{setting(self, 'decoder_cross_attention_only')} needs a reconstruction decoder, which "
+                 f"{setting(self, 'arch')} does not have")
         _require(get_encoder(self.encoder).linear_bias or not self.bias_gelu_fusion,
-                 f"bias_gelu_fusion needs linear biases, which the {self.encoder!r} encoder does not have")
-        _require(self.decoder_hidden_size is None or self.decoder_hidden_size > 0,
-                 f"ModelConfig.decoder_hidden_size must be > 0, got {self.decoder_hidden_size}")
-        _optional_positive(self, "model", "ffn_hidden_size", "decoder_num_attention_heads", "decoder_ffn_hidden_size")
-        _require(self.init_method_std > 0, f"model.init_method_std must be > 0 (0 starts every weight at 0), "
-                                           f"got {self.init_method_std}")
+                 f"{setting(self, 'bias_gelu_fusion')} needs linear biases, which {setting(self, 'encoder')} "
+                 "does not have")
+        _optional_positive(self, "ffn_hidden_size", "decoder_hidden_size", "decoder_num_attention_heads",
+                           "decoder_ffn_hidden_size")
         _require(self.dec_hidden % self.dec_heads == 0,
-                 f"decoder_num_attention_heads={self.dec_heads} must divide decoder width {self.dec_hidden}")
-        for name in ("hidden_dropout", "attention_dropout"):
-            _require(0.0 <= getattr(self, name) < 1.0, f"ModelConfig.{name} must be in [0, 1)")
+                 f"{setting(self, 'decoder_num_attention_heads')} ({self.dec_heads} heads) must divide the decoder "
+                 f"width {self.dec_hidden} ({setting(self, 'decoder_hidden_size')}, {setting(self, 'hidden_size')})")
+        _fraction(self, "hidden_dropout")
+        _fraction(self, "attention_dropout")
         self._check_attention()
 
     def _check_attention(self) -> None:
         """Windows and backends that cannot work are refused here, before anything is built."""
         check_window_options(self.local_attention, self.global_attn_every_n_layers)
-        _require(self.local_rotary_base > 0, f"ModelConfig.local_rotary_base must be > 0, got {self.local_rotary_base}")
+        _positive(self, "local_rotary_base")
         _require(not self.local_attention or not get_encoder(self.encoder).learned_positions,
-                 f"model.local_attention needs the modern encoder (RoPE, as ModernBERT); the {self.encoder!r} "
-                 "encoder has no exact Hugging Face target with windows")
+                 f"{setting(self, 'local_attention')} needs model.encoder='modern' (RoPE, as ModernBERT); "
+                 f"{setting(self, 'encoder')} has no exact Hugging Face target with windows")
         _require(self.attention_backend != "flex" or self.attention_dropout == 0,
-                 f"model.attention_backend=flex has no attention dropout; set model.attention_dropout=0 "
-                 f"(got {self.attention_dropout}) or use sdpa")
+                 f"{setting(self, 'attention_backend')} has no attention dropout: it needs model.attention_dropout=0, "
+                 f"got {setting(self, 'attention_dropout')} (or use sdpa)")
 
     @property
     def windowed(self) -> bool:
@@ -179,6 +182,7 @@ class ModelConfig:
         """
         multiple = self.make_vocab_size_divisible_by
         _require(multiple % tensor_parallel_size == 0,
-                 f"make_vocab_size_divisible_by={multiple} must be divisible by the tensor-parallel size "
-                 f"{tensor_parallel_size} so each rank holds an equal slice of the embedding table")
+                 f"{setting(self, 'make_vocab_size_divisible_by')} must be divisible by "
+                 f"parallel.tensor_model_parallel_size={tensor_parallel_size} so each rank holds an equal slice "
+                 "of the embedding table")
         return -(-self.vocab_size // multiple) * multiple

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
-from megatron_crossbert.config.checks import _positive, _require
+from megatron_crossbert.config.checks import _positive, _require, setting
 
 
 @dataclass
 class ParallelConfig:
     """The parallel layout; chosen here and nowhere else."""
 
+    SECTION: ClassVar[str] = "parallel"
     tensor_model_parallel_size: int = 1
     """TP degree (heads, FFN and vocab split across ranks)."""
     pipeline_model_parallel_size: int = 1
@@ -30,4 +32,5 @@ class ParallelConfig:
     def __post_init__(self) -> None:
         _positive(self, "tensor_model_parallel_size", "pipeline_model_parallel_size", "distributed_timeout_minutes")
         _require(not self.sequence_parallel or self.tensor_model_parallel_size > 1,
-                 "sequence_parallel needs tensor_model_parallel_size > 1")
+                 f"{setting(self, 'sequence_parallel')} needs parallel.tensor_model_parallel_size > 1, got "
+                 f"{setting(self, 'tensor_model_parallel_size')}")

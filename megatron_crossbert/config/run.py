@@ -12,7 +12,8 @@ from typing import Any
 import yaml
 
 from megatron_crossbert.arch import get_arch
-from megatron_crossbert.config.checks import _require, coerce, coerce_saved, describe, section_hints
+from megatron_crossbert.config.checks import (_require, coerce, coerce_saved, describe, named_rule, section_hints,
+                                              setting)
 from megatron_crossbert.config.data import DataConfig, MaskingConfig
 from megatron_crossbert.config.fp8 import fp8_shape_problems
 from megatron_crossbert.config.model import ModelConfig
@@ -33,27 +34,38 @@ class RunConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
 
     def __post_init__(self) -> None:
-        seq, model, tp = self.data.seq_length, self.model, self.parallel.tensor_model_parallel_size
-        _require(not self.training.eval_interval or self.data.split_shares()[1] > 0,
-                 f"training.eval_interval={self.training.eval_interval} needs validation documents, but "
-                 f"data.split={self.data.split!r} gives validation a 0 share; set training.eval_interval=0 "
-                 f"or give the second share a value > 0")
+        seq, model, parallel, training = self.data.seq_length, self.model, self.parallel, self.training
+        _require(not training.eval_interval or self.data.split_shares()[1] > 0,
+                 f"{setting(training, 'eval_interval')} needs validation documents, but {setting(self.data, 'split')} "
+                 "gives validation a 0 share; set training.eval_interval=0 or give the second share a value > 0")
         _require(seq <= model.max_position_embeddings,
-                 f"seq_length={seq} does not fit the position table (max_position_embeddings="
-                 f"{model.max_position_embeddings}); raise max_position_embeddings or shorten sequences")
-        get_arch(model.arch).check_run(self)
-        encoder_length = get_arch(model.arch).pipeline_shape(self)[0]
-        _require(model.num_attention_heads % tp == 0 and model.dec_heads % tp == 0,
-                 f"tensor_model_parallel_size={tp} must divide the attention heads")
-        model.padded_vocab_size(tp)  # raises when the padding multiple is not TP-divisible
-        self.training.batch_step_schedule(seq)  # raises on a bad batch-size schedule
-        _require(model.num_layers % self.parallel.pipeline_model_parallel_size == 0,
-                 f"pipeline_model_parallel_size={self.parallel.pipeline_model_parallel_size} must divide "
-                 f"num_layers={model.num_layers}")
-        _require(not self.parallel.sequence_parallel or (encoder_length % tp == 0 and seq % tp == 0),
-                 f"sequence_parallel needs seq_length ({seq}) and the encoder length ({encoder_length}) "
-                 f"divisible by TP={tp}")
+                 f"{setting(self.data, 'seq_length')} must be <= {setting(model, 'max_position_embeddings')} (the "
+                 "position table); raise max_position_embeddings or shorten sequences")
+        named_rule(", ".join((setting(self.data, "seq_length"), setting(self.masking, "mask_ratio"),
+                              setting(self.masking, "complementary"))), lambda: get_arch(model.arch).check_run(self))
+        self._check_tensor_parallel()
+        model.padded_vocab_size(parallel.tensor_model_parallel_size)  # raises when the multiple is not TP-divisible
+        schedule = [setting(training, name) for name in ("step_batch_size_schedule", "rampup_batch_size")
+                    if getattr(training, name)]
+        schedule += [setting(training, "global_batch_size"), setting(training, "micro_batch_size")]
+        named_rule(", ".join(schedule), lambda: training.batch_step_schedule(seq))
+        _require(model.num_layers % parallel.pipeline_model_parallel_size == 0,
+                 f"{setting(parallel, 'pipeline_model_parallel_size')} must divide {setting(model, 'num_layers')}")
         self._check_fp8_shapes()
+
+    def _check_tensor_parallel(self) -> None:
+        """TP splits every stack's heads, and under sequence parallelism the encoder's and the sequence's rows."""
+        model, parallel, tp = self.model, self.parallel, self.parallel.tensor_model_parallel_size
+        tp_setting = setting(parallel, "tensor_model_parallel_size")
+        _require(model.num_attention_heads % tp == 0,
+                 f"{tp_setting} must divide {setting(model, 'num_attention_heads')}")
+        _require(model.dec_heads % tp == 0, f"{tp_setting} must divide the decoder's {model.dec_heads} attention heads "
+                                            f"({setting(model, 'decoder_num_attention_heads')})")
+        encoder_length = get_arch(model.arch).pipeline_shape(self)[0]
+        seq = self.data.seq_length
+        _require(not parallel.sequence_parallel or (encoder_length % tp == 0 and seq % tp == 0),
+                 f"{setting(parallel, 'sequence_parallel')} needs {setting(self.data, 'seq_length')} and the encoder "
+                 f"length ({encoder_length}) divisible by {tp_setting}")
 
     def _check_fp8_shapes(self) -> None:
         """FP8 GEMM shapes, checked with the config (before any Transformer Engine import), so that a CPU dry run
@@ -65,7 +77,7 @@ class RunConfig:
                                                      if spec.has_reconstruction_decoder else ())
         widths = {f"model.{key}": model.resolved(key) for key in keys}
         problems = fp8_shape_problems(spec.gemm_rows(self), widths, self.parallel.tensor_model_parallel_size)
-        _require(not problems, "training.precision=fp8: " + "; ".join(problems)
+        _require(not problems, f"{setting(self.training, 'precision')}: " + "; ".join(problems)
                  + " (change training.micro_batch_size, data.seq_length or masking.mask_ratio)")
 
     def to_dict(self) -> dict[str, Any]:

@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
 from megatron_crossbert import schedules
-from megatron_crossbert.config.checks import _check_choices, _positive, _require, _seed
+from megatron_crossbert.config.checks import (_at_least, _check_choices, _fraction, _positive, _require, _seed,
+                                              named_rule, setting)
 
 
 @dataclass
 class TrainingConfig:
     """Optimisation, precision, logging and fault handling."""
 
+    SECTION: ClassVar[str] = "training"
     micro_batch_size: int = 8
     """Sequences per micro-batch per data-parallel rank (each yields num_views views)."""
     global_batch_size: int = 256
@@ -79,44 +81,46 @@ class TrainingConfig:
         _positive(self, "micro_batch_size", "global_batch_size", "train_iters", "lr", "log_interval",
                   "max_nonfinite_steps", "eval_iters")
         _require(self.global_batch_size % self.micro_batch_size == 0,
-                 f"global_batch_size={self.global_batch_size} must be a multiple of "
-                 f"micro_batch_size={self.micro_batch_size}")
-        _require(0 <= self.min_lr <= self.lr, "min_lr must be in [0, lr]")
-        _require(0 <= self.lr_warmup_iters <= self.train_iters, "lr_warmup_iters must be in [0, train_iters]")
+                 f"{setting(self, 'global_batch_size')} must be a multiple of {setting(self, 'micro_batch_size')}")
+        _at_least(self, "min_lr", 0)
+        _require(self.min_lr <= self.lr, f"{setting(self, 'min_lr')} must be <= {setting(self, 'lr')}")
+        _at_least(self, "lr_warmup_iters", 0)
+        _require(self.lr_warmup_iters <= self.train_iters,
+                 f"{setting(self, 'lr_warmup_iters')} must be <= {setting(self, 'train_iters')}")
         self._check_optimisation()
         self._check_intervals()
         if self.lr_decay_style == "wsd":  # ModernBERT's spelling; megatron's is 'WSD'
             self.lr_decay_style = "WSD"
         _check_choices(self)
         if self.lr_decay_style == "WSD":
-            schedules.wsd_decay_steps(self.train_iters, self.lr_warmup_iters, self.lr_wsd_decay_iters,
-                                      self.lr_wsd_decay_fraction)
-        wsd_fields = (self.lr_wsd_decay_iters, self.lr_wsd_decay_fraction)
-        _require(self.lr_decay_style == "WSD" or wsd_fields == (None, None),
-                 f"lr_wsd_decay_iters / lr_wsd_decay_fraction apply only with lr_decay_style=WSD, "
-                 f"not {self.lr_decay_style!r}")
+            fields = ("lr_decay_style", "lr_wsd_decay_iters", "lr_wsd_decay_fraction", "lr_warmup_iters", "train_iters")
+            named_rule(", ".join(setting(self, name) for name in fields), lambda: schedules.wsd_decay_steps(
+                self.train_iters, self.lr_warmup_iters, self.lr_wsd_decay_iters, self.lr_wsd_decay_fraction))
+        for name in ("lr_wsd_decay_iters", "lr_wsd_decay_fraction"):
+            _require(self.lr_decay_style == "WSD" or getattr(self, name) is None,
+                     f"{setting(self, name)} applies only with training.lr_decay_style='WSD', not "
+                     f"{setting(self, 'lr_decay_style')}")
 
     def _check_optimisation(self) -> None:
         """Values torch would refuse after start-up (betas, eps, seed) or apply silently (a negative clip
         means "no clipping" to megatron, an infinite lr skips every step)."""
-        _require(math.isfinite(self.lr), f"training.lr must be finite, got {self.lr}")
-        _require(self.clip_grad >= 0, f"training.clip_grad must be >= 0 (0 turns clipping off), got {self.clip_grad}")
-        _require(self.weight_decay >= 0, f"training.weight_decay must be >= 0, got {self.weight_decay}")
-        for name in ("adam_beta1", "adam_beta2"):
-            value = getattr(self, name)
-            _require(0 <= value < 1, f"training.{name} must be in [0, 1), got {value}")
-        _require(self.adam_eps > 0, f"training.adam_eps must be > 0, got {self.adam_eps}")
-        _seed(self.seed, "training.seed")
+        _require(math.isfinite(self.lr), f"{setting(self, 'lr')} must be finite")
+        _at_least(self, "clip_grad", 0, "0 turns clipping off")
+        _at_least(self, "weight_decay", 0)
+        _fraction(self, "adam_beta1")
+        _fraction(self, "adam_beta2")
+        _positive(self, "adam_eps")
+        _seed(self, "seed")
         _require(self.peak_tflops is None or self.peak_tflops > 0,
-                 f"training.peak_tflops must be > 0 or null (auto), got {self.peak_tflops}")
+                 f"{setting(self, 'peak_tflops')} must be > 0 or null (auto)")
 
     def _check_intervals(self) -> None:
         """Intervals are step counts, 0 = off; probes need tasks to run."""
-        for name in ("eval_interval", "probe_interval"):
-            value = getattr(self, name)
-            _require(value >= 0, f"training.{name} must be >= 0 (0 turns it off), got {value}")
+        _at_least(self, "eval_interval", 0, "0 turns it off")
+        _at_least(self, "probe_interval", 0, "0 turns it off")
         _require(not self.probe_interval or self.probe_tasks,
-                 f"training.probe_interval={self.probe_interval} needs training.probe_tasks (the tasks to probe)")
+                 f"{setting(self, 'probe_interval')} needs training.probe_tasks (the tasks to probe), got "
+                 f"{setting(self, 'probe_tasks')}")
 
     def scheduler_decay_kwargs(self) -> dict:
         """The decay arguments of megatron's LR scheduler for these fields (``schedules``; WSD included)."""
@@ -140,6 +144,7 @@ class TrainingConfig:
 class CheckpointConfig:
     """Where and how often checkpoints are written and read."""
 
+    SECTION: ClassVar[str] = "checkpoint"
     save_dir: str | None = None
     """Checkpoint root: holds iter_XXXXXXX/ directories and the 'latest' pointer."""
     save_interval: int = 0
@@ -178,7 +183,8 @@ class CheckpointConfig:
     Checksums are recorded at every save either way."""
 
     def __post_init__(self) -> None:
-        _require(self.save_interval >= 0 and self.keep_last >= 0, "save_interval and keep_last must be >= 0")
+        _at_least(self, "save_interval", 0, "0 saves only at the end")
+        _at_least(self, "keep_last", 0, "0 keeps all")
         _check_choices(self)
 
     def check_saving(self) -> None:
@@ -186,5 +192,5 @@ class CheckpointConfig:
         background saves without a place to save are refused, so a preempted run never loses its steps."""
         for name in ("save_interval", "async_save"):
             _require(not getattr(self, name) or self.save_dir,
-                     f"checkpoint.{name}={getattr(self, name)} needs checkpoint.save_dir (--save); "
+                     f"{setting(self, name)} needs checkpoint.save_dir (--save), got {setting(self, 'save_dir')}; "
                      "nothing would be saved (set it to 0/false for a run that saves nothing)")

@@ -16,6 +16,9 @@ from megatron_crossbert.arch import get_encoder
 from megatron_crossbert.config import RunConfig
 
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp8": torch.bfloat16}
+NO_CUDA_GRAPHS = {"cuda_graph_modules": []}
+"""No CUDA graphs, in megatron-core's non-deprecated terms: its default ("full") warns at every build that it is
+deprecated for an empty list, which means the same. Every TransformerConfig this project builds passes it."""
 
 
 def _dimensions(run_cfg: RunConfig, decoder: bool) -> dict:
@@ -84,4 +87,5 @@ def transformer_config(run_cfg: RunConfig, decoder: bool = False) -> Transformer
         apply_residual_connection_post_layernorm=False,
         use_cpu_initialization=not torch.cuda.is_available(),
         calculate_per_token_loss=True,
+        **NO_CUDA_GRAPHS,
     )

@@ -13,6 +13,10 @@ Counted the way the tests measure it (``planning.check``): every distinct tensor
   output, the product and FC2's input (5*ffn per row);
 - each residual's dropout keeps a mask (a bool on CUDA, a float on the CPU), and SDPA a dense mask per
   distinct mask shape when documents or windows apply (FlexAttention's block masks are negligible);
+- attention dropout costs nothing per score on CUDA (the fused kernels replay it from a seed); on the CPU
+  it sends SDPA to its math kernel, which keeps three fp32 ``[b, heads, q, k]`` tensors (probabilities,
+  their dropout mask, the dropped probabilities) and scaled copies of Q and K instead of the log-sum-exp
+  and the dense mask (``math_attention_bytes``);
 - the LM head keeps its dense input, GELU and LayerNorm inputs and the output layer's input, and the
   vocab-parallel cross-entropy its fp32 softmax: logits exist only at the rows the head runs on (CrossBERT's
   targets, the MLM's masked positions under sparse prediction);
@@ -31,8 +35,9 @@ from megatron_crossbert.planning.device import Runtime
 
 INDEX_BYTES = 8
 """int64 token ids and gather indices."""
-LSE_BYTES = NORM_STAT_BYTES = 4
-"""Attention's log-sum-exp and LayerNorm's mean and 1/std are fp32 whatever the precision."""
+LSE_BYTES = NORM_STAT_BYTES = MATH_BYTES = 4
+"""Attention's log-sum-exp, LayerNorm's mean and 1/std, and the CPU's math attention are fp32 whatever the
+precision."""
 
 
 @dataclass(frozen=True)
@@ -76,20 +81,38 @@ def attention_kernel_bytes(block: Block, rt: Runtime, rope: bool, keys: int | No
         width_rows = block.rows * 2 + keys * (2 + (1 if rope else 0))
         tables = 2 * (block.rows + keys) * head_dim if rope else 0
     kernel = _rows_bytes(width_rows, block.width, e, block.tp) + tables * e
-    return kernel + score_bytes(block, rt, keys) + kernel_extras(block, rt, keys)
+    return kernel + score_bytes(block, rt, keys) + kernel_extras(block, rt, keys, rope)
 
 
-def kernel_extras(block: Block, rt: Runtime, keys: int | None) -> int:
+def kernel_extras(block: Block, rt: Runtime, keys: int | None, rope: bool = False) -> int:
     """A fused kernel's fp32 log-sum-exp per query and head, and the dense ``[b, 1, q, k]`` mask SDPA
-    builds from a boolean one in every call (so one per layer, in the activation dtype)."""
+    builds from a boolean one in every call (so one per layer, in the activation dtype); SDPA's math
+    kernel keeps neither but its own (``math_attention_bytes``)."""
     if rt.attention_backend == "megatron":
         return 0
+    if rt.math_attention:
+        return math_attention_bytes(block, rt, keys, rope)
     queries = block.rows // block.sequences
     lse = block.sequences * (block.heads // block.tp) * queries * LSE_BYTES
     if rt.attention_backend != "sdpa" or not rt.masked:
         return lse
     per_sequence_keys = queries if keys is None else keys // block.sequences
     return lse + block.sequences * queries * per_sequence_keys * rt.element_bytes
+
+
+def math_attention_bytes(block: Block, rt: Runtime, keys: int | None, rope: bool) -> int:
+    """SDPA's unfused math kernel (the CPU with attention dropout), computed in fp32 whatever the precision.
+    It keeps Q and K scaled by sqrt(scale) (and V upcast when the activations are not fp32) in place of what
+    a fused kernel keeps of them: the rotated Q and K, and cross-attention's own Q, are then not saved (a
+    view of the fused QKV or KV output is, for V). Per score it keeps the softmax probabilities, the
+    dropout mask (a float) and the dropped probabilities."""
+    key_rows = block.rows if keys is None else keys
+    copies = block.rows + key_rows + (key_rows if rt.element_bytes != MATH_BYTES else 0)
+    replaced = (block.rows if rope or keys is not None else 0) + (key_rows if rope else 0)
+    queries = block.rows // block.sequences
+    scores = block.sequences * (block.heads // block.tp) * queries * (key_rows // block.sequences)
+    return (_rows_bytes(copies, block.width, MATH_BYTES, block.tp) + 3 * scores * MATH_BYTES
+            - _rows_bytes(replaced, block.width, rt.element_bytes, block.tp))
 
 
 def score_bytes(block: Block, rt: Runtime, keys: int | None) -> int:

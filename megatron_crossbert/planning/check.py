@@ -2,8 +2,9 @@
 
 What it is checked against: the bytes autograd really saves for backward. ``saved_bytes`` runs one training
 forward under ``torch.autograd.graph.saved_tensors_hooks`` and adds up every distinct storage handed to the
-hook (views of one tensor, and a tensor saved by several ops, count once), parameters excluded: exactly the
-memory a forward leaves alive for its backward, free of allocator noise. ``measure_case`` builds the run's
+hook and still held when the forward returns (views of one tensor, and a tensor saved by several ops, count
+once), parameters excluded: exactly the memory a forward leaves alive for its backward, free of allocator
+noise. ``measure_case`` builds the run's
 model on the current process group (one process, or each of the gloo ranks a test spawns) and feeds it the
 benchmark's synthetic micro-batch through the architecture's own forward step.
 
@@ -21,18 +22,28 @@ from megatron_crossbert.config import RunConfig, load_run_config
 
 
 def saved_bytes(model: torch.nn.Module, forward) -> tuple[int, object]:
-    """(bytes of the distinct non-parameter storages ``forward()`` saves for backward, its output)."""
+    """(bytes of the distinct non-parameter storages ``forward()`` saves for backward and still holds when it
+    returns, its output). A tensor packed into a graph that is dropped before backward (the one a
+    checkpointed chunk's dropout builds inside its forward) is released, so it is not counted."""
+    import gc
+    import weakref
+
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    storages: dict[int, int] = {}
+    packed: list[tuple[weakref.ref, int, int]] = []
 
     def pack(tensor: torch.Tensor) -> torch.Tensor:
         storage = tensor.untyped_storage()
         if storage.data_ptr() not in params:
-            storages[storage.data_ptr()] = max(storages.get(storage.data_ptr(), 0), storage.nbytes())
+            packed.append((weakref.ref(tensor), storage.data_ptr(), storage.nbytes()))
         return tensor
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
         output = forward()
+    gc.collect()
+    storages: dict[int, int] = {}
+    for ref, pointer, nbytes in packed:
+        if ref() is not None:
+            storages[pointer] = max(storages.get(pointer, 0), nbytes)
     return sum(storages.values()), output
 
 
@@ -72,6 +83,9 @@ BASE = ("model.vocab_size=1000", "model.make_vocab_size_divisible_by=64", "model
 MLM = {"bert": ("model.arch=bert", "model.decoder_num_layers=0"),
        "mlm": ("model.arch=mlm", "model.encoder=modern", "model.decoder_num_layers=0")}
 RECOMPUTE = ("parallel.recompute_activations=true",)
+DROPOUT = ("model.hidden_dropout=0.1", "model.attention_dropout=0.1")
+"""The examples' own dropout (tiny_cpu.yaml, crossbert_base.yaml, crossbert_large.yaml): on the CPU attention
+dropout runs SDPA's math kernel, which keeps the attention probabilities."""
 
 CASES: dict[str, tuple[str, ...]] = {
     "bert classic": MLM["bert"],
@@ -87,8 +101,13 @@ CASES: dict[str, tuple[str, ...]] = {
     "bert recompute": MLM["bert"] + RECOMPUTE,
     "mlm modern recompute": MLM["mlm"] + RECOMPUTE,
     "crossbert modern recompute": ("model.encoder=modern",) + RECOMPUTE,
+    "crossbert dropout as tiny_cpu and crossbert_base": DROPOUT,
+    "bert dropout as tiny_cpu and crossbert_base": MLM["bert"] + DROPOUT,
+    "crossbert modern windows, attention dropout": ("model.encoder=modern", "model.local_attention=16") + DROPOUT,
+    "crossbert recompute, dropout": RECOMPUTE + DROPOUT,
 }
-"""Single-process (TP=1) cases: every architecture and encoder family, views, narrow decoder, recompute."""
+"""Single-process (TP=1) cases: every architecture and encoder family, views, narrow decoder, recompute,
+the examples' dropout."""
 
 TP2_CASES: dict[str, tuple[str, ...]] = {
     "crossbert TP2": ("parallel.tensor_model_parallel_size=2",),

@@ -1,8 +1,13 @@
-"""What the planner needs to know about the hardware: named GPUs, the cluster, and the runtime's byte sizes.
+"""What the planner needs to know about the hardware: named GPUs, this CPU, the cluster, and the runtime's byte sizes.
 
 GPU figures are the vendors' datasheet numbers (dense bf16 Tensor-Core TFLOP/s, memory as CUDA reports it,
 NVLink and per-GPU network bandwidth); ``Runtime`` turns a run config plus "CUDA or CPU" into the byte sizes
 the activation model counts with (``planning.activations``).
+
+The CPU target (``cpu``) is this machine, so a plan can be checked where it is made. What autograd saves
+differs from a GPU's in two terms (``Runtime``): a dropout mask is a float of the activation dtype, not a
+bool; and attention dropout sends SDPA to its unfused math kernel, which keeps the attention probabilities
+(and their mask and the dropped copy) where CUDA's fused kernels keep none. Everything else is the same.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ class GpuSpec:
     """Intra-node all-reduce bus bandwidth per GPU (GB/s)."""
     network_gb_s: float
     """Inter-node bandwidth per GPU (GB/s; one 400 Gb/s NIC per GPU = 50)."""
+    cuda: bool = True
+    """False for the CPU target: activations take the CPU's byte sizes and kernels (``runtime``)."""
 
 
 GPUS: dict[str, GpuSpec] = {gpu.name: gpu for gpu in (
@@ -35,6 +42,26 @@ GPUS: dict[str, GpuSpec] = {gpu.name: gpu for gpu in (
     GpuSpec("a100", memory_gib=79.1, peak_tflops=312.0, nvlink_gb_s=300.0, network_gb_s=25.0),
     GpuSpec("l40s", memory_gib=44.4, peak_tflops=362.0, nvlink_gb_s=32.0, network_gb_s=12.5),
 )}
+CPU = "cpu"
+"""``--gpu cpu``: this machine (``this_cpu``)."""
+CPU_CORE_TFLOPS = 0.1
+"""Nominal fp32 peak of one core: two 8-wide AVX2 FMA units (32 FLOP per cycle) at about 3 GHz."""
+
+
+def this_cpu() -> GpuSpec:
+    """This machine as one rank: its RAM and its cores at ``CPU_CORE_TFLOPS`` (gloo over shared memory
+    within the node, 10 GbE across nodes)."""
+    import os
+
+    ram_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GIB
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return GpuSpec(CPU, memory_gib=ram_gib, peak_tflops=cores * CPU_CORE_TFLOPS, nvlink_gb_s=10.0,
+                   network_gb_s=1.25, cuda=False)
+
+
+def device_spec(name: str) -> GpuSpec:
+    """A named GPU of ``GPUS``, or this CPU."""
+    return this_cpu() if name == CPU else GPUS[name]
 
 
 @dataclass(frozen=True)
@@ -61,6 +88,11 @@ class Runtime:
     """Activation dtype: 2 under bf16/fp8, 4 in fp32."""
     dropout_mask_bytes: int
     """A dropout mask element: CUDA keeps a bool, the CPU a float of the activation dtype."""
+    math_attention: bool
+    """SDPA runs its unfused math kernel: on the CPU with attention dropout (the CPU's fused kernel has no
+    dropout). It keeps fp32 scaled copies of Q and K and three fp32 ``[b, heads, q, k]`` tensors (the
+    probabilities, their dropout mask, the dropped probabilities), and no log-sum-exp or dense mask. CUDA's
+    fused kernels replay dropout from an RNG seed and keep nothing per score."""
     attention_backend: str
     """sdpa, flex or megatron, as ``core_attention.resolve_backend`` decides it on this device."""
     masked: bool
@@ -68,7 +100,8 @@ class Runtime:
     hidden_dropout: bool
     """Residual dropout is on, so each residual keeps a mask."""
     attention_dropout: bool
-    """Attention dropout is on (only megatron's unfused attention then keeps a mask of the scores)."""
+    """Attention dropout is on (megatron's unfused attention then keeps a mask of the scores; SDPA does on the
+    CPU only, ``math_attention``)."""
 
 
 def runtime(run_cfg: RunConfig, cuda: bool = True) -> Runtime:
@@ -81,31 +114,6 @@ def runtime(run_cfg: RunConfig, cuda: bool = True) -> Runtime:
                                  attention_dropout=model.attention_dropout, training=True)
     element = 2 if run_cfg.training.half_precision else 4
     return Runtime(element_bytes=element, dropout_mask_bytes=1 if cuda else element, attention_backend=backend,
+                   math_attention=not cuda and backend == "sdpa" and model.attention_dropout > 0,
                    masked=masked, hidden_dropout=model.hidden_dropout > 0,
                    attention_dropout=model.attention_dropout > 0)
-
-
-def measured_mfu(path: str, run_cfg: RunConfig, gpu: GpuSpec) -> tuple[float, str]:
-    """(MFU against ``gpu``'s peak, where it comes from) from a device check's or ``crossbert-bench gpu-check``'s
-    JSON: the bf16 rows of this run's architecture and family at the measured shape nearest its width, their
-    mean achieved TFLOP/s over the peak. ValueError naming the file when it holds no such row."""
-    import json
-    from pathlib import Path
-
-    from megatron_crossbert.benchmarking.cases import SIZES
-
-    payload = json.loads(Path(path).read_text())
-    payload = payload.get("stages", {}).get("gpu_check", {}).get("result", payload)
-    model = run_cfg.model
-    runs = [run for run in payload.get("runs", []) if "report" in run and run.get("precision") == "bf16"
-            and run.get("size") in SIZES]
-    this_run = (model.arch, model.encoder)  # the rows measured with this run's architecture and family
-    rows_by_size = {run["size"]: [r["achieved_tflops"] for r in run["report"]["results"]
-                                  if (r.get("arch"), r.get("encoder")) == this_run and r.get("achieved_tflops")]
-                    for run in runs}
-    rows_by_size = {size: rows for size, rows in rows_by_size.items() if rows}
-    if not rows_by_size:
-        raise ValueError(f"{path}: no bf16 gpu-check measurement of arch={model.arch} encoder={model.encoder}")
-    size = min(rows_by_size, key=lambda name: abs(SIZES[name]["hidden_size"] - model.hidden_size))
-    achieved = sum(rows_by_size[size]) / len(rows_by_size[size])
-    return achieved / gpu.peak_tflops, f"measured: gpu-check {size}, {achieved:.0f} TFLOP/s, in {path}"

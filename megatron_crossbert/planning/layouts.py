@@ -144,7 +144,7 @@ class Planner:
         """Memory and time of a layout that passed ``why_not``."""
         cfg = self.configure(layout)
         microbatches = max(1, cfg.training.global_batch_size // (layout.micro_batch_size * layout.dp))
-        acts = micro_batch_activations(cfg, runtime(cfg, cuda=True))
+        acts = micro_batch_activations(cfg, runtime(cfg, cuda=self.cluster.gpu.cuda))
         layers = cfg.model.num_layers // layout.pp
         states = [state_bytes(cfg, stage, layout.dp) for stage in range(layout.pp)]
         stage_acts = [min(layout.pp - stage, microbatches) * acts.stage_bytes(stage, layout.pp, layers)

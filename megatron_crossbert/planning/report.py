@@ -82,7 +82,8 @@ def build_plan(planner: Planner, tokens: float, mfu_source: str) -> dict:
         "config": {"arch": cfg.model.arch, "encoder": cfg.model.encoder, "seq_length": seq, "global_batch_size": gbs,
                    "views": cfg.masking.num_views if get_arch(cfg.model.arch).uses_views else 1},
         "cluster": {"gpu": cluster.gpu.name, "gpus_per_node": cluster.gpus_per_node, "nodes": cluster.nodes,
-                    "gpu_memory_gib": cluster.gpu.memory_gib, "peak_tflops": cluster.gpu.peak_tflops},
+                    "gpu_memory_gib": cluster.gpu.memory_gib, "peak_tflops": cluster.gpu.peak_tflops,
+                    "cuda": cluster.gpu.cuda},
         "assumptions": {"mfu": planner.mfu, "mfu_source": mfu_source, "usable_memory_fraction": USABLE_FRACTION,
                         "layer_overhead_seconds": LAYER_OVERHEAD_SECONDS, "attention": plan.run_cfg.model.attention_backend,
                         "sequence_parallel_when_tp_gt_1": True},
@@ -116,7 +117,8 @@ def render_text(plan: dict) -> str:
     c, cl, a = plan["config"], plan["cluster"], plan["assumptions"]
     lines = [f"plan: {c['arch']} ({c['encoder']}), L={c['seq_length']}, views={c['views']}, global batch "
              f"{c['global_batch_size']} on {cl['nodes']} x {cl['gpus_per_node']} {cl['gpu']} "
-             f"({cl['gpu_memory_gib']:.0f} GiB, {cl['peak_tflops']:.0f} TFLOP/s bf16)",
+             f"({cl['gpu_memory_gib']:.0f} GiB, {cl['peak_tflops']:.3g} TFLOP/s "
+             f"{'bf16' if cl['cuda'] else 'fp32 nominal'})",
              f"assumed: MFU {a['mfu']:.2f} ({a['mfu_source']}), a plan may fill {a['usable_memory_fraction']:.0%} "
              "of memory; these are predictions until a GPU run confirms them",
              f"parameters: {plan['parameters']['total']:,} in all; per rank by stage "

@@ -22,9 +22,9 @@ def test_mask_ratio_outside_range(ratio):
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(hidden_size=100, num_attention_heads=12), "must divide hidden_size"),
-    (dict(decoder_hidden_size=-8), "decoder_hidden_size must be > 0"),
-    (dict(decoder_num_attention_heads=5), "must divide decoder width"),
+    (dict(hidden_size=100, num_attention_heads=12), "must divide model.hidden_size=100"),
+    (dict(decoder_hidden_size=-8), "decoder_hidden_size=-8 must be > 0"),
+    (dict(decoder_num_attention_heads=5), "must divide the decoder width 768"),
     (dict(decoder_num_layers=0), "decoder_num_layers"),
     (dict(hidden_dropout=1.0), "hidden_dropout"),
     (dict(vocab_size=0), "vocab_size"),
@@ -33,7 +33,7 @@ def test_mask_ratio_outside_range(ratio):
     (dict(attention_backend="xformers"), "attention_backend"),
     (dict(encoder="modern", local_attention=127), "positive even number"),
     (dict(encoder="modern", local_attention=128, global_attn_every_n_layers=0), "global_attn_every_n_layers"),
-    (dict(local_attention=128), "needs the modern encoder"),
+    (dict(local_attention=128), "needs model.encoder='modern'"),
     (dict(encoder="modern", local_rotary_base=0), "local_rotary_base"),
     (dict(attention_backend="flex", attention_dropout=0.1), "no attention dropout"),
 ])
@@ -47,7 +47,7 @@ def test_narrow_decoder_keeps_the_head_dim_and_the_tp_rule():
     assert (half.dec_hidden, half.dec_heads, half.dec_ffn) == (384, 6, 1536)
     assert ModelConfig().dec_heads == 12
     assert ModelConfig(decoder_num_attention_heads=3, decoder_hidden_size=384).dec_heads == 3
-    with pytest.raises(ValueError, match="must divide the attention heads"):
+    with pytest.raises(ValueError, match="must divide the decoder's 2 attention heads"):
         RunConfig(model=ModelConfig(decoder_hidden_size=128), parallel=ParallelConfig(tensor_model_parallel_size=4))
 
 
@@ -58,25 +58,27 @@ def test_cross_section_checks():
     with pytest.raises(ValueError, match="complementary views need disjoint visible sets"):
         load_run_config(None, ["data.seq_length=127"])
     load_run_config(None, ["data.seq_length=127", "model.arch=bert", "model.decoder_num_layers=0"])  # no views
-    with pytest.raises(ValueError, match="arch='mlm' is built with encoder modern"):
+    with pytest.raises(ValueError, match="model.encoder='classic' cannot build model.arch='mlm', which is built "
+                                         "with encoder modern"):
         load_run_config(None, ["model.arch=mlm"])
-    with pytest.raises(ValueError, match="unknown architecture 'gpt'"):
+    with pytest.raises(ValueError, match="model.arch='gpt' must be one of crossbert, bert, mlm"):
         load_run_config(None, ["model.arch=gpt"])
-    with pytest.raises(ValueError, match="unknown encoder family"):
+    with pytest.raises(ValueError, match="model.encoder='ancient' must be one of classic, modern"):
         load_run_config(None, ["model.encoder=ancient"])
     with pytest.raises(ValueError, match="bias_gelu_fusion"):
         load_run_config(None, ["model.encoder=modern", "model.bias_gelu_fusion=true"])
-    with pytest.raises(ValueError, match="must divide the attention heads"):
+    with pytest.raises(ValueError, match="parallel.tensor_model_parallel_size=5 must divide "
+                                         "model.num_attention_heads=12"):
         load_run_config(None, ["parallel.tensor_model_parallel_size=5"])
-    with pytest.raises(ValueError, match="must divide num_layers"):
+    with pytest.raises(ValueError, match="must divide model.num_layers=12"):
         load_run_config(None, ["parallel.pipeline_model_parallel_size=5"])
-    with pytest.raises(ValueError, match="sequence_parallel needs seq_length"):
+    with pytest.raises(ValueError, match="sequence_parallel=true needs data.seq_length=510"):
         load_run_config(None, ["parallel.tensor_model_parallel_size=4", "parallel.sequence_parallel=true",
                                "data.seq_length=510"])
 
 
 def test_other_sections():
-    with pytest.raises(ValueError, match="sequence_parallel needs tensor_model_parallel_size"):
+    with pytest.raises(ValueError, match="sequence_parallel=true needs parallel.tensor_model_parallel_size > 1"):
         ParallelConfig(sequence_parallel=True)
     with pytest.raises(ValueError, match="multiple of"):
         TrainingConfig(micro_batch_size=3, global_batch_size=8)
@@ -110,7 +112,7 @@ def test_yaml_overrides_json_round_trip(tmp_path):
 def test_padded_vocab_is_tp_splittable():
     model = ModelConfig(vocab_size=1000, make_vocab_size_divisible_by=128)
     assert model.padded_vocab_size(1) == 1024 and model.padded_vocab_size(2) == 1024
-    with pytest.raises(ValueError, match="divisible by the tensor-parallel size"):
+    with pytest.raises(ValueError, match="make_vocab_size_divisible_by=128 must be divisible by parallel.tensor_model_parallel_size=3"):
         model.padded_vocab_size(3)
 
 

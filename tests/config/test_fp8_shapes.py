@@ -19,7 +19,7 @@ def test_an_odd_micro_batch_at_r085_is_refused_in_one_line_naming_the_fields():
     with pytest.raises(ValueError) as err:
         _run("fp8", mbs=1)  # 77 visible tokens x 1: rows not divisible by 8
     message = str(err.value)
-    assert "\n" not in message and message.startswith("training.precision=fp8: ")
+    assert "\n" not in message and message.startswith("training.precision='fp8': ")
     assert "encoder rows (visible tokens x training.micro_batch_size x views) = 77 is not divisible by 8" in message
     assert "decoder rows (masked targets x training.micro_batch_size x views) = 435" in message
 
@@ -30,10 +30,10 @@ def test_the_same_shape_is_fine_in_bf16_and_with_a_micro_batch_of_8():
 
 
 def test_widths_and_the_mlm_encoder_rows_are_checked_too():
-    with pytest.raises(ValueError, match=r"^training.precision=fp8: model.ffn_hidden_size = 3000 is not divisible "
+    with pytest.raises(ValueError, match=r"^training.precision='fp8': model.ffn_hidden_size=3000 is not divisible "
                                          r"by 16 \("):
         _run("fp8", mbs=8, ffn_hidden_size=3000)
-    with pytest.raises(ValueError, match=r"^training.precision=fp8: encoder rows \(data.seq_length x "
+    with pytest.raises(ValueError, match=r"^training.precision='fp8': encoder rows \(data.seq_length x "
                                          r"training.micro_batch_size\) = 100 is not divisible by 8 \("):
         RunConfig(model=ModelConfig(arch="bert", encoder="classic"), data=DataConfig(seq_length=100),
                   training=TrainingConfig(micro_batch_size=1, global_batch_size=2, precision="fp8"))

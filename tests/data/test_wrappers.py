@@ -80,5 +80,5 @@ def test_detection_modes():
 
 
 def test_config_rejects_unknown_mode():
-    with pytest.raises(ValueError, match="strip_wrapper_tokens must be one of auto, always, never"):
+    with pytest.raises(ValueError, match="data.strip_wrapper_tokens='yes' must be one of auto, always, never"):
         DataConfig(strip_wrapper_tokens="yes")

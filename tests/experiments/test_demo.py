@@ -53,8 +53,17 @@ def test_run_flags_set_the_config_sections(tmp_path, capsys):
     assert (run.training.lr_warmup_iters, run.training.log_interval) == (5, 5)
     assert run.training.min_lr == pytest.approx(run.training.lr / 10)
     assert demo_cli.main(["--arch", "mlm", "--out-dir", str(tmp_path / "new")]) == 2  # mlm needs the modern encoder
-    assert "arch='mlm' is built with encoder modern" in capsys.readouterr().err
+    assert "cannot build model.arch='mlm', which is built with encoder modern" in capsys.readouterr().err
     assert not (tmp_path / "new").exists()
+
+
+def test_the_sts_line_names_the_folders_it_read():
+    """The shared MTEB-lite data holds STS12-16 and STSBenchmark, and the demo reads every STS folder."""
+    from crossbert_demo.pipeline import _sts_line
+
+    scores = {"average": 50.0, "tasks": {"STS12": 40.0, "STSBenchmark": 60.0}}
+    line = _sts_line({"pretrained": scores, "untrained": scores, "seconds": 1, "data": "mteb_lite"})
+    assert "STS average (MTEB-lite STS12, STSBenchmark; cosine Spearman x100): pretrained 50.0" in line
 
 
 def test_without_mteb_lite_the_summary_names_the_command(tmp_path, capsys):
@@ -81,7 +90,8 @@ def test_tiny_demo_end_to_end(tmp_path):
                        mteb_lite_dir=str(write_mteb_lite_fixture(tmp_path / "mteb_lite", pairs=20)))
     result = run_demo(opts)
     assert set(result["sts"]["pretrained"]["tasks"]) == {"ToySTSA", "ToySTSB"}  # every STS folder, no classification
-    assert "STS average (MTEB STS12-16, cosine Spearman x100): pretrained" in demo_cli.format_summary(result)
+    assert "STS average (MTEB-lite ToySTSA, ToySTSB; cosine Spearman x100): pretrained" in demo_cli.format_summary(
+        result)  # labelled by the folders it read
     assert json.loads((tmp_path / "demo" / "summary.json").read_text())["paths"] == result["paths"]
     assert result["pretrain"]["steps"] == 6
     assert result["pretrain"]["final_loss"] < result["pretrain"]["first_loss"]

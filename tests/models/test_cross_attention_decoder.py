@@ -52,5 +52,5 @@ def test_flops_count_the_cross_attention_alone():
 
 
 def test_only_an_architecture_with_a_decoder_accepts_it():
-    with pytest.raises(ValueError, match="decoder_cross_attention_only: arch='bert' has no reconstruction decoder"):
+    with pytest.raises(ValueError, match="model.decoder_cross_attention_only=true needs a reconstruction decoder, which model.arch='bert' does not"):
         tiny_config(CROSS_ONLY, "model.decoder_num_layers=0", arch="bert")

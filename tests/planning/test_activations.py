@@ -89,3 +89,46 @@ def test_tensor_parallel_and_distributed_optimizer_on_two_gloo_ranks():
         states = state_bytes(run_cfg, 0, dp=2, rank=index)  # for the parameters in this rank's 1/DP of it
         assert 4 * rank["distributed optimizer"]["grad_buffer"] == states.gradients
         assert 4 * rank["distributed optimizer"]["adam_elements"] == states.optimizer
+
+
+TINY = "examples/tiny_cpu.yaml"
+WIDE = ("model.hidden_size=256", "model.num_attention_heads=4", "model.num_layers=4", "data.seq_length=128",
+        "model.max_position_embeddings=128")
+NO_DROPOUT = ("model.hidden_dropout=0.0", "model.attention_dropout=0.0")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("overrides", [(), NO_DROPOUT, WIDE, WIDE + NO_DROPOUT],
+                         ids=["h64 dropout", "h64 no dropout", "h256 dropout", "h256 no dropout"])
+def test_cpu_plan_of_the_tiny_config_is_what_autograd_saves_here(capsys, overrides):
+    """``crossbert-plan --config examples/tiny_cpu.yaml --gpu cpu --json``: one micro-batch's bytes against the
+    same run measured on this CPU, with the example's dropout (0.1 on residuals and attention) and without."""
+    import json
+
+    from megatron_crossbert import platform
+    from megatron_crossbert.cli.plan import main
+    from megatron_crossbert.config import load_run_config
+    from megatron_crossbert.planning.check import measure_case
+
+    sets = [arg for value in overrides for arg in ("--set", value)]
+    assert main(["--config", TINY, "--gpu", "cpu", "--json", *sets]) == 0
+    planned = json.loads(capsys.readouterr().out)["activations"]["micro_batch"]["per_stage_bytes"][0]
+    run_cfg = load_run_config(TINY, list(overrides))
+    platform.initialize(run_cfg.parallel, 1)
+    measured = measure_case(run_cfg).saved_bytes
+    assert abs(planned / measured - 1) <= TOLERANCE, (planned, measured)
+
+
+def test_attention_dropout_costs_the_cpu_its_probabilities_and_a_gpu_nothing():
+    """SDPA's math kernel on the CPU keeps three fp32 [b, heads, q, k] tensors per attention; CUDA's fused
+    kernels replay dropout from a seed. Residual dropout masks are floats on the CPU, bools on CUDA."""
+    off, on = config("model.attention_dropout=0.0"), config("model.attention_dropout=0.1")
+    gpu = [micro_batch_activations(c, runtime(c, cuda=True)).encoder_layer_bytes for c in (off, on)]
+    cpu = [micro_batch_activations(c, runtime(c, cuda=False)).encoder_layer_bytes for c in (off, on)]
+    assert gpu[0] == gpu[1]
+    seq, rows = 64, 2 * 2  # each view's visible half of L=128, micro-batch 2 x 2 views
+    assert cpu[1] - cpu[0] >= 3 * rows * 4 * seq * seq * 4  # probabilities, mask, dropped: heads 4, fp32
+    hidden = config("model.hidden_dropout=0.1")
+    masks = [micro_batch_activations(hidden, runtime(hidden, cuda=cuda)).encoder_layer_bytes
+             - micro_batch_activations(off, runtime(off, cuda=cuda)).encoder_layer_bytes for cuda in (True, False)]
+    assert masks[1] == 4 * masks[0]  # fp32 here: a float mask is 4 bytes per element, a bool 1

@@ -93,3 +93,62 @@ def test_a_configured_layout_that_cannot_run_is_one_line(capsys):
     assert main(["--config", BASE, "--set", "parallel.pipeline_model_parallel_size=3"]) == 2
     assert capsys.readouterr().err.strip() == ("error: the configured layout TP1 PP3 DP2 mbs 32 cannot run: "
                                                "TP x PP = 3 does not divide the 8 GPUs")
+
+
+def gpu_check(tflops) -> dict:
+    """A device check's JSON whose one bf16 base-size CrossBERT row achieved ``tflops``."""
+    return {"stages": {"gpu_check": {"result": {"runs": [
+        {"size": "base", "precision": "bf16", "report": {"results": rows(tflops)}}]}}}}
+
+
+@pytest.mark.parametrize("text, says", [
+    ("[1, 2]", "expected a JSON object (a device check's or gpu-check's report), got a list"),
+    (json.dumps({"runs": "base"}), "runs='base' must be a JSON list"),
+    (json.dumps({"stages": {"gpu_check": "done"}}), "stages.gpu_check='done' must be a JSON object"),
+    (json.dumps({"runs": [{"size": "base", "precision": "bf16", "report": "fast"}]}),
+     "runs[0].report='fast' must be a JSON object"),
+    (json.dumps(gpu_check("400")), "runs[0].report.results[0].achieved_tflops='400' must be a number"),
+    ("{'runs': []}", "not a JSON report"),
+    ("", "not a JSON report"),
+    (json.dumps(gpu_check(float("nan"))), "achieved_tflops=nan must be a finite number > 0"),
+    (json.dumps(gpu_check(float("inf"))), "achieved_tflops=inf must be a finite number > 0"),
+    (json.dumps(gpu_check(-100.0)), "achieved_tflops=-100.0 must be a finite number > 0"),
+    (json.dumps(gpu_check(0)), "achieved_tflops=0 must be a finite number > 0"),
+    (json.dumps(gpu_check(5000.0)), "achieved_tflops=5000.0 is above the h100's dense peak (--peak-tflops=989.4): "
+                                    "MFU 5.05 > 1"),
+], ids=["list", "string runs", "string stage", "string report", "string tflops", "python literal", "empty",
+        "nan", "inf", "negative", "zero", "above the peak"])
+def test_mfu_from_refuses_what_cannot_be_a_measurement_in_one_line(capsys, tmp_path, text, says):
+    """As --mfu refuses 0 and 1.5: an MFU is in (0, 1], so each achieved TFLOP/s is finite, > 0 and at most the
+    planned GPU's dense peak; a file that is not a JSON report is named with what is wrong."""
+    measured = tmp_path / "device_check.json"
+    measured.write_text(text)
+    assert main(["--config", BASE, "--mfu-from", str(measured)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"error: --mfu-from {measured}: "), err
+    assert says in err, err
+
+
+def test_mfu_from_bounds_by_the_planned_peak(capsys, tmp_path):
+    """400 TFLOP/s is an MFU of 0.40 of an H100, more than an A100's peak, and fine for a faster chip's."""
+    measured = tmp_path / "device_check.json"
+    measured.write_text(json.dumps(gpu_check(400.0)))
+    assert main(["--config", BASE, "--mfu-from", str(measured), "--gpu", "a100"]) == 2
+    assert "above the a100's dense peak (--peak-tflops=312)" in capsys.readouterr().err
+    plan = plan_json(capsys, "--mfu-from", str(measured), "--gpu", "a100", "--peak-tflops", "2250")
+    assert plan["assumptions"]["mfu"] == pytest.approx(400.0 / 2250)
+
+
+def test_cpu_target_plans_with_the_cpus_byte_sizes(capsys):
+    """``--gpu cpu``: this machine, one rank by default; the tiny config's dropout adds the CPU's math-kernel
+    scores, so its activations exceed the same run planned for an H100."""
+    def micro_batch(*argv):
+        assert main(["--config", "examples/tiny_cpu.yaml", "--json", *argv]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    cpu, gpu = micro_batch("--gpu", "cpu"), micro_batch("--gpu", "h100")
+    assert cpu["cluster"]["gpu"] == "cpu" and cpu["cluster"]["gpus_per_node"] == 1 and not cpu["cluster"]["cuda"]
+    assert cpu["activations"]["micro_batch"]["encoder_layer_bytes"] > gpu["activations"]["micro_batch"][
+        "encoder_layer_bytes"]
+    two = micro_batch("--gpu", "cpu", "--gpus-per-node", "2")
+    assert two["cluster"]["gpu_memory_gib"] == pytest.approx(cpu["cluster"]["gpu_memory_gib"] / 2)

@@ -53,7 +53,7 @@ def _cases(tmp: Path, corpus: str, ckpt: Path) -> dict[str, tuple[dict, str]]:
                                                     "--exit-at-iteration 2 is not after the resumed step 2"),
         "save_interval without --save": (_pretrain(corpus, None, checkpoint__save_interval=1),
                                          "checkpoint.save_interval=1 needs checkpoint.save_dir (--save)"),
-        "no data": (_pretrain(corpus, tmp / "fresh_nodata", data__data_path=[]), "data.data_path is empty"),
+        "no data": (_pretrain(corpus, tmp / "fresh_nodata", data__data_path=[]), "data.data_path=[] is empty"),
         "--save FILE": (_pretrain(corpus, afile), f"--save (checkpoint.save_dir) {afile}: is a file, not a directory"),
         "--save FILE/sub": (_pretrain(corpus, afile / "sub"), f"{afile}/sub: {afile} is a file, so no directory"),
         "tensorboard_dir FILE": (_pretrain(corpus, tmp / "fresh_tb", training__tensorboard_dir=str(afile)),
