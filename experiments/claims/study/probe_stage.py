@@ -16,12 +16,12 @@ after a pooler is trained on its frozen features (span pairs of the corpus, chec
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
 from .plan import (Plan, RunSpec, compute_budget_flops, run_flops_per_sample,
                                                         steps_for_flops)
+from .claims_lock import claim, release
 from .train_stage import checkpoints, run_dir
 from megatron_crossbert.checkpoint.directories import latest_iteration
 
@@ -139,26 +139,6 @@ def _cached_tasks(plan: Plan, glue_dir: str, probe_dir: str, mteb_lite_dir: str 
     return _TASKS_CACHE[key]
 
 
-def _claim(out: Path) -> bool:
-    """Take ``out``'s lock file (O_EXCL), so concurrent probing processes split the checkpoints.
-
-    A lock left by a dead process (its pid no longer exists) is taken over.
-    """
-    lock = out.with_suffix(".lock")
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-    except FileExistsError:
-        owner = lock.read_text().strip()
-        if owner.isdigit() and Path(f"/proc/{owner}").exists():
-            return False
-        lock.write_text(str(os.getpid()))
-        return True
-    with os.fdopen(fd, "w") as handle:
-        handle.write(str(os.getpid()))
-    return True
-
-
 def pending(plan: Plan, runs: list[RunSpec], work_dir: Path) -> list[tuple[RunSpec, int, Path]]:
     """Unprobed checkpoints: every run's key budget points first, then the remaining curve points."""
     items = [(run, it, path) for run in runs for it, path in targets(work_dir, run, plan)
@@ -189,7 +169,7 @@ def run_probe_stage(plan: Plan, runs: list[RunSpec], work_dir: Path, glue_dir: s
     config, done = probe_config(plan, work_dir), 0
     for run, iteration, path in pending(plan, runs, work_dir):
         out = probe_path(work_dir, run, iteration)
-        if (limit is not None and done >= limit) or not _claim(out):
+        if (limit is not None and done >= limit) or not claim(out.with_suffix(".lock")):
             continue
         print(f"[study] probing {run.name} step {iteration}", flush=True)
         tasks, mteb_tasks = _cached_tasks(plan, glue_dir, probe_dir, mteb_lite_dir)
@@ -197,7 +177,7 @@ def run_probe_stage(plan: Plan, runs: list[RunSpec], work_dir: Path, glue_dir: s
             probe_checkpoint(path, out, tasks, config, mteb_tasks,
                              pairs if iteration in key_iterations(plan, run) else None)
         finally:
-            out.with_suffix(".lock").unlink(missing_ok=True)
+            release(out.with_suffix(".lock"))
         done += 1
     return done
 

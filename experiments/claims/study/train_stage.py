@@ -1,5 +1,8 @@
 """Stage 2: pretrain every run of the plan with ``crossbert-pretrain``, keeping all checkpoints.
 
+Several trainers of one study split its runs: each takes a run's lock file first (``claims_lock``) and skips
+a run another live trainer holds.
+
 Each run's full RunConfig is written as YAML next to its checkpoints and passed with ``--config``,
 so the exact configuration is on disk and in the command log. A run whose ``latest`` checkpoint
 already reached its step count is skipped; an interrupted run resumes from its own checkpoints
@@ -14,6 +17,7 @@ import yaml
 
 from .commands import module_argv, run_logged
 from .plan import Plan, RunSpec, run_spec_config
+from .claims_lock import claim, release
 from .records import sealed_record
 from megatron_crossbert.checkpoint.directories import ITER_PREFIX, RUN_CONFIG_FILE, latest_iteration
 
@@ -55,9 +59,14 @@ def run_train_stage(plan: Plan, runs: list[RunSpec], work_dir: Path, data_prefix
 
     vocab_size = load_tokenizer(tokenizer).vocab_size
     for run in runs:
-        if not is_complete(work_dir, run):
+        lock = work_dir / "runs" / f"{run.name}.lock"
+        if is_complete(work_dir, run) or not claim(lock):  # another trainer of this study has it
+            continue
+        try:
             print(f"[study] training {run.name} ({run.train_steps} steps)", flush=True)
             train_run(plan, run, work_dir, data_prefix, tokenizer, vocab_size)
+        finally:
+            release(lock)
 
 
 def checkpoints(work_dir: Path, run: RunSpec) -> list[tuple[int, Path]]:
