@@ -27,6 +27,9 @@ OUT_FILE_LIMIT = 8
 """Files that come back from $OUT."""
 INSTALL_MARGIN_S = 30
 """Wheel install and import check, interpreter start and result writing, per call."""
+KILL_GRACE_S = 5
+"""Seconds the driver waits after each of SIGTERM and SIGKILL when it ends a stage at its budget (the backstop
+when the stage's own alarm cannot fire inside a C call)."""
 DEFAULT_CARRY_DIR = ".device_carry"
 """Git-ignored folder named in ``carry`` (wheels/ and data/ inside)."""
 DEFAULT_WORK_DIR = str(Path(tempfile.gettempdir()) / "crossbert_device_check")

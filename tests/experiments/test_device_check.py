@@ -256,3 +256,59 @@ def test_toy_dry_run_of_every_stage_and_its_results_section(tmp_path):
     write_gpu_section(results, [as_gpu, as_gpu])
     text = results.read_text()
     assert text.startswith("# Results\n\nCPU numbers.") and text.count(SECTION_START) == 1 and "### Call 2" in text
+
+
+PAUSE_AFTER_WRITES = """
+import sys, time
+from pathlib import Path
+from megatron_crossbert import fsutil
+
+real, partial, writes = fsutil.atomic_write_text, Path(sys.argv[6]), []
+
+def pausing(path, text):  # the stage's real writer; it stops for good after its Nth write of the partial
+    real(path, text)
+    writes.extend([path] if Path(path) == partial else [])
+    if len(writes) == int(sys.argv[5]):
+        print("PAUSED", flush=True)
+        time.sleep(600)
+
+fsutil.atomic_write_text = pausing
+from experiments.device_check import stage_process
+sys.exit(stage_process.run_stage_process(*sys.argv[1:5]))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,writes,sig,key", [("gpu_check", 2, "SIGKILL", "runs"), ("memory", 2, "SIGTERM", "rows")])
+def test_a_stage_killed_between_rows_keeps_every_row_before_the_kill(tmp_path, name, writes, sig, key):
+    """The toy stage runs for real until it has kept its rows; it is then held and killed from outside."""
+    import signal
+
+    from experiments.device_check.runner import stage_record
+    from experiments.device_check.stage_io import partial_path, write_stage_config
+
+    config = plan.DeviceCheckConfig(toy=True, stages=[name], out_dir=str(tmp_path / "out"),
+                                    work_dir=str(tmp_path / "work"))
+    partial = partial_path(Path(config.work_dir), name)
+    argv = [sys.executable, "-c", PAUSE_AFTER_WRITES, name, str(write_stage_config(config, tmp_path / "c.json")),
+            str(tmp_path / "result.json"), "300", str(writes), str(partial)]
+    proc = subprocess.Popen(argv, cwd=REPO_ROOT, env=plan.module_env(OMP_NUM_THREADS="1"), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    output = []
+    for line in proc.stdout:
+        if line.startswith("PAUSED"):
+            break
+        output.append(line)
+    kept = json.loads(partial.read_text())
+    os.killpg(proc.pid, getattr(signal, sig))
+    proc.wait(timeout=30)
+    record = stage_record(name, proc.returncode, 1.0, 300, Path(config.work_dir))
+    assert record["error"] == f"killed by signal {getattr(signal, sig).value} after 1 s", "".join(output)[-3000:]
+    assert record["result"] == kept and kept[key] and not (tmp_path / "result.json").exists()
+    if name == "gpu_check":
+        run = record["result"]["runs"][0]
+        assert run["partial"] and run["report"]["meta"]["rounds_timed"] == 1
+        assert {r["name"] for r in run["report"]["results"]} >= {"bert", "crossbert r=0.5 compl"}
+        assert any(line.startswith("[gpu_check] tiny fp32 round 1: bert: ") for line in output)
+    else:
+        assert any(line.startswith(f"[{name}] {key} ") for line in output)
