@@ -64,7 +64,7 @@ def _module(backend: str, half: int, sizes: dict, toy: bool):
 
     config = TransformerConfig(num_layers=1, hidden_size=sizes["heads"] * sizes["head_dim"],
                                num_attention_heads=sizes["heads"], attention_dropout=0.0, use_cpu_initialization=True)
-    options = AttentionOptions(backend, (half,), compile_flex=False if toy else None, flex_without_grad=True)
+    options = AttentionOptions(backend, (half,), compile_flex=False if toy else None, flex_in_eval=True)
     return CoreAttention(config, 1, AttnMaskType.padding, "self", options=options)
 
 

@@ -84,13 +84,24 @@ class AttentionOptions:
     compile_flex: bool | None = None
     """torch.compile flex_attention and its block masks: None = on a GPU only (the CPU runs flex eagerly,
     forward-only, for tests; ``crossbert-bench attention`` compiles it there too)."""
-    flex_without_grad: bool = False
-    """Run compiled flex without gradients too (kernel benchmarks time flex itself); off, evaluation runs SDPA
-    over the same masks so that padded batches of every length compile nothing (``flex_compile``)."""
+    flex_in_eval: bool = False
+    """Run compiled flex in eval mode too (kernel benchmarks time flex itself); off, evaluation (``model.eval()``)
+    runs SDPA over the same masks so that padded batches of every length compile nothing (``flex_compile``)."""
 
     def half_window(self, layer_number: int) -> int:
         """megatron's ``layer_number`` is 1-based and includes the pipeline stage's offset."""
         return self.half_windows[layer_number - 1] if self.half_windows else 0
+
+
+def uses_flex(options: AttentionOptions, training: bool, compiled: bool) -> bool:
+    """Whether a flex-configured layer runs flex in this call, decided by the module's training mode, never by
+    grad mode: megatron's activation recompute runs a layer's first forward under ``no_grad`` in training, and
+    that forward must take the same kernel as its recompute. In eval mode (evaluation, ``encode()`` with padded
+    batches of every length) compiled flex gives way to SDPA over the same masks, so no length compiles a
+    kernel; uncompiled (eager) flex compiles nothing and always runs."""
+    if options.backend != "flex":
+        return False
+    return training or options.flex_in_eval or not compiled
 
 
 class _MaskCache:
@@ -229,11 +240,7 @@ class CoreAttention(MegatronModule):
         return LayerMasks(keep=keep, block=block, empty=empty if self.cross else None)
 
     def _flex_now(self, like: Tensor) -> bool:
-        """Flex for this call: compiled flex only where gradients flow; without them (evaluation, ``encode()``
-        with padded batches of every length) SDPA runs the same masks, so no length compiles a kernel."""
-        if self.options.backend != "flex":
-            return False
-        return torch.is_grad_enabled() or self.options.flex_without_grad or not self._compile_flex(like)
+        return uses_flex(self.options, self.training, self._compile_flex(like))
 
     def _compile_flex(self, like: Tensor) -> bool:
         return like.is_cuda if self.options.compile_flex is None else self.options.compile_flex

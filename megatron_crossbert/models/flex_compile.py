@@ -9,8 +9,9 @@ number of distinct shapes registered in this process, a limit hit raises instead
 recompile is logged (torch's ``recompiles`` log). The compiled block-mask builder shares the rule (one
 compiled ``create_block_mask``, one graph per shape), so it is covered by the same limit.
 
-Only training compiles: without gradients (evaluation, ``encode()``, probes with padded batches of every
-length) CoreAttention runs SDPA over the same masks, so no length ever compiles a kernel there.
+Only training compiles: in eval mode (evaluation, ``encode()``, probes with padded batches of every length)
+CoreAttention runs SDPA over the same masks, so no length ever compiles a kernel there
+(``core_attention.uses_flex``; the training forward that activation recompute runs under ``no_grad`` stays flex).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Compiled flex attention: every shape a run or a benchmark plan makes fits Dynamo's recompile limit, a limit hit
-raises instead of falling back to the slow eager path, and evaluation (no gradients) compiles nothing."""
+raises instead of falling back to the slow eager path, and evaluation (eval mode) compiles nothing."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def test_a_registered_limit_lets_every_shape_compile_and_a_hit_raises(fresh_dyna
         again(torch.ones(3))
 
 
-def test_compiled_flex_without_gradients_runs_sdpa_over_the_same_masks(monkeypatch):
+def test_compiled_flex_in_eval_mode_runs_sdpa_over_the_same_masks(monkeypatch):
     from megatron.core.transformer.enums import AttnMaskType
 
     def no_compile():
@@ -78,7 +78,7 @@ def test_compiled_flex_without_gradients_runs_sdpa_over_the_same_masks(monkeypat
     outs = {}
     for backend in ("flex", "sdpa"):
         options = AttentionOptions(backend=backend, half_windows=(0, 3), compile_flex=True)
-        module = CoreAttention(_config(), 2, AttnMaskType.padding, "self", options=options)
+        module = CoreAttention(_config(), 2, AttnMaskType.padding, "self", options=options).eval()
         with torch.no_grad():
             outs[backend] = module(q, k, v, mask)
     assert torch.equal(outs["flex"], outs["sdpa"])
