@@ -121,3 +121,44 @@ def test_the_smoke_stage_budgets_a_compile_for_every_tiny_shape():
     from megatron_crossbert.models.flex_compile import plan_flex_shapes
 
     assert plan.stage("smoke").compiles >= len(plan_flex_shapes(case.run_cfg for case in smoke_cases("bf16"))) == 9
+
+
+def _alive(pid: int) -> bool:
+    """A live process (a zombie, dead but not yet reaped by its parent, counts as ended)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+def test_a_streamed_command_left_by_the_stages_deadline_is_killed_with_it(tmp_path, capsys):
+    import signal
+
+    def deadline(signum, frame):
+        raise stage_process.StageOverBudget
+
+    script = "import os, time\nprint(os.getpid(), flush=True)\ntime.sleep(60)"
+    previous = signal.signal(signal.SIGALRM, deadline)
+    signal.alarm(2)
+    try:
+        with pytest.raises(stage_process.StageOverBudget):
+            stream_command([sys.executable, "-c", script], tmp_path, timeout_s=120)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert not _alive(int(capsys.readouterr().out.split()[0]))
+
+
+def test_the_driver_ends_what_a_stage_left_running_in_its_process_group():
+    from experiments.device_check.runner import end_group
+
+    leader = subprocess.Popen(["bash", "-c", "sleep 60 & echo $!"], stdout=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    child = int(leader.stdout.readline())
+    leader.wait(timeout=10)
+    assert _alive(child)  # the stage exited; its child still runs
+    end_group(leader)
+    deadline = time.time() + 10
+    while _alive(child) and time.time() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child)
