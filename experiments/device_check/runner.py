@@ -89,7 +89,7 @@ def run_stage(name: str, config: DeviceCheckConfig, config_path: Path) -> dict:
     backstop; its output goes straight into ``<stage>.log`` under ``out_dir`` as it is printed, so a stage killed
     at its budget still leaves its log, and its kept rows (``stage_io.keep_row``) stay in its record. Returns
     its record."""
-    budget = stage(name).budget(config.toy)
+    budget = config.budget(name)
     log, result = Path(config.out_dir) / f"{name}.log", Path(config.work_dir) / f"stage-{name}.json"
     result.unlink(missing_ok=True)
     partial_path(Path(config.work_dir), name).unlink(missing_ok=True)
@@ -125,7 +125,7 @@ def run_device_check(config: DeviceCheckConfig) -> dict:
     payload = {"meta": run_meta(config), "stages": {}}
     print(f"device check: {payload['meta']['device']}; stages {config.stages}\n{TE_NOTE}", flush=True)
     for name in config.stages:
-        print(f"\n== stage {name} (budget {stage(name).budget(config.toy):.0f} s): {stage(name).summary}", flush=True)
+        print(f"\n== stage {name} (budget {config.budget(name):.0f} s): {stage(name).summary}", flush=True)
         record = run_stage(name, config, config_path)
         payload["stages"][name] = record
         print(f"== stage {name}: {'ok' if record['ok'] else 'FAILED'} in {record['wall_s']} s"

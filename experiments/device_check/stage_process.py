@@ -63,7 +63,7 @@ def run_stage_process(name: str, config_path: str, result_path: str, budget_s: s
     work = Path(config.work_dir)
     work.mkdir(parents=True, exist_ok=True)
     start, record = time.time(), {"stage": name}
-    seconds = arm_deadline(float(budget_s) if budget_s else stage(name).budget(config.toy))
+    seconds = arm_deadline(float(budget_s) if budget_s else config.budget(name))
     try:
         record["result"] = stage_function(name)(config)
         record["ok"] = bool(record["result"].get("ok", True))
