@@ -146,9 +146,13 @@ def _compiled_block_mask_builder():
 def _block_mask(mask_mod, batch: int, sq: int, sk: int, device: torch.device, compile_: bool):
     from torch.nn.attention.flex_attention import create_block_mask
 
-    build = _compiled_block_mask_builder() if compile_ else create_block_mask
+    from megatron_crossbert.models.flex_compile import strict_recompiles
+
     # device must be given: torch 2.13 defaults to the build's accelerator (cuda) even without a GPU
-    return build(mask_mod, batch, None, sq, sk, device=device)
+    if not compile_:
+        return create_block_mask(mask_mod, batch, None, sq, sk, device=device)
+    with strict_recompiles():
+        return _compiled_block_mask_builder()(mask_mod, batch, None, sq, sk, device=device)
 
 
 def _dense_block_mask(keep: Tensor, sq: int, sk: int, compile_: bool):
@@ -257,16 +261,26 @@ class CoreAttention(MegatronModule):
         return out.permute(2, 0, 1, 3).reshape(sq, b, -1)
 
     def _flex(self, query: Tensor, key: Tensor, value: Tensor, block) -> Tensor:
-        from torch.nn.attention.flex_attention import flex_attention
-
         sq, b = query.shape[:2]
         q, k, v = (t.permute(1, 2, 0, 3).contiguous() for t in (query, key, value))
         if not q.is_cuda and torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
             raise RuntimeError("FlexAttention runs forward-only on the CPU (torch has no CPU backward); "
                                "use model.attention_backend=sdpa to train here")
-        fn = _compiled_flex() if self._compile_flex(q) else flex_attention
-        out = fn(q, k, v, block_mask=block, scale=self.softmax_scale, enable_gqa=k.shape[1] != q.shape[1])
+        out = _flex_call(self._compile_flex(q), q, k, v, block_mask=block, scale=self.softmax_scale,
+                         enable_gqa=k.shape[1] != q.shape[1])
         return out.permute(2, 0, 1, 3).reshape(sq, b, -1)
+
+
+def _flex_call(compiled: bool, *args, **kwargs) -> Tensor:
+    """flex_attention, eager or compiled; a compiled call under ``flex_compile.strict_recompiles``."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    from megatron_crossbert.models.flex_compile import strict_recompiles
+
+    if not compiled:
+        return flex_attention(*args, **kwargs)
+    with strict_recompiles():
+        return _compiled_flex()(*args, **kwargs)
 
 
 def _refuse_unsupported(config) -> None:
