@@ -35,6 +35,8 @@ def kernel_rows(toy: bool) -> list[tuple[str, dict, int]]:
     """(mask, sizes, half window) of each kernel row, in the order measured; each shape is one flex compile."""
     long, base, window = (TOY_LONG, TOY_BASE, TOY_WINDOW) if toy else (LONG, BASE, WINDOW)
     return [("documents", long, 0), ("documents+window", long, window // 2), ("documents", base, 0)]
+
+
 MFU_CASE = "crossbert-modern r=0.5 compl"
 """The throughput case whose MFU is compared (the MLM baselines always run beside it as references)."""
 GRAD_RTOL = 2e-2

@@ -39,7 +39,8 @@ def smoke_markdown(result: dict) -> str:
         lines.append(f"- all-reduce over {coll['backend']} (world {coll['world_size']}): "
                      f"{'ok' if coll['ok'] else 'WRONG'}")
     rows = [[s["name"], s.get("precision", "—"), " ".join(fmt(x, 3) for x in s.get("losses", [])),
-             "ok" if s["ok"] else f"FAILED: {s.get('error', 'non-finite loss')}"] for s in result.get("train_steps", [])]
+             "ok" if s["ok"] else f"FAILED: {s.get('error', 'non-finite loss')}"]
+            for s in result.get("train_steps", [])]
     return "\n".join(lines) + "\n\n" + markdown_table(["model", "precision", "losses", "status"], rows)
 
 

@@ -190,8 +190,8 @@ def _toy_config(tmp_path: Path, shared: Path, stages: list[str]) -> plan.DeviceC
 def test_a_stage_past_its_budget_is_killed_and_the_next_still_runs(tmp_path, monkeypatch):
     from experiments.device_check import runner
 
-    short = plan.StageSpec("smoke", "stages:run_smoke", 1, 0, 1, 1, "killed at once")
-    monkeypatch.setattr(runner, "stage", lambda name: short if name == "smoke" else plan.stage(name))
+    real = plan.DeviceCheckConfig.budget
+    monkeypatch.setattr(plan.DeviceCheckConfig, "budget", lambda self, name: 1 if name == "smoke" else real(self, name))
     config = _toy_config(tmp_path, write_shared_data(tmp_path / "shared"), ["smoke", "gpu_check"])
     payload = runner.run_device_check(config)
     smoke, check = payload["stages"]["smoke"], payload["stages"]["gpu_check"]
@@ -285,6 +285,7 @@ def test_a_stage_killed_between_rows_keeps_every_row_before_the_kill(tmp_path, n
     """The toy stage runs for real until it has kept its rows; it is then held and killed from outside."""
     import signal
 
+    from experiments.device_check.report import device_check_markdown
     from experiments.device_check.runner import stage_record
     from experiments.device_check.stage_io import partial_path, write_stage_config
 
@@ -306,10 +307,15 @@ def test_a_stage_killed_between_rows_keeps_every_row_before_the_kill(tmp_path, n
     record = stage_record(name, proc.returncode, 1.0, 300, Path(config.work_dir))
     assert record["error"] == f"killed by signal {getattr(signal, sig).value} after 1 s", "".join(output)[-3000:]
     assert record["result"] == kept and kept[key] and not (tmp_path / "result.json").exists()
+    body = device_check_markdown({"meta": {"device": "cpu", "toy": True, "started_utc": "now", "torch": "t",
+                                           "python": "p", "command": "test", "transformer_engine": "no TE"},
+                                  "stages": {name: record}})  # the report renders what the stage kept
     if name == "gpu_check":
         run = record["result"]["runs"][0]
         assert run["partial"] and run["report"]["meta"]["rounds_timed"] == 1
         assert {r["name"] for r in run["report"]["results"]} >= {"bert", "crossbert r=0.5 compl"}
         assert any(line.startswith("[gpu_check] tiny fp32 round 1: bert: ") for line in output)
+        assert "| tiny fp32 (stopped after 1 rounds) | crossbert r=0.5 compl |" in body
     else:
         assert any(line.startswith(f"[{name}] {key} ") for line in output)
+        assert "| tiny bert |" in body
