@@ -47,26 +47,36 @@ def _log_tail(path: Path, lines: int = 40) -> str:
     return tail_lines(path.read_text(errors="replace"), lines) if path.is_file() else ""
 
 
+def exited(proc: subprocess.Popen, timeout: float) -> bool:
+    """Wait up to ``timeout`` for the stage to exit, leaving it unreaped: its pid, and so its process group's id,
+    stays taken until ``end_group`` has run, so that kill can only reach the stage's own processes."""
+    deadline = time.monotonic() + timeout
+    while os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
 def _stop(proc: subprocess.Popen) -> None:
     """End the stage's whole process group (it started it: training and probe children included): SIGTERM, then
     SIGKILL ``KILL_GRACE_S`` later (a process inside a C call only dies of the SIGKILL)."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-            proc.wait(timeout=KILL_GRACE_S)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-        except ProcessLookupError:
+        os.killpg(proc.pid, sig)
+        if exited(proc, KILL_GRACE_S):
             return
 
 
 def end_group(proc: subprocess.Popen) -> None:
     """Kill whatever the stage left running in its process group (a test child its stop did not reach), so
-    nothing of one stage runs on the GPU while the next one measures."""
+    nothing of one stage runs on the GPU while the next one measures; then reap the stage."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=KILL_GRACE_S)
+    except subprocess.TimeoutExpired:  # stuck in the kernel: its record says killed, the next stage runs
         pass
 
 
@@ -98,9 +108,8 @@ def run_stage(name: str, config: DeviceCheckConfig, config_path: Path) -> dict:
     with log.open("w") as handle:
         proc = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True, env=module_env())
         try:
-            proc.wait(timeout=budget)
-        except subprocess.TimeoutExpired:
-            _stop(proc)
+            if not exited(proc, budget):
+                _stop(proc)
         finally:
             end_group(proc)
     seconds = round(time.time() - start, 1)

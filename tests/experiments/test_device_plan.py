@@ -188,14 +188,15 @@ def test_a_streamed_command_left_by_the_stages_deadline_is_killed_with_it(tmp_pa
 
 
 def test_the_driver_ends_what_a_stage_left_running_in_its_process_group():
-    from experiments.device_check.runner import end_group
+    from experiments.device_check.runner import end_group, exited
 
     leader = subprocess.Popen(["bash", "-c", "sleep 60 & echo $!"], stdout=subprocess.PIPE, text=True,
                               start_new_session=True)
     child = int(leader.stdout.readline())
-    leader.wait(timeout=10)
+    assert exited(leader, 10) and leader.returncode is None  # exited, not reaped: its group id stays its own
     assert _alive(child)  # the stage exited; its child still runs
     end_group(leader)
+    assert leader.returncode == 0
     deadline = time.time() + 10
     while _alive(child) and time.time() < deadline:
         time.sleep(0.05)
