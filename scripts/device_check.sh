@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Usage: scripts/device_check.sh prepare [--no-wheels] [--limit-mib 64]   (here: fills .device_carry/, prints the plan and calls)
-#        scripts/device_check.sh plan   (the device plan's arithmetic alone: start-ups, compiles, budgets, reserve)
-#        scripts/device_check.sh run [--stages smoke gpu_check attention claims] [--toy]   (on the device; --toy on the CPU)
+#        scripts/device_check.sh plan [--measured OUT/device_check.json]   (the plan's arithmetic: a failed start,
+#                                   start-ups, idle, close, compiles, overruns, the reserve, what falls outside the window)
+#        scripts/device_check.sh run [--stages smoke gpu_check attention memory claims] [--compile-s S] [--toy]
 #        scripts/device_check.sh render DEVICE_CHECK.json... [--results-md docs/results.md]
 # PYTHON (default: python3) runs the driver, experiments/device_check. `run` installs the carried wheels into SITE
 # (default: device_site in $TMPDIR, else in /tmp) when megatron-core, nltk or mteb does not import, then runs the stages, each under its own budget,
@@ -11,7 +12,7 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PYTHON="${PYTHON:-python3}"
 CARRY="${CARRY_DIR:-$REPO/.device_carry}"
 SITE="${SITE:-${TMPDIR:-/tmp}/device_site}"
-if [[ $# -lt 1 ]]; then sed -n '2,8p' "$0"; exit 2; fi
+if [[ $# -lt 1 ]]; then sed -n '2,9p' "$0"; exit 2; fi
 verb="$1"; shift
 cd "$REPO"
 export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"

@@ -1,22 +1,33 @@
-"""The device plan's arithmetic: start-ups, compiles, each stage's budget, each call's total, the rerun reserve.
+"""The device plan's arithmetic: every cost of the 15-minute window, each call's total, the rerun reserve, and
+what falls outside the window.
 
-The lease is 15 minutes of device time for everything, a fresh machine's start-up included; no machine starts
-with under 4 minutes left, so a rerun of a failed stage is only possible if call 1 leaves at least that much.
-Call 1 is capped at 7 minutes so that a first window answers the most before anything optional runs; call 2
-(the claims) is fired only when call 1 needs no rerun, and only if it fits what is left. ``plan_lines``
-is what ``prepare`` (and ``plan``) prints; ``DevicePlan.fits`` is what the test checks.
+Counted, worst case: a failed H100 start before the H200 fallback (1-2 minutes, once, before the first
+machine); for every call a fresh machine's start-up (a later call's warm machine may have gone), the warm idle
+after it (the machine stays held ``IDLE_S``) and the close when it goes back; inside each call's ``timeout_s``
+the install margin, every stage's compiles (at the estimated or measured seconds per shape) and its overrun past
+its budget (``plan.STAGE_OVERRUN_S``: the driver's backstop when a stage's own alarm cannot fire inside a C
+call). No machine starts with under 4 minutes left, so call 1 must leave that for one rerun; later calls fire
+in order while they fit what is left, and those that do not are printed as outside the window (each needs a
+window of its own). ``plan_lines`` is what ``prepare`` and ``plan`` print; ``DevicePlan.fits`` and
+``DevicePlan.outside`` are what the tests check.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .plan import CALLS, COMPILE_S_PER_SHAPE, INSTALL_MARGIN_S, call_timeout_s, stage
+from .plan import CALLS, COMPILE_S_PER_SHAPE, INSTALL_MARGIN_S, STAGE_OVERRUN_S, call_timeout_s, stage
 
 SESSION_S = 15 * 60
-"""Device time of one session, every start-up, idle wait and call together."""
+"""Device time of one session, every start-up, failed start, idle wait, close and call together."""
 START_UP_S = 90
-"""A fresh machine's start (1-2 minutes seen); counted once per fresh machine."""
+"""A fresh machine's start (1-2 minutes seen); counted for every call."""
+FAILED_START_S = 120
+"""A failed H100 start before the call goes on to an H200 (1-2 minutes); counted once, before call 1."""
+IDLE_S = 30
+"""How long a machine stays held (and counted) after each call before it goes back."""
+CLOSE_S = 10
+"""Giving a machine back; counted once per call, whose machine may be the last."""
 PER_CALL_LIMIT_S = 600
 """The most one command may run."""
 FIRST_CALL_LIMIT_S = 7 * 60
@@ -34,9 +45,12 @@ class CallPlan:
     stages: tuple[str, ...]
     """Stages it runs, in order."""
     timeout_s: int
-    """Its ``timeout_s``: stage budgets (work plus compiles) plus the install margin."""
-    start_up_s: int
-    """Start-up counted before it (a fresh machine for call 1; call 2 counts one too, in case the warm one went)."""
+    """Its ``timeout_s``: the install margin plus each stage's budget (work and compiles) and overrun."""
+
+    @property
+    def cost_s(self) -> int:
+        """Device time the call holds: a fresh start-up, its command, the warm idle after it and the close."""
+        return START_UP_S + self.timeout_s + IDLE_S + CLOSE_S
 
 
 @dataclass(frozen=True)
@@ -45,14 +59,30 @@ class DevicePlan:
 
     calls: tuple[CallPlan, ...]
     """Every call in order."""
+    compile_s: float = COMPILE_S_PER_SHAPE
+    """Seconds counted per compiled shape (the estimate, or what call 1 measured)."""
     session_s: int = SESSION_S
     """The session's device time."""
 
     @property
     def after_first_s(self) -> int:
-        """Device time left once call 1 (and its start-up) is spent: the rerun reserve and the later calls."""
-        first = self.calls[0]
-        return self.session_s - first.start_up_s - first.timeout_s
+        """Device time left once a failed start and call 1 (start-up, command, idle, close) are spent."""
+        return self.session_s - FAILED_START_S - self.calls[0].cost_s
+
+    def later(self) -> tuple[list[CallPlan], list[CallPlan]]:
+        """(calls after the first that fit what is left, in order; those that fall outside the window)."""
+        left, inside, outside = self.after_first_s, [], []
+        for call in self.calls[1:]:
+            if call.cost_s <= left:
+                inside.append(call)
+                left -= call.cost_s
+            else:
+                outside.append(call)
+        return inside, outside
+
+    @property
+    def outside(self) -> list[CallPlan]:
+        return self.later()[1]
 
     def problems(self) -> list[str]:
         """Every rule the plan breaks (none: it fits)."""
@@ -64,9 +94,6 @@ class DevicePlan:
         for call in self.calls:
             if call.timeout_s > PER_CALL_LIMIT_S:
                 found.append(f"call {call.number} takes {call.timeout_s} s, over the per-call {PER_CALL_LIMIT_S} s")
-        later = sum(call.start_up_s + call.timeout_s for call in self.calls[1:])
-        if later > self.after_first_s:
-            found.append(f"calls after the first need {later} s with start-ups, {self.after_first_s} s are left")
         return found
 
     @property
@@ -74,34 +101,61 @@ class DevicePlan:
         return not self.problems()
 
 
-def device_plan(calls: tuple[tuple[str, ...], ...] = CALLS) -> DevicePlan:
-    """The plan of ``calls`` (default: every stage's ``call``), each counted with a fresh start-up."""
-    return DevicePlan(tuple(CallPlan(number, stages, call_timeout_s(stages), START_UP_S)
-                            for number, stages in enumerate(calls, 1)))
+def measured_compile_s(payload: dict, source: str) -> float:
+    """Seconds per compiled shape that call 1's gpu_check measured (``device_check.json`` of that call);
+    ValueError naming ``source`` where it has none."""
+    result = payload.get("stages", {}).get("gpu_check", {}).get("result") or {}
+    value = result.get("compile_s_per_shape")
+    if not value:
+        raise ValueError(f"{source}: no stages.gpu_check.result.compile_s_per_shape (gpu_check did not finish "
+                         "its warm-up there); pass --compile-s instead")
+    return float(value)
 
 
-def _stage_line(name: str) -> str:
+def device_plan(calls: tuple[tuple[str, ...], ...] = CALLS, compile_s: float = COMPILE_S_PER_SHAPE) -> DevicePlan:
+    """The plan of ``calls`` (default: every stage's ``call``) with compiles at ``compile_s`` each."""
+    return DevicePlan(tuple(CallPlan(number, stages, call_timeout_s(stages, compile_s))
+                            for number, stages in enumerate(calls, 1)), compile_s)
+
+
+def _stage_line(name: str, compile_s: float) -> str:
     spec = stage(name)
-    return (f"    {name:<10} {spec.budget_s:5.0f} s = {spec.run_s:.0f} s work + {spec.compiles} compiles x "
-            f"{COMPILE_S_PER_SHAPE} s; stops itself inside it")
+    return (f"    {name:<10} {spec.budget(False, compile_s):5.0f} s = {spec.run_s:.0f} s work + {spec.compiles} "
+            f"compiles x {compile_s:g} s; stops itself inside it, ended at most {STAGE_OVERRUN_S} s past it")
+
+
+def _call_lines(call: CallPlan, when: str, compile_s: float) -> list[str]:
+    return [f"  call {call.number} ({when}): {call.cost_s} s = start-up {START_UP_S} + timeout_s {call.timeout_s} "
+            f"+ idle {IDLE_S} + close {CLOSE_S}; timeout_s = {INSTALL_MARGIN_S} s install and import check + "
+            f"stages with their overruns",
+            *(_stage_line(name, compile_s) for name in call.stages)]
+
+
+def _outside_lines(plan: DevicePlan, left: int) -> list[str]:
+    return [f"  OUTSIDE THE WINDOW: call {call.number} ({', '.join(call.stages)}) needs {call.cost_s} s, {left} s "
+            f"are left; it needs a window of its own ({FAILED_START_S} + {call.cost_s} = "
+            f"{FAILED_START_S + call.cost_s} s of {plan.session_s})" for call in plan.outside]
 
 
 def plan_lines(plan: DevicePlan | None = None) -> list[str]:
-    """The printed plan: each call's stages and sums, the reserve, and whether it all fits."""
+    """The printed plan: every cost of the window, each call's stages and sums, the reserve, what falls outside
+    the window, and whether it all fits."""
     plan = plan or device_plan()
-    lines = [f"Device plan: {plan.session_s} s of device time; a fresh start-up counts {START_UP_S} s; "
-             f"call 1 at most {FIRST_CALL_LIMIT_S} s; at least {RERUN_RESERVE_S} s kept for one rerun."]
-    for call in plan.calls:
-        when = "at once" if call.number == 1 else "only if call 1 needs no rerun"
-        lines.append(f"  call {call.number} ({when}): timeout_s {call.timeout_s} = {INSTALL_MARGIN_S} s install "
-                     f"and import check + stages; with a start-up {call.start_up_s + call.timeout_s} s")
-        lines += [_stage_line(name) for name in call.stages]
-    first = plan.calls[0]
-    lines.append(f"  after call 1: {plan.session_s} - {first.start_up_s} - {first.timeout_s} = "
+    source = "the estimate" if plan.compile_s == COMPILE_S_PER_SHAPE else "measured"
+    lines = [f"Device plan: {plan.session_s} s of device time, every cost counted at its worst; compiles at "
+             f"{plan.compile_s:g} s per shape ({source}; call 1's gpu_check measures it: `plan --measured "
+             f"OUT/device_check.json`); call 1 at most {FIRST_CALL_LIMIT_S} s; {RERUN_RESERVE_S} s kept for one "
+             f"rerun.", f"  a failed H100 start before the H200 fallback: {FAILED_START_S} s (once)"]
+    lines += _call_lines(plan.calls[0], "at once", plan.compile_s)
+    lines.append(f"  after call 1: {plan.session_s} - {FAILED_START_S} - {plan.calls[0].cost_s} = "
                  f"{plan.after_first_s} s left (reserve {RERUN_RESERVE_S} s)")
-    later = sum(call.start_up_s + call.timeout_s for call in plan.calls[1:])
-    if later:
-        lines.append(f"  later calls with start-ups: {later} s; then {plan.after_first_s - later} s spare")
+    inside, _ = plan.later()
+    for call in inside:
+        lines += _call_lines(call, "only if call 1 needs no rerun", plan.compile_s)
+    left = plan.after_first_s - sum(call.cost_s for call in inside)
+    if inside:
+        lines.append(f"  then {left} s spare")
+    lines += _outside_lines(plan, left)
     problems = plan.problems()
     lines.append("  FITS the 15 minutes with the rerun reserve." if not problems
                  else "  DOES NOT FIT: " + "; ".join(problems))

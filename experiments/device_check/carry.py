@@ -29,7 +29,7 @@ from pathlib import Path
 
 from megatron_crossbert.shared_data import default_or_error
 
-from .plan import CALLS, CARRY_LIMIT_BYTES, DEFAULT_CARRY_DIR, GLUE_TASKS, call_timeout_s
+from .plan import CALLS, CARRY_LIMIT_BYTES, COMPILE_S_PER_SHAPE, DEFAULT_CARRY_DIR, GLUE_TASKS, call_timeout_s
 
 DEVICE_WHEELS = ("megatron-core", "nltk", "defusedxml", "xxhash", "mteb", "datasets", "dill", "multiprocess",
                  "pydantic", "pydantic-core", "annotated-types", "typing-inspection", "pytrec-eval-terrier", "polars",
@@ -145,13 +145,22 @@ def require_ignored(repo: Path, carry_dir: str) -> None:
         raise ValueError(f"{repo / carry_dir}: not git-ignored; add it to .gitignore before copying data into it")
 
 
-def device_calls(carry_dir: str = DEFAULT_CARRY_DIR) -> list[dict]:
-    """The ``run`` arguments of the device calls, in order (command, carry, timeout_s)."""
-    calls = []
+def device_calls(carry_dir: str = DEFAULT_CARRY_DIR, compile_s: float = COMPILE_S_PER_SHAPE) -> list[dict]:
+    """The ``run`` arguments of the device calls, in order (command, carry, timeout_s), compiles counted at
+    ``compile_s`` each (passed on to the driver when it is not the estimate)."""
+    calls, flag = [], "" if compile_s == COMPILE_S_PER_SHAPE else f" --compile-s {compile_s:g}"
     for stages in CALLS:
-        command = f"PYTHONUNBUFFERED=1 bash scripts/device_check.sh run --stages {' '.join(stages)} 2>&1"
-        calls.append({"command": command, "carry": [carry_dir], "timeout_s": call_timeout_s(stages)})
+        command = f"PYTHONUNBUFFERED=1 bash scripts/device_check.sh run --stages {' '.join(stages)}{flag} 2>&1"
+        calls.append({"command": command, "carry": [carry_dir], "timeout_s": call_timeout_s(stages, compile_s)})
     return calls
+
+
+def calls_lines(calls: list[dict]) -> list[str]:
+    """The printed device calls: each one's ``run`` arguments as JSON, in order, and when to fire it."""
+    lines = ["Device calls (device `run` arguments), in order:"]
+    lines += [f"{index}. {json.dumps(call)}" for index, call in enumerate(calls, 1)]
+    return lines + ["Call 2 only if call 1 needs no rerun; call 3 in a window of its own; rerun only failed stages "
+                    "with `--stages NAME ...` in call 1's command, timeout_s their budgets plus the install margin."]
 
 
 def prepare(options: PrepareOptions) -> dict:
@@ -178,10 +187,5 @@ def prepare_summary(result: dict) -> str:
     lines = [f"carry folder {result['carry_dir']}: {result['carry_bytes'] / 2**20:.1f} MiB "
              f"({result['data_files']} data files, wheels {result['wheels'] or 'not downloaded'}); checkout "
              f"{result['checkout_bytes'] / 2**20:.1f} MiB; travels {result['travel_bytes'] / 2**20:.1f} MiB of "
-             f"{result['limit_bytes'] / 2**20:.0f} MiB", "", *plan_lines(), "",
-             "Device calls (device `run` arguments), in order:"]
-    for index, call in enumerate(result["calls"], 1):
-        lines.append(f"{index}. {json.dumps(call)}")
-    lines.append("Call 2 only if call 1 needs no rerun; rerun only failed stages with `--stages NAME ...` in "
-                 "call 1's command, timeout_s their budgets plus the install margin.")
+             f"{result['limit_bytes'] / 2**20:.0f} MiB", "", *plan_lines(), "", *calls_lines(result["calls"])]
     return "\n".join(lines)

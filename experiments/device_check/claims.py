@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from .plan import DeviceCheckConfig, module_env, stage
+from .plan import DeviceCheckConfig, module_env
 from .stage_io import partial_path
 
 STOP_GRACE_S = 5
@@ -55,7 +55,7 @@ def _stop(proc: subprocess.Popen) -> None:
 def run_claims(config: DeviceCheckConfig) -> dict:
     """Stage 3: the study's command inside the stage budget; ``ok`` if it exited 0 and every arm scored."""
     start, result_json = time.time(), partial_path(Path(config.work_dir), "claims")
-    argv = claims_argv(config, result_json, stage("claims").budget(config.toy))
+    argv = claims_argv(config, result_json, config.budget("claims"))
     print("[claims] $ " + " ".join(argv), flush=True)
     proc = subprocess.Popen(argv, env=module_env(TOKENIZERS_PARALLELISM="false"))
     try:

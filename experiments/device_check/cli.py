@@ -2,7 +2,9 @@
 
     prepare   (CPU machine) wheels + data into the git-ignored carry folder, size guard, prints the
               device plan's arithmetic and the exact device `run` arguments (command, carry, timeout_s)
-    plan      the device plan alone: start-ups, compiles, stage budgets, call totals, the rerun reserve
+    plan      the device plan alone: start-ups, a failed start, idle, close, compiles, stage budgets and
+              overruns, call totals, the rerun reserve, what falls outside the window (--measured: with
+              the compile time call 1 measured, and the later calls' `run` arguments)
     run       (device, or --toy on the CPU) the stages, each under its budget; JSON + markdown in $OUT
     render    the docs/results.md GPU section from one or more device_check.json files
 """
@@ -16,7 +18,15 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from .plan import CARRY_LIMIT_BYTES, DEFAULT_CARRY_DIR, DEFAULT_WORK_DIR, STAGE_NAMES, ClaimsSettings, DeviceCheckConfig
+from .plan import (
+    CARRY_LIMIT_BYTES,
+    COMPILE_S_PER_SHAPE,
+    DEFAULT_CARRY_DIR,
+    DEFAULT_WORK_DIR,
+    STAGE_NAMES,
+    ClaimsSettings,
+    DeviceCheckConfig,
+)
 
 
 def _add_prepare(sub) -> None:
@@ -32,8 +42,19 @@ def _add_prepare(sub) -> None:
                    help="refuse if checkout + carry folder exceed this (device limit: 64)")
 
 
+def _add_compile_s(parser) -> None:
+    parser.add_argument("--compile-s", type=float, default=COMPILE_S_PER_SHAPE,
+                        help="seconds each compiled flex shape adds to a stage's budget (default: the estimate, "
+                             f"{COMPILE_S_PER_SHAPE:g}; call 1's gpu_check measures it)")
+
+
 def _add_plan(sub) -> None:
-    sub.add_parser("plan", help="print the device plan's arithmetic and whether it fits (exit 1 if not)")
+    p = sub.add_parser("plan", help="print the device plan's arithmetic, what falls outside the window, and "
+                                    "whether it fits (exit 1 if not)")
+    _add_compile_s(p)
+    p.add_argument("--measured", default=None, metavar="DEVICE_CHECK_JSON",
+                   help="call 1's device_check.json: count compiles at the seconds its gpu_check measured, and "
+                        "print the later calls with them")
 
 
 def _add_run(sub) -> None:
@@ -54,6 +75,7 @@ def _add_run(sub) -> None:
     p.add_argument("--probe-max-train", type=int, default=None,
                    help="claims run: train rows per probe task (default: the h200 plan's)")
     p.add_argument("--command", default="", help="the exact command line to record (set by the shell script)")
+    _add_compile_s(p)
 
 
 def _add_render(sub) -> None:
@@ -84,10 +106,15 @@ def prepare_command(args) -> int:
 
 
 def plan_command(args) -> int:
-    from .budget import device_plan, plan_lines
+    from .budget import device_plan, measured_compile_s, plan_lines
+    from .carry import calls_lines, device_calls
 
-    plan = device_plan()
-    print("\n".join(plan_lines(plan)))
+    compile_s = args.compile_s
+    if args.measured:
+        compile_s = measured_compile_s(json.loads(Path(args.measured).read_text()), args.measured)
+    plan = device_plan(compile_s=compile_s)
+    print("\n".join(plan_lines(plan) + ([""] + calls_lines(device_calls(compile_s=compile_s)) if args.measured
+                                       else [])))
     return 0 if plan.fits else 1
 
 
@@ -97,6 +124,7 @@ def run_command(args) -> int:
     claims = ClaimsSettings(train_seconds=args.train_seconds, seeds=args.seeds, probe_max_train=args.probe_max_train)
     config = DeviceCheckConfig(toy=args.toy, stages=args.stages, work_dir=args.work_dir, corpus=args.corpus,
                                glue_dir=args.glue_dir, mteb_lite_dir=args.mteb_lite_dir, command=args.command or " ".join(sys.argv), claims=claims,
+                               compile_s_per_shape=args.compile_s,
                                **({"out_dir": args.out} if args.out else {}))
     print(json.dumps(asdict(config)), flush=True)
     payload = run_device_check(config)

@@ -14,7 +14,10 @@ The comparison and its table (``compare``, ``memory_rows``) are pure, so the tes
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from .plan import DeviceCheckConfig
+from .stage_io import keep_row
 
 DEVICE_SIZE, TOY_SIZE = "claims", "tiny"
 """The shape measured on the device (the claims run's) and in the CPU dry run."""
@@ -73,23 +76,25 @@ def _measure(case) -> dict:
 
 
 def run_memory(config: DeviceCheckConfig) -> dict:
-    """Every arm: measured against predicted; a failing arm is recorded, the others still run."""
+    """Every arm: measured against predicted, each row kept as it is measured; a failing arm is recorded, the
+    others still run."""
     from megatron_crossbert.benchmarking.cases import default_cases
     from megatron_crossbert.config import ParallelConfig
     from megatron_crossbert.platform import initialize
 
     initialize(ParallelConfig(), 1234)
     precision = "fp32" if config.toy else "bf16"
-    rows = []
+    work, result = Path(config.work_dir), {"rows": []}
     size = TOY_SIZE if config.toy else DEVICE_SIZE
     for case in (case for case in default_cases(size, precision, "auto") if case.name in ARMS):
         name = f"{size} {case.name}"
         try:
-            rows.append(compare(name, predicted_memory(case.run_cfg), _measure(case)))
+            row = compare(name, predicted_memory(case.run_cfg), _measure(case))
         except Exception as err:  # record and keep going
-            rows.append({"name": name, "error": f"{type(err).__name__}: {err}"})
-        print(f"memory {rows[-1]}", flush=True)
+            row = {"name": name, "error": f"{type(err).__name__}: {err}"}
+        keep_row(work, "memory", result, "rows", row)
         _release()
+    rows = result["rows"]
     measured = [row for row in rows if "error" not in row]
     print(memory_rows(measured), flush=True)
     return {"rows": rows, "markdown": memory_rows(measured), "ok": len(measured) == len(rows)}

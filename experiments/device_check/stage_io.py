@@ -1,7 +1,9 @@
 """What a stage process leaves for the driver: its config file, partial results and log tails.
 
 The driver (``runner``) and every stage (``stages``, ``claims``) use these; the stages never import
-the driver or each other, so a stage process loads only what it runs.
+the driver or each other, so a stage process loads only what it runs. Every stage keeps each row the moment
+it is measured (``keep_row``: the partial JSON rewritten atomically, one line printed into the stage's log), so
+a stage stopped, killed or crashed between rows still reports every row before it.
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from pathlib import Path
+
+from megatron_crossbert.fsutil import atomic_write_text
 
 from .plan import DeviceCheckConfig
 
@@ -29,11 +33,23 @@ def partial_path(work_dir: Path, name: str) -> Path:
 
 
 def save_partial(work_dir: Path, name: str, result: dict) -> None:
-    """What a long stage has so far: the driver reports it if the stage is killed at its budget."""
+    """What a stage has so far, replaced atomically: the driver reports it if the stage never writes its result
+    (stopped at its deadline, killed, crashed)."""
+    atomic_write_text(partial_path(work_dir, name), json.dumps(result, indent=1, default=str))
+
+
+def read_partial(work_dir: Path, name: str) -> dict | None:
+    """The stage's last saved partial result, or None if it saved none."""
     path = partial_path(work_dir, name)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=1, default=str))
-    tmp.replace(path)
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def keep_row(work_dir: Path, name: str, result: dict, key: str, row: dict) -> None:
+    """Append ``row`` to ``result[key]``, print it as one line (the log streams to ``$OUT``) and save the
+    partial result."""
+    result.setdefault(key, []).append(row)
+    print(f"[{name}] {key} {json.dumps(row, default=str)}", flush=True)
+    save_partial(work_dir, name, result)
 
 
 def write_stage_config(config: DeviceCheckConfig, path: Path) -> Path:

@@ -19,7 +19,7 @@ import traceback
 from pathlib import Path
 
 from .plan import config_from_dict, stage
-from .stage_io import log_tails, partial_path
+from .stage_io import log_tails, read_partial
 
 STOP_MARGIN_S = 10
 """Seconds before its budget a stage stops itself, to write its result before the driver's kill."""
@@ -50,9 +50,9 @@ def arm_deadline(budget_s: float) -> int:
 
 def _over_budget(record: dict, work_dir: Path, name: str, seconds: int) -> None:
     record.update(ok=False, error=f"stopped itself at {seconds} s, inside its budget")
-    partial = partial_path(work_dir, name)
-    if partial.is_file():
-        record["result"] = json.loads(partial.read_text())
+    partial = read_partial(work_dir, name)
+    if partial is not None:
+        record["result"] = partial
     print(f"stage {name}: {record['error']}", flush=True)
 
 
@@ -63,7 +63,7 @@ def run_stage_process(name: str, config_path: str, result_path: str, budget_s: s
     work = Path(config.work_dir)
     work.mkdir(parents=True, exist_ok=True)
     start, record = time.time(), {"stage": name}
-    seconds = arm_deadline(float(budget_s) if budget_s else stage(name).budget(config.toy))
+    seconds = arm_deadline(float(budget_s) if budget_s else config.budget(name))
     try:
         record["result"] = stage_function(name)(config)
         record["ok"] = bool(record["result"].get("ok", True))

@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 
 from .plan import REPO_ROOT, DeviceCheckConfig
-from .stage_io import save_partial, tail_lines
+from .stage_io import keep_row, partial_path, save_partial, tail_lines
 
 
 GPU_TESTS_TIMEOUT_S = 60
@@ -29,7 +29,8 @@ TOY_GPU_TESTS_TIMEOUT_S = 240
 
 def stream_command(argv: list[str], cwd: Path, timeout_s: float) -> tuple[int | None, str]:
     """Run ``argv`` printing each line as it comes (into the stage's log, which streams to ``$OUT``), killed past
-    ``timeout_s``; returns (exit code, None if killed; the whole output)."""
+    ``timeout_s`` and whenever this call is left early (the stage's own deadline raises through it): the child
+    never outlives it; returns (exit code, None if killed; the whole output)."""
     proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     timer = threading.Timer(timeout_s, proc.kill)
     timer.start()
@@ -41,6 +42,9 @@ def stream_command(argv: list[str], cwd: Path, timeout_s: float) -> tuple[int | 
         proc.wait()
     finally:
         timer.cancel()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
     killed = proc.returncode is not None and proc.returncode < 0
     return (None if killed else proc.returncode), "".join(lines)
 
@@ -79,11 +83,13 @@ def collective_check() -> dict:
 
 
 def smoke_cases(precision: str) -> list:
-    """The throughput benchmark's tiny cases; they must cover every registered (architecture, encoder) pair."""
+    """The throughput benchmark's tiny cases, without document masks (SDPA: the smoke compiles nothing, the
+    first compile is gpu_check's, at the shape it measures); they must cover every registered (architecture,
+    encoder) pair."""
     from megatron_crossbert.arch import REGISTRY
     from megatron_crossbert.benchmarking.cases import default_cases
 
-    cases = default_cases("tiny", precision, "auto")
+    cases = default_cases("tiny", precision, "auto", document_mask=False)
     missing = {(spec.name, enc) for spec in REGISTRY.values() for enc in spec.encoders}
     missing -= {(case.arch, case.encoder) for case in cases}
     if missing:
@@ -110,22 +116,23 @@ def run_smoke(config: DeviceCheckConfig) -> dict:
     from megatron_crossbert.config import ParallelConfig
     from megatron_crossbert.platform import initialize
 
+    work = Path(config.work_dir)
     result = {"cuda": cuda_facts(), "train_steps": []}
     print(f"cuda {result['cuda']}", flush=True)
     initialize(ParallelConfig(), 1234)
     result["collective"] = collective_check()
     print(f"collective {result['collective']}", flush=True)
-    save_partial(Path(config.work_dir), "smoke", result)
+    save_partial(work, "smoke", result)
     precision = "fp32" if config.toy else "bf16"
     for case in smoke_cases(precision):
         try:
-            result["train_steps"].append(train_steps(case, TOY_TRAIN_STEPS if config.toy else 4))
+            row = train_steps(case, TOY_TRAIN_STEPS if config.toy else 4)
         except Exception as err:  # record and keep going: the next architecture still runs
-            result["train_steps"].append({"name": case.name, "arch": case.arch, "encoder": case.encoder, "ok": False,
-                                          "error": f"{type(err).__name__}: {err}"})
-        print(f"train steps {result['train_steps'][-1]}", flush=True)
-        save_partial(Path(config.work_dir), "smoke", result)
+            row = {"name": case.name, "arch": case.arch, "encoder": case.encoder, "ok": False,
+                   "error": f"{type(err).__name__}: {err}"}
+        keep_row(work, "smoke", result, "train_steps", row)
     result["gpu_tests"] = run_gpu_tests(REPO_ROOT, TOY_GPU_TESTS_TIMEOUT_S if config.toy else GPU_TESTS_TIMEOUT_S)
+    save_partial(work, "smoke", result)
     result["ok"] = (result["gpu_tests"]["passed"] and result["collective"]["ok"]
                     and all(step["ok"] for step in result["train_steps"]))
     return result
@@ -149,13 +156,29 @@ def _flag_words(options: dict) -> list[str]:
     return words
 
 
-def run_gpu_check_stage(config: DeviceCheckConfig) -> dict:
-    """Stage gpu_check: the library's gpu check in this process; its JSON becomes the stage's result."""
-    from megatron_crossbert.benchmarking.gpu_check import GpuCheckOptions, run_gpu_check
+def compile_s_per_shape(report: dict, cases: list) -> float | None:
+    """Seconds one compiled flex shape cost in this run: the first warm-up round's time beyond a timed step,
+    over the distinct shapes the run's models compile (``flex_compile``); None where nothing was compiled or
+    no warm-up ran. The device plan's per-compile constant is set from it (``budget``)."""
+    from megatron_crossbert.models.flex_compile import plan_flex_shapes
 
-    changes = {"out": str(Path(config.work_dir) / "gpu_check.json"),
+    shapes, seconds = len(plan_flex_shapes(case.run_cfg for case in cases)), report["meta"].get("compile_s")
+    return round(seconds / shapes, 1) if shapes and seconds else None
+
+
+def run_gpu_check_stage(config: DeviceCheckConfig) -> dict:
+    """Stage gpu_check: the library's gpu check in this process. It writes its JSON (this stage's partial
+    result) after every timed round; the stage's result is that same file, with the measured compile time."""
+    from megatron_crossbert.benchmarking.gpu_check import GpuCheckOptions, run_gpu_check
+    from megatron_crossbert.benchmarking.throughput import ThroughputOptions, select_cases
+
+    changes = {"out": str(partial_path(Path(config.work_dir), "gpu_check")),
                **(TOY_GPU_CHECK if config.toy else DEVICE_GPU_CHECK)}
-    code = run_gpu_check(GpuCheckOptions(**changes))
-    payload = json.loads(Path(changes["out"]).read_text())
+    options = GpuCheckOptions(**changes)
+    code = run_gpu_check(options)
+    payload = json.loads(Path(options.out).read_text())
+    cases = select_cases(ThroughputOptions(size=options.sizes[0], precision=options.precision, only=options.only))
+    runs = [run for run in payload.get("runs", []) if "report" in run]
+    measured = compile_s_per_shape(runs[0]["report"], cases) if runs else None
     return {"command": "crossbert-bench gpu-check " + " ".join(_flag_words(changes)), "exit_code": code,
-            "ok": code == 0, **payload}
+            "ok": code == 0, "compile_s_per_shape": measured, **payload}

@@ -103,7 +103,7 @@ def _attention(case: dict, device):
                                num_attention_heads=case["heads"], attention_dropout=0.0,
                                use_cpu_initialization=True, **NO_CUDA_GRAPHS)
     half = case["window"] // 2 if case["mask"] == "documents+window" else 0
-    options = AttentionOptions(case["backend"], (half,), compile_flex=not case["flex_eager"], flex_without_grad=True)
+    options = AttentionOptions(case["backend"], (half,), compile_flex=not case["flex_eager"], flex_in_eval=True)
     module = CoreAttention(config, 1, AttnMaskType.padding, "self", options=options)
     if case["mask"] == "none":
         return module, None, 1

@@ -79,12 +79,13 @@ def transformer_engine_status() -> tuple[bool, str]:
     return True, "transformer_engine imported"
 
 
-def add_predicted_ratios(report: dict) -> None:
+def add_predicted_ratios(report: dict) -> dict:
     """Per model: measured over FLOP-predicted speed-up against its family's sparse MLM baseline (both
-    from the throughput report, ``throughput._add_ratios``)."""
+    from the throughput report, ``throughput._add_ratios``); returns ``report``."""
     for result in report["results"]:
         predicted, measured = result.get("predicted_samples_per_s_vs_ref"), result.get("samples_per_s_vs_ref")
         result["measured_over_predicted"] = measured / predicted if predicted and measured else None
+    return report
 
 
 RATIO_HEADERS = ["shape", "model", "samples/s", "MFU", "MFU attention-adjusted", "× sparse MLM measured",
@@ -96,6 +97,8 @@ def ratio_rows(payload: dict) -> list[list[str]]:
     rows = []
     for run in payload.get("runs", []):
         label = f"{run['size']} {run['precision']}"
+        if run.get("partial"):
+            label += f" (stopped after {run['report']['meta']['rounds_timed']} rounds)"
         if "error" in run:
             rows.append([label, f"FAILED: {run['error']}", *["—"] * (len(RATIO_HEADERS) - 2)])
             continue
@@ -112,17 +115,33 @@ def ratio_markdown(payload: dict) -> str:
     return markdown_table(RATIO_HEADERS, ratio_rows(payload))
 
 
-def _one(options: GpuCheckOptions, size: str, precision: str, impl: str, peak_tflops: float) -> dict:
+def _one(options: GpuCheckOptions, size: str, precision: str, impl: str, peak_tflops: float, on_rows) -> dict:
     throughput = ThroughputOptions(size=size, precision=precision, transformer_impl=impl,
                                    peak_tflops=peak_tflops, steps=options.steps, warmup=options.warmup,
                                    clock="wall", only=list(options.only))
     start = time.time()
-    report = run_throughput(throughput)
+    report = add_predicted_ratios(run_throughput(throughput,
+                                                 on_rows=lambda partial: on_rows(add_predicted_ratios(partial))))
     report["meta"]["wall_s"] = round(time.time() - start, 1)
-    add_predicted_ratios(report)
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     return report
+
+
+def round_line(size: str, precision: str, report: dict) -> str:
+    """One printed line per timed round: every model's samples/s and MFU so far."""
+    cells = [f"{r['name']}: {fmt(r['samples_per_s'], 1)}/s MFU {fmt(r.get('mfu'), 1, 100, '%')}"
+             for r in report["results"]]
+    return f"[gpu_check] {size} {precision} round {report['meta']['rounds_timed']}: " + "; ".join(cells)
+
+
+def _keep_rows(options: GpuCheckOptions, payload: dict, size: str, precision: str):
+    """``run_throughput``'s per-round callback: the JSON rewritten with this run's rows so far, and one line."""
+    def keep(report: dict) -> None:
+        print(round_line(size, precision, report), flush=True)
+        run = {"size": size, "precision": precision, "report": report, "partial": True}
+        write_json(options.out, {**payload, "runs": [*payload["runs"], run]})
+    return keep
 
 
 def _runs(options: GpuCheckOptions, te_ok: bool) -> list[tuple[str, str, str]]:
@@ -151,7 +170,8 @@ def _header(options: GpuCheckOptions) -> dict:
 
 
 def run_gpu_check(options: GpuCheckOptions | None = None) -> int:
-    """Run every configured check, print tables and write one JSON; returns the exit code."""
+    """Run every configured check, print tables and write one JSON, rewritten (atomically) after every timed
+    round so that a check stopped or killed keeps every row measured before; returns the exit code."""
     options = options or GpuCheckOptions()
     if not torch.cuda.is_available() and not options.allow_cpu:
         message = "CUDA is not available on this machine: gpu_check measured nothing (run it on the H200)."
@@ -159,9 +179,11 @@ def run_gpu_check(options: GpuCheckOptions | None = None) -> int:
         print(message)
         return 0
     payload = _header(options)
+    write_json(options.out, payload)
     for size, precision, impl in _runs(options, payload["fp8_measured"]):
         try:
-            report = _one(options, size, precision, impl, payload["peak_tflops_used"])
+            report = _one(options, size, precision, impl, payload["peak_tflops_used"],
+                          _keep_rows(options, payload, size, precision))
         except Exception as err:  # keep the other checks' results; report this one's failure
             payload["runs"].append({"size": size, "precision": precision, "error": f"{type(err).__name__}: {err}"})
             print(f"\n### {size} {precision}: FAILED: {err}", flush=True)

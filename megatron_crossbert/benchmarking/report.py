@@ -8,6 +8,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from megatron_crossbert.fsutil import atomic_write_text
+
 
 def fmt(value: Any, digits: int = 2, scale: float = 1.0, suffix: str = "") -> str:
     """A table cell: numbers rounded, missing values as an em dash."""
@@ -71,9 +73,11 @@ def throughput_markdown(report: dict) -> str:
 
 
 def write_json(path: str | Path, payload: dict) -> Path:
+    """Atomically (a reader, or a run killed mid-write, sees the old file or the new one, never half of one):
+    benchmarks rewrite their JSON after every row they measure."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(payload, indent=2, sort_keys=False, default=str) + "\n")
+    atomic_write_text(path, json.dumps(payload, indent=2, sort_keys=False, default=str) + "\n")
     return path
 
 

@@ -97,12 +97,16 @@ def select_cases(options: ThroughputOptions) -> list[BenchCase]:
 
 
 def time_interleaved(runners: list[StepRunner], batches: dict[str, list], warmup: int, steps: int,
-                     device: torch.device) -> dict[str, dict[str, list[float]]]:
-    """Warm every model up, then time ``steps`` rounds, rotating the order each round."""
+                     device: torch.device, on_round=None) -> dict[str, dict[str, list[float]]]:
+    """Warm every model up, then time ``steps`` rounds, rotating the order each round; ``on_round(times)`` after
+    every timed round (a caller keeps the rows measured so far). Each model's warm-up step times are kept under
+    ``"warmup_wall"``: the first one holds its compiles (``compile_seconds``)."""
+    times = {r.case.name: {"wall": [], "cpu": [], "warmup_wall": []} for r in runners}
     for round_index in range(warmup):
         for runner in runners:
-            runner.step(batches[runner.case.name][round_index % len(batches[runner.case.name])])
-    times = {r.case.name: {"wall": [], "cpu": []} for r in runners}
+            wall, _ = _timed_step(runner, batches[runner.case.name][round_index % len(batches[runner.case.name])],
+                                  device)
+            times[runner.case.name]["warmup_wall"].append(wall)
     for round_index in range(steps):
         shift = round_index % len(runners)
         for runner in runners[shift:] + runners[:shift]:
@@ -110,7 +114,16 @@ def time_interleaved(runners: list[StepRunner], batches: dict[str, list], warmup
             wall, cpu = _timed_step(runner, pool[round_index % len(pool)], device)
             times[runner.case.name]["wall"].append(wall)
             times[runner.case.name]["cpu"].append(cpu)
+        if on_round is not None:
+            on_round(times)
     return times
+
+
+def compile_seconds(times: dict[str, dict[str, list[float]]]) -> float:
+    """Seconds the first warm-up round spent beyond a timed step, summed over the models: their compiles (flex
+    kernels, block masks) and first-call set-up; 0 without a warm-up round."""
+    return sum(max(0.0, clocks["warmup_wall"][0] - statistics.median(clocks["wall"]))
+               for clocks in times.values() if clocks["warmup_wall"] and clocks["wall"])
 
 
 def _flops_per_sample(case: BenchCase) -> float | None:
@@ -153,8 +166,8 @@ def _case_metrics(case: BenchCase, clocks: dict[str, list[float]], clock: str, p
     return {
         "name": case.name, "arch": case.arch, "encoder": case.encoder, "is_reference": case.is_reference,
         **_masking_fields(case),
-        "step_time_s": {"clock": clock, "median": median, "min": min(step_times), "all": step_times},
-        "wall_step_s": clocks["wall"], "cpu_step_s": clocks["cpu"],
+        "step_time_s": {"clock": clock, "median": median, "min": min(step_times), "all": list(step_times)},
+        "wall_step_s": list(clocks["wall"]), "cpu_step_s": list(clocks["cpu"]),
         "wall_step_median_s": statistics.median(clocks["wall"]), "cpu_step_median_s": statistics.median(clocks["cpu"]),
         "samples_per_s": samples_s,
         "input_tokens_per_s": samples_s * case.input_tokens_per_sample(),
@@ -217,8 +230,18 @@ def _meta(options: ThroughputOptions, device: torch.device, memory_method: str, 
     }
 
 
-def run_throughput(options: ThroughputOptions) -> dict:
-    """Build every model, time them interleaved, measure memory; returns the JSON-ready report."""
+def _results(runners: list[StepRunner], cases: list[BenchCase], times: dict, clock: str, peak: float | None,
+             adjusted: dict[str, float | None]) -> list[dict]:
+    """Every model's metrics and ratios from the rounds timed so far."""
+    results = [_case_metrics(r.case, times[r.case.name], clock, peak, adjusted[r.case.name]) for r in runners]
+    _add_ratios(results, cases, times, clock)
+    return results
+
+
+def run_throughput(options: ThroughputOptions, on_rows=None) -> dict:
+    """Build every model, time them interleaved, measure memory; returns the JSON-ready report.
+    ``on_rows(report)`` gets the report of the rounds timed so far after every round (no memory yet), so a
+    caller keeps the rows as they are measured."""
     from megatron_crossbert.config import ParallelConfig
     from megatron_crossbert.platform import device as current_device, initialize
 
@@ -228,18 +251,24 @@ def run_throughput(options: ThroughputOptions) -> dict:
     cases = select_cases(options)
     runners = [build_runner(case, device) for case in cases]
     batches = {c.name: make_batches(c, 2, device, seed=options.seed) for c in cases}
+    adjusted = {c.name: adjusted_flops_per_sample(c, batches[c.name]) for c in cases}
     clock = resolve_clock(options.clock, device)
-    times = time_interleaved(runners, batches, options.warmup, options.steps, device)
-    results, memory_method = [], ""
-    for runner in runners:
-        metrics = _case_metrics(runner.case, times[runner.case.name], clock, peak,
-                                adjusted_flops_per_sample(runner.case, batches[runner.case.name]))
+
+    def rows_so_far(times):
+        report = {"meta": _meta(options, device, "", clock), "results": _results(runners, cases, times, clock,
+                                                                                peak, adjusted)}
+        report["meta"].update(rounds_timed=len(next(iter(times.values()))["wall"]), compile_s=compile_seconds(times))
+        on_rows(report)
+
+    times = time_interleaved(runners, batches, options.warmup, options.steps, device,
+                             rows_so_far if on_rows else None)
+    results, memory_method = _results(runners, cases, times, clock, peak, adjusted), ""
+    for runner, metrics in zip(runners, results):
         memory = measure_step_memory(lambda: runner.step(batches[runner.case.name][0]), device)
         memory_method = memory.pop("method")
         metrics.update(memory, **persistent_bytes(runner.unwrapped, options.precision))
-        results.append(metrics)
-    _add_ratios(results, cases, times, clock)
     report = {"meta": _meta(options, device, memory_method, clock), "results": results}
+    report["meta"].update(rounds_timed=options.steps, compile_s=compile_seconds(times))
     if options.profile:
         from megatron_crossbert.benchmarking.profile import profile_step
 

@@ -16,8 +16,8 @@ the checkpoint; on a GPU megatron copies the tensors to host memory first. The s
 (``metadata.json``, then the records, ``run_config.json`` and ``latest``) runs in ``finalize``, which every rank
 calls at each step boundary: megatron-core runs it only once the writers of *all* ranks have
 finished, so a crash before it leaves the previous checkpoint as the one readers resolve, and a save
-still pending when training raises is never committed. NVIDIA Resiliency Extension (``nvrx``) is
-not installed here, so ``mcore`` serves on CPU and GPU.
+still pending when training raises is never committed. NVIDIA Resiliency Extension's writer (``nvrx``)
+runs only where ``checkpoint.async_writer`` asks for it (``async_strategy``).
 
 What one run remembers between saves lives on its :class:`RunSaves` (held by the training
 session), never in module state: the directories it completed, the only complete ones a save may
@@ -83,12 +83,13 @@ class AsyncSaves:
         self._targets: deque[SaveTarget] = deque()  # what each pending save's failure names, in order
 
     def start(self, state: dict, ckpt_dir: Path, content_metadata: dict | None,
-              commit: Callable[[], None], target: SaveTarget | None = None) -> None:
-        """Collective: plan the save of ``state`` into ``ckpt_dir``, fork the writers, queue ``commit``.
+              commit: Callable[[], None], target: SaveTarget | None = None, writer: str = "mcore") -> None:
+        """Collective: plan the save of ``state`` into ``ckpt_dir``, fork the writers (``writer``: the run's
+        ``checkpoint.async_writer``), queue ``commit``.
 
         The writers and the results server die with the trainer (``processes``)."""
         target = target or SaveTarget.of(ckpt_dir.parent, iteration_of(ckpt_dir) or 0)
-        strategy = run_async_strategy()  # NVRx on a GPU where it imports, else megatron's; logged once
+        strategy = run_async_strategy(writer)  # the configured writer, logged once
         install_results_queue(asynchronous=True)
         request = _failing_as(target, dist_checkpointing.save, state, str(ckpt_dir), async_sharded_save=True,
                               async_strategy=strategy.name, content_metadata=content_metadata)
@@ -287,7 +288,7 @@ def save_checkpoint(saves: RunSaves, root: str | Path, model, optimizer, schedul
     at_save = Progress(progress.iteration, progress.consumed_samples)  # an async commit runs steps later
     commit = functools.partial(_commit, saves, ckpt_dir, run_cfg, at_save, target)
     if run_cfg.checkpoint.async_save if asynchronous is None else asynchronous:
-        saves.in_flight.start(state, ckpt_dir, content, commit, target)
+        saves.in_flight.start(state, ckpt_dir, content, commit, target, run_cfg.checkpoint.async_writer)
     else:
         install_results_queue(asynchronous=False)  # the writer runs here: no server process
         drop_mcore_deprecation()  # megatron's synchronous save warns of its async writer's deprecation

@@ -158,6 +158,10 @@ class CheckpointConfig:
     async_save: bool = False
     """Write shards in background processes while training continues (megatron-core async save);
     'latest' and run_config.json are committed only after every rank finished writing."""
+    async_writer: Literal["mcore", "nvrx"] = "mcore"
+    """The writer of async saves: 'mcore' (megatron-core's own, on CPU and GPU) or 'nvrx' (NVIDIA Resiliency
+    Extension's, GPU only; refused at start where it does not import). mcore until a cluster save and resume
+    with NVRx has passed; the README says how to install NVRx on a GPU node."""
     resume_from: str | None = None
     """Resume from this checkpoint instead of the one 'latest' names: an iter_* name inside load_dir
     (or save_dir), or a path to an iter_* directory. The way out when 'latest' is missing or damaged."""

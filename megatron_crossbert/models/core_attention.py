@@ -84,13 +84,24 @@ class AttentionOptions:
     compile_flex: bool | None = None
     """torch.compile flex_attention and its block masks: None = on a GPU only (the CPU runs flex eagerly,
     forward-only, for tests; ``crossbert-bench attention`` compiles it there too)."""
-    flex_without_grad: bool = False
-    """Run compiled flex without gradients too (kernel benchmarks time flex itself); off, evaluation runs SDPA
-    over the same masks so that padded batches of every length compile nothing (``flex_compile``)."""
+    flex_in_eval: bool = False
+    """Run compiled flex in eval mode too (kernel benchmarks time flex itself); off, evaluation (``model.eval()``)
+    runs SDPA over the same masks so that padded batches of every length compile nothing (``flex_compile``)."""
 
     def half_window(self, layer_number: int) -> int:
         """megatron's ``layer_number`` is 1-based and includes the pipeline stage's offset."""
         return self.half_windows[layer_number - 1] if self.half_windows else 0
+
+
+def uses_flex(options: AttentionOptions, training: bool, compiled: bool) -> bool:
+    """Whether a flex-configured layer runs flex in this call, decided by the module's training mode, never by
+    grad mode: megatron's activation recompute runs a layer's first forward under ``no_grad`` in training, and
+    that forward must take the same kernel as its recompute. In eval mode (evaluation, ``encode()`` with padded
+    batches of every length) compiled flex gives way to SDPA over the same masks, so no length compiles a
+    kernel; uncompiled (eager) flex compiles nothing and always runs."""
+    if options.backend != "flex":
+        return False
+    return training or options.flex_in_eval or not compiled
 
 
 class _MaskCache:
@@ -135,9 +146,13 @@ def _compiled_block_mask_builder():
 def _block_mask(mask_mod, batch: int, sq: int, sk: int, device: torch.device, compile_: bool):
     from torch.nn.attention.flex_attention import create_block_mask
 
-    build = _compiled_block_mask_builder() if compile_ else create_block_mask
+    from megatron_crossbert.models.flex_compile import strict_recompiles
+
     # device must be given: torch 2.13 defaults to the build's accelerator (cuda) even without a GPU
-    return build(mask_mod, batch, None, sq, sk, device=device)
+    if not compile_:
+        return create_block_mask(mask_mod, batch, None, sq, sk, device=device)
+    with strict_recompiles():
+        return _compiled_block_mask_builder()(mask_mod, batch, None, sq, sk, device=device)
 
 
 def _dense_block_mask(keep: Tensor, sq: int, sk: int, compile_: bool):
@@ -229,11 +244,7 @@ class CoreAttention(MegatronModule):
         return LayerMasks(keep=keep, block=block, empty=empty if self.cross else None)
 
     def _flex_now(self, like: Tensor) -> bool:
-        """Flex for this call: compiled flex only where gradients flow; without them (evaluation, ``encode()``
-        with padded batches of every length) SDPA runs the same masks, so no length compiles a kernel."""
-        if self.options.backend != "flex":
-            return False
-        return torch.is_grad_enabled() or self.options.flex_without_grad or not self._compile_flex(like)
+        return uses_flex(self.options, self.training, self._compile_flex(like))
 
     def _compile_flex(self, like: Tensor) -> bool:
         return like.is_cuda if self.options.compile_flex is None else self.options.compile_flex
@@ -250,16 +261,26 @@ class CoreAttention(MegatronModule):
         return out.permute(2, 0, 1, 3).reshape(sq, b, -1)
 
     def _flex(self, query: Tensor, key: Tensor, value: Tensor, block) -> Tensor:
-        from torch.nn.attention.flex_attention import flex_attention
-
         sq, b = query.shape[:2]
         q, k, v = (t.permute(1, 2, 0, 3).contiguous() for t in (query, key, value))
         if not q.is_cuda and torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
             raise RuntimeError("FlexAttention runs forward-only on the CPU (torch has no CPU backward); "
                                "use model.attention_backend=sdpa to train here")
-        fn = _compiled_flex() if self._compile_flex(q) else flex_attention
-        out = fn(q, k, v, block_mask=block, scale=self.softmax_scale, enable_gqa=k.shape[1] != q.shape[1])
+        out = _flex_call(self._compile_flex(q), q, k, v, block_mask=block, scale=self.softmax_scale,
+                         enable_gqa=k.shape[1] != q.shape[1])
         return out.permute(2, 0, 1, 3).reshape(sq, b, -1)
+
+
+def _flex_call(compiled: bool, *args, **kwargs) -> Tensor:
+    """flex_attention, eager or compiled; a compiled call under ``flex_compile.strict_recompiles``."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    from megatron_crossbert.models.flex_compile import strict_recompiles
+
+    if not compiled:
+        return flex_attention(*args, **kwargs)
+    with strict_recompiles():
+        return _compiled_flex()(*args, **kwargs)
 
 
 def _refuse_unsupported(config) -> None:

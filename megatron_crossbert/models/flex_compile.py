@@ -5,12 +5,15 @@ length, head dim), and Dynamo recompiles one function at most ``recompile_limit`
 that it quietly runs flex's unfused eager path, which builds the whole score matrix and has a far slower
 backward: a speed comparison would come out false. So every run (and every benchmark plan, which builds many
 models in one process) registers the shapes it will make, before its first step: the limit is raised to the
-number of distinct shapes registered in this process, a limit hit raises instead of falling back, and each
-recompile is logged (torch's ``recompiles`` log). The compiled block-mask builder shares the rule (one
-compiled ``create_block_mask``, one graph per shape), so it is covered by the same limit.
+number of distinct shapes registered in this process, a limit hit inside a compiled flex call raises instead of
+falling back (``strict_recompiles``, scoped to those calls: any other ``torch.compile`` in the process keeps
+torch's own behaviour), and each recompile is logged (torch's ``recompiles`` log). The compiled block-mask
+builder shares the rule (one compiled ``create_block_mask``, one graph per shape), so it is covered by the same
+limit and the same scope.
 
-Only training compiles: without gradients (evaluation, ``encode()``, probes with padded batches of every
-length) CoreAttention runs SDPA over the same masks, so no length ever compiles a kernel there.
+Only training compiles: in eval mode (evaluation, ``encode()``, probes with padded batches of every length)
+CoreAttention runs SDPA over the same masks, so no length ever compiles a kernel there
+(``core_attention.uses_flex``; the training forward that activation recompute runs under ``no_grad`` stays flex).
 """
 
 from __future__ import annotations
@@ -54,7 +57,14 @@ def _watch_recompiles() -> None:
     import torch
 
     torch._logging.set_logs(recompiles=True)
-    torch._dynamo.config.fail_on_recompile_limit_hit = True
+
+
+def strict_recompiles():
+    """Context of one compiled flex call (kernel or block mask): a recompile limit hit raises there instead of
+    silently running flex's eager path; outside it the process-global setting is left as torch has it."""
+    import torch
+
+    return torch._dynamo.config.patch(fail_on_recompile_limit_hit=True)
 
 
 def register_flex_shapes(shapes: set) -> int:

@@ -61,9 +61,11 @@ def build_model_chunk(run_cfg: RunConfig) -> torch.nn.Module:
 def check_support(run_cfg: RunConfig) -> None:
     """Refuse, in one line, what this machine or this job cannot run, before anything is built: fp8 or TE
     layers without CUDA and TE (``models.specs.require_support``), an attention backend that cannot train here
-    (``models.attention_plan.attention_backend``), a launcher's world size that does not fit TP*PP, no data to
+    (``models.attention_plan.attention_backend``), an async writer that cannot run here
+    (``checkpoint.async_strategy``), a launcher's world size that does not fit TP*PP, no data to
     read, and output directories that cannot be directories. It reads and writes nothing, so it runs before
     the save directory's run lock is taken: a refused run leaves no trace there."""
+    from megatron_crossbert.checkpoint.async_strategy import check_async_writer
     from megatron_crossbert.models.attention_plan import attention_backend
     from megatron_crossbert.models.specs import require_support
     from megatron_crossbert.platform.distributed import check_world_size, launched_world_size
@@ -72,6 +74,8 @@ def check_support(run_cfg: RunConfig) -> None:
     attention_backend(run_cfg, training=True)
     check_world_size(run_cfg.parallel, launched_world_size())
     run_cfg.checkpoint.check_saving()
+    if run_cfg.checkpoint.async_save:
+        check_async_writer(run_cfg.checkpoint.async_writer)
     if not run_cfg.data.static_masks:
         run_cfg.data.blend()  # an empty data.data_path is refused naming the key
     for key, path in (("--save (checkpoint.save_dir)", run_cfg.checkpoint.save_dir),

@@ -123,25 +123,40 @@ def test_tiny_example_runs_with_dp_tp_and_pp(tmp_path):
         assert saved.data.tokenizer == str(work / "tokenizer")
 
 
-@pytest.mark.parametrize("gres,expected", [("8", "8"), ("h100:8", "8"), ("gpu:h100:4", "4"), (None, "8")])
-def test_slurm_example_takes_typed_gres(tmp_path, gres, expected):
-    """The sbatch script run with stand-ins for scontrol/srun/torchrun: the per-node process count it passes."""
-    import os
-    import subprocess
-
+def _run_slurm_example(tmp_path, **env_changes) -> subprocess.CompletedProcess:
+    """The sbatch script run with stand-ins for scontrol/srun/torchrun; torchrun writes its args and NCCL env."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for name, body in {"scontrol": "echo node0; echo node1", "srun": 'shift; "$@"',
-                       "torchrun": 'echo "$@" > "$ARGS_OUT"'}.items():
+                       "torchrun": 'echo "$@" > "$ARGS_OUT"; env | grep ^NCCL_ > "$ARGS_OUT.env" || true'}.items():
         (bin_dir / name).write_text(f"#!/usr/bin/env bash\n{body}\n")
         (bin_dir / name).chmod(0o755)
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_NODELIST": "node[0-1]",
-           "SLURM_NNODES": "2", "SLURM_JOB_ID": "7", "SLURM_SUBMIT_DIR": str(EXAMPLES.parent),
-           "ARGS_OUT": str(tmp_path / "args")}
-    if gres is not None:
-        env["SLURM_GPUS_PER_NODE"] = gres
-    done = subprocess.run(["bash", str(EXAMPLES / "slurm.sbatch"), "data", "tok", "save"], env=env,
+    env = {key: value for key, value in os.environ.items() if not key.startswith("NCCL_")}
+    env.update({"PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_NODELIST": "node[0-1]",
+                "SLURM_NNODES": "2", "SLURM_JOB_ID": "7", "SLURM_SUBMIT_DIR": str(EXAMPLES.parent),
+                "ARGS_OUT": str(tmp_path / "args"), **env_changes})
+    return subprocess.run(["bash", str(EXAMPLES / "slurm.sbatch"), "data", "tok", "save"], env=env,
                           capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("gres,expected", [("8", "8"), ("h100:8", "8"), ("gpu:h100:4", "4"), (None, "8")])
+def test_slurm_example_takes_typed_gres(tmp_path, gres, expected):
+    done = _run_slurm_example(tmp_path, **({"SLURM_GPUS_PER_NODE": gres} if gres is not None else {}))
     assert done.returncode == 0, done.stderr
     args = (tmp_path / "args").read_text().split()
     assert args[args.index("--nproc_per_node") + 1] == expected and args[args.index("--nnodes") + 1] == "2"
+
+
+def test_slurm_example_signals_before_its_shutdown_timeout_and_sets_nccl_logging(tmp_path):
+    import re
+
+    text = (EXAMPLES / "slurm.sbatch").read_text()
+    lead = int(re.search(r"^#SBATCH --signal=B:TERM@(\d+)$", text, re.M).group(1))
+    shutdown = int(re.search(r'TORCH_ELASTIC_SHUTDOWN_TIMEOUT:-(\d+)', text).group(1))
+    assert lead > shutdown + 60  # the save's grace ends before SLURM's kill at the limit, with srun's exit after it
+    done = _run_slurm_example(tmp_path)
+    assert done.returncode == 0 and (tmp_path / "args.env").read_text().split() == ["NCCL_DEBUG=WARN"]
+    (tmp_path / "again").mkdir()
+    done = _run_slurm_example(tmp_path / "again", NCCL_SOCKET_IFNAME="ib0", NCCL_DEBUG="INFO")
+    assert done.returncode == 0 and sorted((tmp_path / "again" / "args.env").read_text().split()) == [
+        "NCCL_DEBUG=INFO", "NCCL_SOCKET_IFNAME=ib0"]

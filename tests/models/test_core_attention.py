@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from megatron_crossbert.models.attention_masks import cross_coords, padding_coords, token_coords
-from megatron_crossbert.models.core_attention import _CACHE, AttentionOptions, CoreAttention, resolve_backend
+from megatron_crossbert.models.core_attention import _CACHE, AttentionOptions, CoreAttention, resolve_backend, uses_flex
 from tests.support.models import random_view
 
 TOL = 1e-5
@@ -133,3 +133,56 @@ def test_explicit_flex_is_refused_where_it_cannot_train(cuda, dropout, match):
 def test_flex_trained_checkpoint_evaluates_on_the_cpu_with_sdpa():
     backend, why = resolve_backend("flex", cuda=False, masked=True, attention_dropout=0.0, training=False)
     assert backend == "sdpa" and "evaluation" in why
+
+
+@pytest.mark.parametrize("backend,training,in_eval,compiled,flex", [
+    ("flex", True, False, True, True), ("flex", False, False, True, False), ("flex", False, True, True, True),
+    ("flex", False, False, False, True), ("sdpa", True, False, True, False), ("megatron", True, True, False, False)])
+def test_the_kernel_follows_the_modules_mode_never_grad_mode(backend, training, in_eval, compiled, flex):
+    options = AttentionOptions(backend=backend, flex_in_eval=in_eval)
+    for grad in (True, False):
+        with torch.set_grad_enabled(grad):
+            assert uses_flex(options, training, compiled) is flex
+
+
+def _count_kernels(monkeypatch) -> list[tuple[str, bool]]:
+    """(kernel, grad enabled) of every core-attention call; both run SDPA's arithmetic (flex has no CPU backward),
+    and no block mask is compiled."""
+    from megatron_crossbert.models import core_attention
+
+    calls, real = [], CoreAttention._sdpa
+
+    def counted(kernel: str):
+        def run(self, query, key, value, mask):
+            calls.append((kernel, torch.is_grad_enabled()))
+            return real(self, query, key, value, None if kernel == "flex" else mask)
+        return run
+
+    monkeypatch.setattr(CoreAttention, "_flex", counted("flex"))
+    monkeypatch.setattr(CoreAttention, "_sdpa", counted("sdpa"))
+    monkeypatch.setattr(core_attention, "_block_mask", lambda *args, **kwargs: "block mask")
+    return calls
+
+
+@pytest.mark.parametrize("backend", ["flex", "sdpa"])
+def test_activation_recompute_runs_the_configured_kernel_in_the_forward_and_the_recompute(monkeypatch, backend):
+    """megatron's CheckpointFunction runs the forward under no_grad and recomputes under grad: both take the
+    kernel the run configured (compiled flex, as on a GPU), so the step is as fast and its FLOPs as counted."""
+    from dataclasses import replace
+
+    from tests.models.test_document_masks import _cfg, loss_and_grads, sample_batch
+    from tests.support.models import build
+
+    calls = _count_kernels(monkeypatch)
+    cfg = _cfg("crossbert-classic", "parallel.recompute_activations=true")
+    model = build(cfg, training=True)
+    layers = [module for module in model.modules() if isinstance(module, CoreAttention)]
+    for module in layers:
+        module.options = replace(module.options, backend=backend, compile_flex=True)
+    loss_and_grads(model, sample_batch(cfg))
+    assert {kernel for kernel, _ in calls} == {backend}
+    assert calls.count((backend, False)) == calls.count((backend, True)) >= len(layers)  # forward, recompute
+    calls.clear()
+    with torch.no_grad():
+        model.eval()(**sample_batch(cfg))
+    assert calls == [("sdpa", False)] * len(calls) and calls  # evaluation compiles no flex kernel
