@@ -52,8 +52,10 @@ def test_a_study_resumes_on_a_new_machine_from_its_records_training_only_unseale
     sealed_probes = load_probe_results(first, runs[0])
     shutil.rmtree(first)  # the session's machine is gone; only the records are left
     assert main(_argv(tmp_path, plan_file, work, records)) == 0
-    assert "bert-s1.yaml" not in _pretrained(work) and "crossbert-compl-s1.yaml" in _pretrained(work)
-    assert not (work / "runs" / "bert-s1" / "latest").exists()
+    assert not (work / "logs" / "train-bert-s1.log").exists()  # not trained again: no log, no checkpoint
+    assert not list((work / "runs" / "bert-s1").glob("iter_*"))
+    assert (work / "logs" / "train-crossbert-compl-s1.log").is_file()
+    assert _pretrained(work).count("bert-s1.yaml") == 1  # its first session's command, restored for the page
     assert load_probe_results(work, runs[0]) == sealed_probes
     for run in runs:
         assert is_complete(work, run) and rec.is_sealed(records, run.name), run.name
