@@ -121,7 +121,16 @@ def _test_rows(plan: Plan) -> str:
     return "**full dev sets**" if plan.probe_max_test is None else f"dev subsampled to {plan.probe_max_test} rows"
 
 
-def _sessions_text(records: Path | None) -> str:
+def shown_path(target: Path, docs_dir: Path) -> Path:
+    """``target`` as the page's readers type it: relative to the repository whose ``docs/`` holds the page, so no
+    machine's absolute path is written into the page."""
+    try:
+        return Path(target).resolve().relative_to(Path(docs_dir).resolve().parent)
+    except ValueError:
+        return Path(target)
+
+
+def _sessions_text(records: Path | None, docs_dir: Path) -> str:
     """How many working sessions and CPU-hours the study took, from its records (restarted work included)."""
     if records is None:
         return ""
@@ -129,11 +138,11 @@ def _sessions_text(records: Path | None) -> str:
 
     summary = sessions_summary(records)
     return (f"Over its {summary['sessions']} working session(s) ({summary['invocations']} processes, records in "
-            f"`{records}`), the study has used {summary['cpu_hours']:.2f} CPU-hours, work lost to a session's end "
-            "included.")
+            f"`{shown_path(records, docs_dir)}`), the study has used {summary['cpu_hours']:.2f} CPU-hours, work lost "
+            "to a session's end included.")
 
 
-def _cost_text(work_dir: Path, status: dict, records: Path | None = None) -> str:
+def _cost_text(work_dir: Path, status: dict, docs_dir: Path, records: Path | None = None) -> str:
     """Wall seconds of every command and CPU-hours of every stage (``status.json``'s ``cpu_seconds:*`` keys), and
     with records the sessions the study took."""
     log = read_command_log(work_dir)
@@ -148,7 +157,7 @@ def _cost_text(work_dir: Path, status: dict, records: Path | None = None) -> str
             f"{kind} {seconds / 3600:.2f} h" for kind, seconds in by_kind.items()) +
             f"; {sum(by_kind.values()) / 3600:.2f} CPU-hours in all.")
     if records is not None:
-        parts.append(_sessions_text(records))
+        parts.append(_sessions_text(records, docs_dir))
     notes = (records if records is not None and (records / "NOTES.md").is_file() else work_dir) / "NOTES.md"
     if notes.is_file():
         parts.append("How the study was driven (`NOTES.md`):\n\n" + notes.read_text().strip())
@@ -323,7 +332,7 @@ def claims_section(plan: Plan, runs: list[RunSpec], work_dir: Path, curves: an.S
         "### Held-out loss against its floors", _loss_text(plan, runs, work_dir),
         "Verdicts (a verdict only where the 95% interval of the paired difference excludes zero):\n\n" + claims,
         "Stages not done when this page was written: " + ("; ".join(states) if states else "none") + ".",
-        "### What was run", _plan_text(plan, runs, work_dir), _cost_text(work_dir, status, records),
+        "### What was run", _plan_text(plan, runs, work_dir), _cost_text(work_dir, status, docs_dir, records),
         "### Claim 1: frozen representations", claim_one,
         "### Claim 2: sample efficiency", efficiency,
         "### Claim 3: model size", sweep,

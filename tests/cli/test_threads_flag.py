@@ -30,7 +30,7 @@ def _module(name: str):
 
 CLIS = [("megatron_crossbert.cli.bench", ["throughput"]), ("megatron_crossbert.cli.bench", ["export-speed"]),
         ("megatron_crossbert.cli.bench", ["checkpoint"]), ("megatron_crossbert.cli.finetune", []),
-        ("experiments.claims.__main__", []), ("experiments.claims.sweep", []),
+        ("experiments.claims.__main__", []), ("experiments.claims.sweep.run", []), ("experiments.claims.ablations.run", []),
         ("examples:sentence_embedding_finetune", [])]
 """Each parser with a ``--threads`` flag and the words before it (a subcommand)."""
 

@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from experiments.claims.__main__ import main as claims_main
-from experiments.claims.ablations import main
-from experiments.claims.ablations_page import ablations_text
+from experiments.claims.ablations.run import main
+from experiments.claims.ablations.page import ablations_text
 from tests.experiments.test_claims import _write_fixtures
 from tests.support import REPO_ROOT
 

@@ -11,8 +11,8 @@ import pytest
 
 from experiments.claims.__main__ import main as claims_main
 from experiments.claims.study.floors import entropy_nats
-from experiments.claims.sweep import load_sweep, main
-from experiments.claims.sweep_page import chosen
+from experiments.claims.sweep.run import load_sweep, main
+from experiments.claims.sweep.page import chosen
 from tests.experiments.test_claims import _write_fixtures
 
 SWEEP = """name: tiny

@@ -35,13 +35,13 @@ from pathlib import Path
 from megatron_crossbert.cli.errors import add_debug_flag, cli_main
 from megatron_crossbert.evaluation.encoding import EncodingOptions
 from megatron_crossbert.fsutil import atomic_write_text
-from megatron_crossbert.platform.threads import limit_threads
+from megatron_crossbert.platform.threads import limit_threads, thread_count
 from megatron_crossbert.shared_data import default_or_error
 
-from .plan import main_runs
-from .study.data_stage import data_prefix, tokenizer_dir
-from .study.plan import Plan, RunSpec, resolve_plan
-from .study.stopping import StudyStopped, stopping
+from ..plan import main_runs
+from ..study.data_stage import data_prefix, tokenizer_dir
+from ..study.plan import Plan, RunSpec, resolve_plan
+from ..study.stopping import StudyStopped, stopping
 
 SEED = 1
 """The study seed whose runs are read, and the seed of the decoder runs."""
@@ -154,7 +154,7 @@ class Inputs:
 
 def final_checkpoint(run_dir: Path, run: RunSpec) -> Path | None:
     """The run's checkpoint at its last step, or None while it has not been trained that far."""
-    from .study.train_stage import checkpoints
+    from ..study.train_stage import checkpoints
 
     return next((path for it, path in checkpoints(run_dir, run) if it == run.train_steps), None)
 
@@ -170,7 +170,7 @@ def measure(plan: Plan, row: Row, checkpoint: Path, inputs: Inputs, glue: list, 
     from megatron_crossbert.evaluation.mteb.adapter import build_mteb_encoder, evaluate_mteb
     from megatron_crossbert.evaluation.probing.runner import run_probing
 
-    from .study.probe_stage import probe_config
+    from ..study.probe_stage import probe_config
 
     encoding = row.reading.encoding
     config = dataclasses.replace(probe_config(plan, inputs.work), knn=0, encoding=encoding)
@@ -194,7 +194,7 @@ def row_path(out: Path, row: Row) -> Path:
 def run_row(plan: Plan, row: Row, inputs: Inputs, out: Path, tasks: tuple[list, list]) -> bool:
     """Train the row's decoder run if it is one (resumable), then measure its final checkpoint; False when the
     study has not trained the checkpoint a probe-time row reads yet."""
-    from .study.train_stage import run_train_stage
+    from ..study.train_stage import run_train_stage
 
     start, cpu = time.time(), _cpu()
     if row.run_dir == out:
@@ -234,7 +234,7 @@ def collect(plan: Plan, rows: list[Row], out: Path) -> dict:
 
 def _keys(plan: Plan, rows: list[Row], inputs: Inputs) -> dict[str, dict]:
     """What the ablation dir's outputs depend on: each decoder run's config, and the probe settings and data."""
-    from .study.stage_keys import probe_key, train_key
+    from ..study.stage_keys import probe_key, train_key
 
     keys = {f"train:{row.run.name}": train_key(plan, row.run) for row in rows if row.run_dir != inputs.work}
     keys["probe"] = probe_key(dataclasses.replace(plan, jsonl_tasks=[]), inputs.glue_dir, "", inputs.mteb_lite_dir)
@@ -246,8 +246,8 @@ def run_ablations(plan: Plan, inputs: Inputs) -> dict:
     after each; returns the results."""
     from megatron_crossbert.evaluation.probing.runner import collect_tasks
 
-    from .study.probe_stage import load_mteb_lite
-    from .study.stage_keys import claim_work_dir
+    from ..study.probe_stage import load_mteb_lite
+    from ..study.stage_keys import claim_work_dir
 
     out = inputs.work / "ablations"
     rows = plan_rows(plan, inputs.work, out)
@@ -267,7 +267,7 @@ def run_ablations(plan: Plan, inputs: Inputs) -> dict:
 
 def _write_page(inputs: Inputs, results: dict) -> None:
     if inputs.results_md is not None:
-        from .ablations_page import write_ablations_section
+        from .page import write_ablations_section
 
         write_ablations_section(inputs.results_md, results)
 
@@ -285,14 +285,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="MTEB-lite folders (default: mteb_lite/ of the shared data folder; 'none': no MTEB column)")
     p.add_argument("--results-md", default="docs/results.md",
                    help="page whose collapse-ablations section is rewritten after every row ('none': no page)")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads of this process and its runs")
+    p.add_argument("--threads", type=thread_count, default=None, help="CPU threads of this process and its runs")
     add_debug_flag(p)
     return p
 
 
 @cli_main
 def main(argv: list[str] | None = None) -> int:
-    from .__main__ import _mteb_lite_dir
+    from ..__main__ import _mteb_lite_dir
 
     args = build_parser().parse_args(argv)
     limit_threads(args.threads)
@@ -312,7 +312,3 @@ def main(argv: list[str] | None = None) -> int:
     done = sum(row["done"] for row in results["rows"])
     print(f"[ablations] {done} of {len(results['rows'])} rows measured: {inputs.work / 'ablations' / 'results.json'}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -30,15 +30,15 @@ from megatron_crossbert.cli.errors import add_debug_flag, cli_main
 from megatron_crossbert.fsutil import atomic_write_text
 from megatron_crossbert.platform.threads import limit_threads, thread_count
 
-from .study.data_stage import data_prefix, tokenizer_dir
-from .study.floors import unigram_entropy
-from .study.plan import ARMS, Plan, RunSpec, arm_run, resolve_plan
-from .study.stage_keys import claim_work_dir, train_key
-from .study.stopping import StudyStopped, stopping
-from .study import records as rec
-from .study.train_stage import is_complete, run_dir, run_train_stage, valid_losses
+from ..study.data_stage import data_prefix, tokenizer_dir
+from ..study.floors import unigram_entropy
+from ..study.plan import ARMS, Plan, RunSpec, arm_run, resolve_plan
+from ..study.stage_keys import claim_work_dir, train_key
+from ..study.stopping import StudyStopped, stopping
+from ..study import records as rec
+from ..study.train_stage import is_complete, run_dir, run_train_stage, valid_losses
 
-SWEEP_DIR = Path(__file__).parent / "sweeps"
+SWEEP_DIR = Path(__file__).parent.parent / "sweeps"
 CHECKPOINTS = 4
 """Evaluations (and checkpoints) per row: the held-out loss at each quarter of the run."""
 SECTION = "recipe-sweep"
@@ -168,7 +168,7 @@ def run_sweep(sweep: Sweep, data_work_dir: Path, out: Path, page: Path | None, r
                 rec.seal(records, run.name, train_key(plan, run), valid_losses(out, run), [], [], cost)
             results = collect(sweep, runs, out, floor)
             if page is not None:
-                from .sweep_page import write_sweep_section
+                from .page import write_sweep_section
 
                 write_sweep_section(page, results)
     return results
@@ -262,7 +262,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[sweep] {stop}: rerun the same command to resume", file=sys.stderr, flush=True)
         return 128 + stop.signum
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,7 @@
+"""``python -m experiments.claims.sweep``."""
+
+import sys
+
+from .run import main
+
+sys.exit(main())
