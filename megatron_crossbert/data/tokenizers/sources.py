@@ -5,7 +5,7 @@ Megatron-LM users name tokenizers with ``--tokenizer-type`` plus ``--tokenizer-m
 exactly onto a ``(path, kind)`` pair and refuses the rest in one line; :func:`open_tokenizer`
 loads such a pair (in the parent and in pool workers alike, so both see the same tokenizer).
 
-``kind`` ``"auto"`` is :func:`~megatron_crossbert.data.tokenizer.load_tokenizer` on ``path``;
+``kind`` ``"auto"`` is :func:`~megatron_crossbert.data.tokenizers.tokenizer.load_tokenizer` on ``path``;
 ``"bert-lower"`` / ``"bert-cased"`` build BERT's WordPiece (BertNormalizer with or without
 lowercasing and accent stripping, BertPreTokenizer, ``##`` continuation) from a ``vocab.txt``,
 like Megatron-LM's ``BertWordPieceLowerCase`` / ``BertWordPieceCase``.
@@ -58,8 +58,8 @@ def _bert_wordpiece(vocab_file: Path, lowercase: bool):
 
 
 def open_tokenizer(path: str | Path, kind: str = "auto"):
-    """The project :class:`~megatron_crossbert.data.tokenizer.Tokenizer` for ``(path, kind)``."""
-    from megatron_crossbert.data.tokenizer import (
+    """The project :class:`~megatron_crossbert.data.tokenizers.tokenizer.Tokenizer` for ``(path, kind)``."""
+    from megatron_crossbert.data.tokenizers.tokenizer import (
         SPECIAL_TOKENS, Tokenizer, add_bert_post_processor, load_tokenizer, register_special_tokens,
         resolve_special_ids,
     )

@@ -3,7 +3,7 @@
 ``CrossBertDataset`` is a ``MegatronDataset``: ``BlendedMegatronDatasetBuilder`` builds it per
 split (document ranges from strings like ``969,30,1``) and blends several prefixes by weight.
 Samples are packed to exactly ``L`` tokens with the layout documented in
-:mod:`megatron_crossbert.data.packing` ([CLS] at position 0, documents joined by [SEP], long
+:mod:`megatron_crossbert.data.datasets.packing` ([CLS] at position 0, documents joined by [SEP], long
 documents continuing into the next sample).
 
 Every sample is a pure function of ``(seed, index)`` (packing order from ``random_seed``, masks
@@ -47,11 +47,11 @@ from megatron.core.datasets.utils import Split
 
 from megatron_crossbert.arch_rules import crossbert_sample
 from megatron_crossbert.config import MaskingConfig
-from megatron_crossbert.data.indexed import (
+from megatron_crossbert.data.indexed.reader import (
     check_vocab, document_lengths, document_reader, open_indexed, resolve_prefix,
 )
-from megatron_crossbert.data.packing import PackingIndex, assemble_sample, build_packing_index, sample_segments
-from megatron_crossbert.data.wrappers import StrippedReader, detect_wrappers
+from megatron_crossbert.data.datasets.packing import PackingIndex, assemble_sample, build_packing_index, sample_segments
+from megatron_crossbert.data.datasets.wrappers import StrippedReader, detect_wrappers
 from megatron_crossbert.fsutil import commit_group, temp_sibling
 from megatron_crossbert.masking import TokenIds
 
@@ -73,7 +73,7 @@ class CrossBertDatasetConfig(BlendedMegatronDatasetConfig):
     masking: MaskingConfig = field(default_factory=MaskingConfig)
     json_key: str = "text"
     strip_wrapper_tokens: str = "auto"
-    """See :mod:`megatron_crossbert.data.wrappers` (``DataConfig.strip_wrapper_tokens``)."""
+    """See :mod:`megatron_crossbert.data.datasets.wrappers` (``DataConfig.strip_wrapper_tokens``)."""
     document_mask: bool = True
     """Samples carry each position's document id (``DataConfig.document_mask``); else all zeros."""
 

@@ -1,13 +1,12 @@
-"""Safe access to Megatron indexed datasets (``.bin``/``.idx``): validation with clear errors,
-document-level reads, and atomic writing.
+"""Safe reading of Megatron indexed datasets (``.bin``/``.idx``): validation with clear errors and
+document-level reads.
 
-Reading and writing go through ``megatron.core.datasets.indexed_dataset`` (so files written by
-Megatron-LM's own preprocessor load unchanged); this module adds what it does not check: missing
-files named explicitly, a bad header, a truncated index, a ``.bin`` whose size disagrees with the
-index, and token ids outside the tokenizer's vocabulary.
+Reading goes through megatron-core's ``IndexedDataset`` (so files written by Megatron-LM's own
+preprocessor load unchanged); this module adds what it does not check: missing files named explicitly,
+a bad header, a truncated index, a ``.bin`` whose size disagrees with the index, and token ids outside
+the tokenizer's vocabulary. A blend file opens as its shards read as one (:class:`ShardedIndexedDataset`).
 
-Writing (torch-free, atomic) lives in :mod:`megatron_crossbert.data.idx_format`; its
-``AtomicIndexedWriter`` is re-exported here for existing callers.
+Writing (torch-free, atomic) is :mod:`megatron_crossbert.data.indexed.writer`'s, beside this module.
 """
 
 from __future__ import annotations
@@ -18,10 +17,10 @@ import struct
 import numpy as np
 from megatron.core.datasets.indexed_dataset import IndexedDataset, get_bin_path, get_idx_path
 
-from megatron_crossbert.data.blend_file import is_blend_file, read_blend
-from megatron_crossbert.data.idx_format import HEADER_BYTES, AtomicIndexedWriter, read_header, require_pair
+from megatron_crossbert.data.indexed.blend_file import is_blend_file, read_blend
+from megatron_crossbert.data.indexed.writer import HEADER_BYTES, read_header, require_pair
 
-__all__ = ["AtomicIndexedWriter", "CorruptDatasetError", "open_indexed", "resolve_prefix"]
+__all__ = ["CorruptDatasetError", "open_indexed", "resolve_prefix"]
 
 
 class CorruptDatasetError(ValueError):
@@ -95,7 +94,7 @@ class _ConcatBinReader:
 
 class ShardedIndexedDataset:
     """The shards of a blend file as one indexed dataset: the merged dataset's index and bytes
-    (:mod:`megatron_crossbert.data.blend_file`). Pickles as its path (DataLoader workers reopen it)."""
+    (:mod:`megatron_crossbert.data.indexed.blend_file`). Pickles as its path (DataLoader workers reopen it)."""
 
     def __init__(self, path: str) -> None:
         self.path_prefix = path

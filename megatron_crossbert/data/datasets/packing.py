@@ -15,7 +15,7 @@ into the next sample, after that sample's [CLS]), and a sample may hold the tail
 and the head of the next. Sentence boundaries inside a document (``--split-sentences`` data) are
 not marked: sentences of a document are contiguous. Wrapper tokens already around documents
 ([CLS] doc [SEP] + eod, as Megatron-LM writes them, or our ``--append-eod``) are removed by the
-dataset before packing (:mod:`megatron_crossbert.data.wrappers`, ``data.strip_wrapper_tokens``);
+dataset before packing (:mod:`megatron_crossbert.data.datasets.wrappers`, ``data.strip_wrapper_tokens``);
 other tokens in the data are kept as they are.
 
 Order: epoch ``e`` is a permutation of the split's documents drawn from one

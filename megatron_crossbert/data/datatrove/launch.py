@@ -1,10 +1,10 @@
 """Where the tasks of a sharded preprocessing run execute: datatrove's local, SLURM-array or Ray executor.
 
-One pipeline for all three (:func:`build_pipeline`): :class:`~megatron_crossbert.data.datatrove_step.CrossbertTokenize`,
+One pipeline for all three (:func:`build_pipeline`): :class:`~megatron_crossbert.data.datatrove.step.CrossbertTokenize`,
 optionally behind a datatrove reader. The executor only decides where task ``r`` of ``N`` runs; what it
 writes (``<output_dir>/<r:05d>_*``) and that a finished task is skipped on a rerun do not depend on it.
 
-* ``local``: ``parallel_tasks`` processes on this machine (``datatrove_local.GuardedLocalExecutor``: datatrove's
+* ``local``: ``parallel_tasks`` processes on this machine (``local.GuardedLocalExecutor``: datatrove's
   ``LocalPipelineExecutor`` whose tasks die with the launcher, and whose launcher fails on a dead task).
 * ``slurm``: ``SlurmPipelineExecutor`` pickles the executor into ``<logging_dir>/executor.pik``, writes
   ``<logging_dir>/launch_script.slurm`` (an ``sbatch --array=0-<N-1>`` job whose tasks run
@@ -23,11 +23,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 
-from megatron_crossbert.data.datatrove_step import CrossbertTokenize, check_pipeline
+from megatron_crossbert.data.datatrove.step import CrossbertTokenize, check_pipeline
 from megatron_crossbert.data.jsonl import BadInputError, expand_inputs
-from megatron_crossbert.data.preprocess import PreprocessOptions
-from megatron_crossbert.data.shard_run import ENCODING_FLAGS, input_entries, run_record, start_run
-from megatron_crossbert.data.shards import run_totals
+from megatron_crossbert.data.preprocessing.preprocess import PreprocessOptions
+from megatron_crossbert.data.datatrove.shard_run import ENCODING_FLAGS, input_entries, run_record, start_run
+from megatron_crossbert.data.datatrove.shards import run_totals
 
 EXECUTORS = ("local", "slurm", "ray")
 READERS = ("ours", "jsonl", "parquet")
@@ -107,7 +107,7 @@ def make_executor(cfg: LaunchConfig, pipeline: list):
     """The datatrove executor for ``cfg.executor`` (nothing runs until its ``run()``)."""
     common = dict(pipeline=pipeline, tasks=cfg.tasks, workers=cfg.parallel_tasks, logging_dir=cfg.logging_dir)
     if cfg.executor == "local":
-        from megatron_crossbert.data.datatrove_local import GuardedLocalExecutor
+        from megatron_crossbert.data.datatrove.local import GuardedLocalExecutor
 
         return GuardedLocalExecutor(**common)
     if cfg.executor == "slurm":

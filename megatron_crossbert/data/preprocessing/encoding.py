@@ -24,8 +24,8 @@ from typing import Protocol
 
 import numpy as np
 
-from megatron_crossbert.data.pieces import PiecewiseEncoder, cap_sample, with_pieces
-from megatron_crossbert.data.tokenizer import Tokenizer
+from megatron_crossbert.data.preprocessing.pieces import PiecewiseEncoder, cap_sample, with_pieces
+from megatron_crossbert.data.tokenizers.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
 

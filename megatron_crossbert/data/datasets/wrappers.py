@@ -3,7 +3,7 @@
 Megatron-LM's ``preprocess_data.py`` with a BERT-style HF tokenizer writes each document as
 ``[CLS] doc [SEP]`` plus an eod token. Packed as they are, samples would read
 ``[CLS] [CLS] ... [SEP] [SEP] [SEP] [CLS] ...``, and [CLS]/[SEP] would become reconstruction
-targets. Our layout (:mod:`megatron_crossbert.data.packing`) places [CLS] and [SEP] itself, so
+targets. Our layout (:mod:`megatron_crossbert.data.datasets.packing`) places [CLS] and [SEP] itself, so
 wrappers found in the data are removed before packing.
 
 Detection (:func:`detect_wrappers`) looks at the first token and the last two tokens of up to

@@ -13,7 +13,7 @@ Guarantees:
   ``4 * workers`` chunks in flight); the writer keeps only per-sequence lengths. No line longer than
   ``max_document_bytes`` is ever held (``too_long``), and long documents are encoded in pieces with
   the same ids (``pieces``). Nothing here
-  imports torch (the ``.bin/.idx`` writer is numpy, ``idx_format``), except ``--emit-mask-pairs``.
+  imports torch (the ``.bin/.idx`` writer is numpy, ``indexed.writer``), except ``--emit-mask-pairs``.
 * **Atomic outputs.** Everything is written under temporary names and renamed into place only
   after all outputs are complete (``AtomicIndexedWriter``); on an error or Ctrl-C temporaries are
   removed, and the next run removes those a killed run left (``fsutil``). Existing outputs are
@@ -41,17 +41,17 @@ import numpy as np
 
 from megatron_crossbert.config import MaskingConfig
 from megatron_crossbert.content_identity import dataset_fingerprint
-from megatron_crossbert.data.encoding import choose_encoder
-from megatron_crossbert.data.fingerprint import record_path, write_dataset_record
-from megatron_crossbert.data.idx_format import AtomicIndexedWriter, bin_path, idx_path
+from megatron_crossbert.data.preprocessing.encoding import choose_encoder
+from megatron_crossbert.data.tokenizers.fingerprint import record_path, write_dataset_record
+from megatron_crossbert.data.indexed.writer import AtomicIndexedWriter, bin_path, idx_path
 from megatron_crossbert.data.jsonl import (
     MAX_DOCUMENT_BYTES, BadInputError, LineChunk, expand_inputs, iter_line_chunks, iter_texts, parse_line,
 )
-from megatron_crossbert.data.pieces import PiecewiseEncoder
-from megatron_crossbert.data.preprocess_worker import (
+from megatron_crossbert.data.preprocessing.pieces import PiecewiseEncoder
+from megatron_crossbert.data.preprocessing.worker import (
     ChunkResult, WorkerSpec, init_pool_worker, init_worker, process_chunk,
 )
-from megatron_crossbert.data.tokenizer_sources import open_tokenizer
+from megatron_crossbert.data.tokenizers.sources import open_tokenizer
 from megatron_crossbert.fsutil import atomic_write_text, remove_stale_temporaries
 from megatron_crossbert.outputs import require_output_dir, writing
 from megatron_crossbert.progress import progress_bar
@@ -224,7 +224,7 @@ def _emit_mask_pairs(opts: PreprocessOptions, writers: dict[str, AtomicIndexedWr
     """Static mask pairs from the (finalized, still temporary) document files."""
     from megatron.core.datasets.indexed_dataset import IndexedDataset
 
-    from megatron_crossbert.data.static_masks import write_static_masks
+    from megatron_crossbert.data.datasets.static_masks import write_static_masks
 
     extra, metas = [], {}
     for key, writer in writers.items():
@@ -240,7 +240,7 @@ def _emit_mask_pairs(opts: PreprocessOptions, writers: dict[str, AtomicIndexedWr
 def _splitter(opts: PreprocessOptions, paths):
     if not opts.split_sentences:
         return None
-    from megatron_crossbert.data.sentences import make_splitter  # nltk import is slow: only when needed
+    from megatron_crossbert.data.preprocessing.sentences import make_splitter  # nltk import is slow: only when needed
 
     sample = opts.splitter_inputs if opts.splitter_inputs is not None else [str(p) for p in paths]
     return make_splitter(iter_texts(sample, opts.json_keys[0]))

@@ -1,6 +1,6 @@
 """Training a vocabulary from JSONL: sentencepiece (BPE / unigram) or HF ``tokenizers`` WordPiece.
 
-All three produce the same kind of artefact, a :class:`~megatron_crossbert.data.tokenizer.Tokenizer`
+All three produce the same kind of artefact, a :class:`~megatron_crossbert.data.tokenizers.tokenizer.Tokenizer`
 whose backend is a ``tokenizers.Tokenizer`` (saved as ``tokenizer.json``). Special tokens take ids
 0..5 in the order of ``SPECIAL_TOKENS`` ([PAD], [UNK], [CLS], [SEP], [MASK], [EOD]).
 
@@ -25,7 +25,7 @@ import tokenizers
 from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
 
 from megatron_crossbert.data.jsonl import iter_texts
-from megatron_crossbert.data.tokenizer import (
+from megatron_crossbert.data.tokenizers.tokenizer import (
     SPECIAL_TOKENS, Tokenizer, add_bert_post_processor, register_special_tokens, resolve_special_ids,
     tokenizer_from_spm,
 )

@@ -1,6 +1,6 @@
 """sentencepiece ``.model`` -> ``tokenizers.Tokenizer``: the one conversion both loading and training use.
 
-Its own module so that ``data/tokenizer.py`` (loading) and ``data/tokenizer_training.py`` (training,
+Its own module so that ``tokenizer.py`` (loading) and ``training.py`` (training,
 which builds on loading) do not import each other.
 """
 

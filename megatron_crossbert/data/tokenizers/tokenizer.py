@@ -30,7 +30,7 @@ from tokenizers import AddedToken
 from tokenizers.processors import TemplateProcessing
 
 from megatron_crossbert.content_identity import SAMPLE_ABOVE, files_identity
-from megatron_crossbert.data.spm import spm_to_tokenizers
+from megatron_crossbert.data.tokenizers.spm import spm_to_tokenizers
 
 SPECIAL_TOKENS: dict[str, str] = {
     "pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]", "eod": "[EOD]",

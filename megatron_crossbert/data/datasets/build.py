@@ -21,9 +21,9 @@ from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegat
 
 from megatron_crossbert.arch import ArchSpec, get_arch
 from megatron_crossbert.config import RunConfig
-from megatron_crossbert.data.dataset import CrossBertDatasetConfig
-from megatron_crossbert.data.static_masks import StaticCrossBertDataset
-from megatron_crossbert.data.tokenizer import SPECIAL_TOKENS, Tokenizer, run_tokenizer
+from megatron_crossbert.data.datasets.dataset import CrossBertDatasetConfig
+from megatron_crossbert.data.datasets.static_masks import StaticCrossBertDataset
+from megatron_crossbert.data.tokenizers.tokenizer import SPECIAL_TOKENS, Tokenizer, run_tokenizer
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Sharded preprocessing: which input files a task reads, what it writes, and which outputs are sealed.
 
-A corpus preprocessed by N tasks (``datatrove_step``) must merge into exactly the bytes one
+A corpus preprocessed by N tasks (``step``) must merge into exactly the bytes one
 ``crossbert-preprocess`` run over the same files writes. Three rules make that hold, and each has
 its home here:
 
@@ -29,8 +29,8 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from megatron_crossbert.data.preprocess import document_prefix, report_path
-from megatron_crossbert.data.shard_run import RUN_FILE, read_run_record
+from megatron_crossbert.data.preprocessing.preprocess import document_prefix, report_path
+from megatron_crossbert.data.datatrove.shard_run import RUN_FILE, read_run_record
 
 TASK_DIGITS = 5
 _TEMPORARY = re.compile(r"\.tmp-[A-Za-z0-9_.]+-\d+-\d+")

@@ -1,7 +1,7 @@
 """``crossbert-preprocess`` as a datatrove pipeline step, so it runs on datatrove's executors.
 
 :class:`CrossbertTokenize` is not a second tokenizer: each task calls
-:func:`megatron_crossbert.data.preprocess.preprocess` (the single-node tool's code) on its share of
+:func:`megatron_crossbert.data.preprocessing.preprocess.preprocess` (the single-node tool's code) on its share of
 the input, so the ids, the sentence splitting, the ``--append-eod`` rule, the skip accounting and the
 atomic ``.bin/.idx`` writing are the single-node tool's by construction. Task ``r`` writes
 ``<output_dir>/<r:05d>_<key>_document.bin/.idx``, its tokenizer record and its report
@@ -42,8 +42,8 @@ from itertools import islice
 from datatrove.pipeline.base import PipelineStep
 
 from megatron_crossbert.data.jsonl import LineChunk, expand_inputs
-from megatron_crossbert.data.preprocess import PreprocessOptions, planned_outputs, preprocess, report_path
-from megatron_crossbert.data.shards import task_files, task_prefix
+from megatron_crossbert.data.preprocessing.preprocess import PreprocessOptions, planned_outputs, preprocess, report_path
+from megatron_crossbert.data.datatrove.shards import task_files, task_prefix
 
 logger = logging.getLogger(__name__)
 
@@ -60,12 +60,12 @@ def check_pipeline(pipeline: Iterable) -> None:
             raise ValueError(
                 f"pipeline: datatrove's {type(step).__name__} writes GPT-2's <|endoftext|> as end-of-document "
                 "(a WordPiece vocabulary has none) and replaces the [CLS] $A [SEP] template; use "
-                "megatron_crossbert.data.datatrove_step.CrossbertTokenize")
+                "megatron_crossbert.data.datatrove.step.CrossbertTokenize")
 
 
 def _eod_note(options: PreprocessOptions) -> str:
     """Which token ends documents, said once at set-up (a vocabulary without [EOD] uses [SEP])."""
-    from megatron_crossbert.data.tokenizer_sources import open_tokenizer
+    from megatron_crossbert.data.tokenizers.sources import open_tokenizer
 
     tokenizer = open_tokenizer(options.tokenizer, options.tokenizer_kind)
     text = tokenizer.backend.id_to_token(tokenizer.eod_id)

@@ -34,11 +34,10 @@ from megatron.core.datasets.indexed_dataset import DType, IndexedDataset
 from megatron.core.datasets.megatron_dataset import MegatronDataset
 from megatron.core.datasets.utils import Split
 
-from megatron_crossbert.data.indexed import (
-    AtomicIndexedWriter, document_lengths, document_reader, open_indexed,
-)
 from megatron_crossbert.config import MaskingConfig
-from megatron_crossbert.data.packing import assemble_sample, build_packing_index, sample_segments
+from megatron_crossbert.data.datasets.packing import assemble_sample, build_packing_index, sample_segments
+from megatron_crossbert.data.indexed.reader import document_lengths, document_reader, open_indexed
+from megatron_crossbert.data.indexed.writer import AtomicIndexedWriter
 from megatron_crossbert.masking import complementary_views
 
 PARTS = ("samples", "visible", "targets", "segments")

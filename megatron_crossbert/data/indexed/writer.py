@@ -3,7 +3,7 @@
 Why not ``megatron.core.datasets.indexed_dataset.IndexedDatasetBuilder``: importing that module
 imports torch, which costs the preprocessor ~7 CPU-seconds and ~1 GB of RSS before the first
 document is read. This module owns the format for writing (and the header for checking); the
-bytes are the builder's, byte for byte (``tests/data/test_idx_format.py`` compares them, and reads
+bytes are the builder's, byte for byte (``tests/data/indexed/test_writer.py`` compares them, and reads
 the result back with megatron-core's ``IndexedDataset``).
 
 Layout of ``.idx`` (little-endian): the 9-byte magic ``MMIDIDX\\0\\0``, version ``<Q`` = 1, the token

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from megatron_crossbert.fsutil import atomic_write_text
 
 if TYPE_CHECKING:  # annotations only: checkpoint code reads records without loading the tokenizers library
-    from megatron_crossbert.data.tokenizer import Tokenizer
+    from megatron_crossbert.data.tokenizers.tokenizer import Tokenizer
 
 RECORD_SUFFIX = ".tokenizer.json"
 """Appended to a dataset path prefix (``out/corpus_text_document``) to name its record."""

@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from megatron_crossbert.data.encoding import Encoder, make_encoder
+from megatron_crossbert.data.preprocessing.encoding import Encoder, make_encoder
 from megatron_crossbert.data.jsonl import LineChunk, parse_line
-from megatron_crossbert.data.tokenizer_sources import open_tokenizer
+from megatron_crossbert.data.tokenizers.sources import open_tokenizer
 
 if TYPE_CHECKING:  # nltk costs seconds to import; only --split-sentences needs it
-    from megatron_crossbert.data.sentences import SentenceSplitter
+    from megatron_crossbert.data.preprocessing.sentences import SentenceSplitter
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ def init_worker(spec: WorkerSpec, encoder: Encoder | None = None) -> None:
 
 def init_pool_worker(spec: WorkerSpec) -> None:
     """Pool initializer: one Rust thread per worker process (processes are the parallelism)."""
-    from megatron_crossbert.data.encoding import set_threads
+    from megatron_crossbert.data.preprocessing.encoding import set_threads
 
     set_threads(1)
     init_worker(spec)
