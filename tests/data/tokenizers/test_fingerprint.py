@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from megatron_crossbert.data.fingerprint import (
+from megatron_crossbert.data.tokenizers.fingerprint import (
     read_dataset_record, record_path, tokenizer_fingerprint, write_dataset_record,
 )
-from megatron_crossbert.data.tokenizer import SPECIAL_TOKENS, Tokenizer, resolve_special_ids
+from megatron_crossbert.data.tokenizers.tokenizer import SPECIAL_TOKENS, Tokenizer, resolve_special_ids
 
 
 def _wordlevel(words):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from megatron_crossbert.data.packing import (
+from megatron_crossbert.data.datasets.packing import (
     assemble_sample, build_packing_index, cross_document_pairs, sample_pieces, sample_segments,
 )
 
@@ -50,7 +50,7 @@ def test_cross_document_pairs():
 
 def test_datasets_carry_segments_and_document_mask_is_in_the_cache_key(tmp_path, indexed_corpus):
     from megatron_crossbert.config import DataConfig, MaskingConfig, ModelConfig, RunConfig
-    from megatron_crossbert.data.build import build_datasets
+    from megatron_crossbert.data.datasets.build import build_datasets
 
     def run(arch: str, document_mask: bool):
         cfg = RunConfig(model=ModelConfig(arch=arch, vocab_size=512, max_position_embeddings=64),
@@ -73,7 +73,7 @@ def test_datasets_carry_segments_and_document_mask_is_in_the_cache_key(tmp_path,
 
 
 def test_static_masks_without_segments_are_refused_with_document_masks(tmp_path):
-    from megatron_crossbert.data.static_masks import StaticPairs, check_static_segments
+    from megatron_crossbert.data.datasets.static_masks import StaticPairs, check_static_segments
 
     old = StaticPairs(samples=None, visible=None, targets=None, segments=None, meta={})
     check_static_segments(old, False, "old")

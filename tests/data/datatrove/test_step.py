@@ -21,11 +21,11 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
-from megatron_crossbert.data.datatrove_launch import LaunchConfig, build_pipeline, launch, make_executor
-from megatron_crossbert.data.datatrove_step import CrossbertTokenize, check_pipeline
-from megatron_crossbert.data.merge import merge_shards, read_shards
-from megatron_crossbert.data.preprocess import PreprocessOptions, preprocess, report_path
-from megatron_crossbert.data.shards import checked_prefixes, sealed_prefixes
+from megatron_crossbert.data.datatrove.launch import LaunchConfig, build_pipeline, launch, make_executor
+from megatron_crossbert.data.datatrove.step import CrossbertTokenize, check_pipeline
+from megatron_crossbert.data.indexed.merge import merge_shards, read_shards
+from megatron_crossbert.data.preprocessing.preprocess import PreprocessOptions, preprocess, report_path
+from megatron_crossbert.data.datatrove.shards import checked_prefixes, sealed_prefixes
 from megatron_crossbert.shared_data import find_shared
 from tests.support import REPO_ROOT
 from tests.support.processes import alive, descendants
@@ -115,8 +115,8 @@ def test_n_tasks_merged_are_one_runs_bytes_and_report(corpus, single, tmp_path, 
 
 _DRIVER = """
 import sys
-from megatron_crossbert.data.datatrove_launch import LaunchConfig, launch
-from megatron_crossbert.data.preprocess import PreprocessOptions
+from megatron_crossbert.data.datatrove.launch import LaunchConfig, launch
+from megatron_crossbert.data.preprocessing.preprocess import PreprocessOptions
 out, tokenizer, files = sys.argv[1], sys.argv[2], sys.argv[3:]
 opts = PreprocessOptions(inputs=files, output_prefix="unused", tokenizer=tokenizer, append_eod=True, progress=False,
                          chunk_lines=8, backend="tokenizers")
@@ -194,9 +194,9 @@ def test_wordpiece_without_eos_keeps_eod_and_the_cls_sep_layout(corpus, single):
     <|endoftext|> nor nothing), carries no per-document [CLS], and packed samples start with [CLS]
     and join documents with [SEP]."""
     from megatron_crossbert.config import DataConfig, MaskingConfig, ModelConfig, RunConfig
-    from megatron_crossbert.data.build import build_datasets
-    from megatron_crossbert.data.indexed import document_lengths, document_reader, open_indexed
-    from megatron_crossbert.data.tokenizer import load_tokenizer
+    from megatron_crossbert.data.datasets.build import build_datasets
+    from megatron_crossbert.data.indexed.reader import document_lengths, document_reader, open_indexed
+    from megatron_crossbert.data.tokenizers.tokenizer import load_tokenizer
 
     tok = load_tokenizer(corpus[1])
     assert tok.eod_id == tok.sep_id and tok.backend.token_to_id("<|endoftext|>") is None

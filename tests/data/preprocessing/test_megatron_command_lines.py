@@ -10,9 +10,9 @@ import pytest
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
 from megatron_crossbert.cli import preprocess as cli
-from megatron_crossbert.data.idx_format import read_header
-from megatron_crossbert.data.tokenizer import SPECIAL_TOKENS, load_tokenizer
-from megatron_crossbert.data.tokenizer_sources import open_tokenizer
+from megatron_crossbert.data.indexed.writer import read_header
+from megatron_crossbert.data.tokenizers.tokenizer import SPECIAL_TOKENS, load_tokenizer
+from megatron_crossbert.data.tokenizers.sources import open_tokenizer
 from tests.support import REPO_ROOT
 
 

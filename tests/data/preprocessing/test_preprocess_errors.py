@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from megatron_crossbert.data import preprocess as pp
+from megatron_crossbert.data.preprocessing import preprocess as pp
 from megatron_crossbert.data.jsonl import BadInputError
 from tests.support import REPO_ROOT
 

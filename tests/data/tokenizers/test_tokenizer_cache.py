@@ -9,8 +9,8 @@ import shutil
 
 import pytest
 
-import megatron_crossbert.data.tokenizer as tokenizer_module
-from megatron_crossbert.data.fingerprint import tokenizer_fingerprint
+import megatron_crossbert.data.tokenizers.tokenizer as tokenizer_module
+from megatron_crossbert.data.tokenizers.fingerprint import tokenizer_fingerprint
 from tests.support.checkpoints import write_tokenizer
 
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from megatron_crossbert.data.merge import merge_shards, read_shards
-from megatron_crossbert.data.preprocess import PreprocessOptions, preprocess
-from megatron_crossbert.data.shards import sealed_prefixes
+from megatron_crossbert.data.indexed.merge import merge_shards, read_shards
+from megatron_crossbert.data.preprocessing.preprocess import PreprocessOptions, preprocess
+from megatron_crossbert.data.datatrove.shards import sealed_prefixes
 from tests.support import REPO_ROOT
 from tests.support.synthetic_text import synthetic_documents, write_jsonl
 
@@ -24,8 +24,8 @@ pytest.importorskip("ray")
 
 _DRIVER = """
 import sys, ray
-from megatron_crossbert.data.datatrove_launch import LaunchConfig, launch
-from megatron_crossbert.data.preprocess import PreprocessOptions
+from megatron_crossbert.data.datatrove.launch import LaunchConfig, launch
+from megatron_crossbert.data.preprocessing.preprocess import PreprocessOptions
 out, tokenizer, files = sys.argv[1], sys.argv[2], sys.argv[3:]
 ray.init(num_cpus=2, object_store_memory=80 << 20, include_dashboard=False, log_to_driver=False)
 opts = PreprocessOptions(inputs=files, output_prefix="unused", tokenizer=tokenizer, append_eod=True, progress=False)

@@ -29,7 +29,7 @@ def _cfg(prefix: str, cache: str):
 def _worker(rank: int, world_size: int, prefix: str, cache: str) -> list[list[int]]:
     import torch.distributed as dist
 
-    from megatron_crossbert.data.build import build_datasets
+    from megatron_crossbert.data.datasets.build import build_datasets
 
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
     train, valid, test = build_datasets(_cfg(prefix, cache), (64, 8, 0))
@@ -39,7 +39,7 @@ def _worker(rank: int, world_size: int, prefix: str, cache: str) -> list[list[in
 
 @pytest.mark.multirank
 def test_build_under_gloo_matches_single_process(tmp_path):
-    from megatron_crossbert.data.build import build_datasets
+    from megatron_crossbert.data.datasets.build import build_datasets
 
     prefix = str(tmp_path / "d_text_document")
     _write_prefix(prefix)

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from megatron_crossbert.cli import train_tokenizer as cli
-from megatron_crossbert.data.tokenizer import SPECIAL_TOKENS, load_tokenizer
-from megatron_crossbert.data.tokenizer_training import train_tokenizer
+from megatron_crossbert.data.tokenizers.tokenizer import SPECIAL_TOKENS, load_tokenizer
+from megatron_crossbert.data.tokenizers.training import train_tokenizer
 
 EXTRA = ["  leading and   inner spaces ", "line one\nline two\n\nthree", "Ünïcödé ﬁ ½ café", "x", "numbers 1,234."]
 

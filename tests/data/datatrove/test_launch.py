@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from megatron_crossbert.cli.preprocess_datatrove import main as datatrove_main
-from megatron_crossbert.data.datatrove_launch import LaunchConfig, build_pipeline, make_executor
-from megatron_crossbert.data.preprocess import PreprocessOptions
-from megatron_crossbert.data.shards import task_files
+from megatron_crossbert.data.datatrove.launch import LaunchConfig, build_pipeline, make_executor
+from megatron_crossbert.data.preprocessing.preprocess import PreprocessOptions
+from megatron_crossbert.data.datatrove.shards import task_files
 from tests.support import REPO_ROOT
 from tests.support.synthetic_text import synthetic_documents, write_jsonl
 

@@ -13,8 +13,8 @@ import pytest
 from megatron_crossbert.checkpoint.data_record import run_blend
 from megatron_crossbert.cli.merge import main as merge_main
 from megatron_crossbert.config import DataConfig, ModelConfig, RunConfig
-from megatron_crossbert.data.blend_file import blend_files, read_blend
-from megatron_crossbert.data.preprocess import PreprocessOptions, preprocess
+from megatron_crossbert.data.indexed.blend_file import blend_files, read_blend
+from megatron_crossbert.data.preprocessing.preprocess import PreprocessOptions, preprocess
 from tests.support.synthetic_text import synthetic_documents, write_jsonl
 
 SHARDS = 4

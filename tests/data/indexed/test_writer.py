@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from megatron_crossbert.data.idx_format import AtomicIndexedWriter, IndexedWriter, optimal_dtype, read_header
+from megatron_crossbert.data.indexed.writer import AtomicIndexedWriter, IndexedWriter, optimal_dtype, read_header
 
 
 def _documents(seed: int = 0, n: int = 40, vocab: int = 70000):

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-from megatron_crossbert.data import encoding
-from megatron_crossbert.data import preprocess as pp
-from megatron_crossbert.data.tokenizer import SPECIAL_TOKENS, load_tokenizer
+from megatron_crossbert.data.preprocessing import encoding
+from megatron_crossbert.data.preprocessing import preprocess as pp
+from megatron_crossbert.data.tokenizers.tokenizer import SPECIAL_TOKENS, load_tokenizer
 from tests.support import REPO_ROOT
 from tests.support.synthetic_text import synthetic_documents
 
@@ -95,7 +95,7 @@ def test_bytes_identical_across_backends_workers_and_chunks(setup):
 
 def test_auto_falls_back_for_wordpiece_and_says_why(setup, caplog):
     root, corpus, _, wordpiece = setup
-    with caplog.at_level(logging.INFO, logger="megatron_crossbert.data.encoding"):
+    with caplog.at_level(logging.INFO, logger="megatron_crossbert.data.preprocessing.encoding"):
         report = _run(root, corpus, wordpiece, "wp", backend="auto", workers=2)
     assert report["backend"] == "tokenizers"
     assert "encoding backend: tokenizers" in caplog.text and "gigatoken" in caplog.text

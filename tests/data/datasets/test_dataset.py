@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from megatron_crossbert.config import DataConfig, MaskingConfig, ModelConfig, RunConfig, parse_blend
-from megatron_crossbert.data.build import build_datasets
-from megatron_crossbert.data.indexed import CorruptDatasetError, document_lengths
-from megatron_crossbert.data.preprocess import PreprocessOptions, preprocess
-from megatron_crossbert.data.tokenizer import load_tokenizer
+from megatron_crossbert.data.datasets.build import build_datasets
+from megatron_crossbert.data.indexed.reader import CorruptDatasetError, document_lengths
+from megatron_crossbert.data.preprocessing.preprocess import PreprocessOptions, preprocess
+from megatron_crossbert.data.tokenizers.tokenizer import load_tokenizer
 from megatron_crossbert.masking import complementary_views
 
 L = 64

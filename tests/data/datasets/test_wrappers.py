@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from megatron_crossbert.config import DataConfig, MaskingConfig, ModelConfig, RunConfig
-from megatron_crossbert.data.build import build_datasets
-from megatron_crossbert.data.wrappers import WrapperStrip, detect_wrappers
+from megatron_crossbert.data.datasets.build import build_datasets
+from megatron_crossbert.data.datasets.wrappers import WrapperStrip, detect_wrappers
 
 CLS, SEP, EOD, L = 2, 3, 5, 48
 
@@ -40,7 +40,7 @@ def _pairs(tokens: np.ndarray, a: int, b: int) -> int:
 
 def test_megatron_layout_packs_without_doubled_wrappers(tmp_path, caplog):
     _write_megatron_layout(tmp_path / "mlm")
-    with caplog.at_level(logging.INFO, logger="megatron_crossbert.data.dataset"):
+    with caplog.at_level(logging.INFO, logger="megatron_crossbert.data.datasets.dataset"):
         train, _, _ = build_datasets(_cfg(tmp_path / "mlm", "auto", tmp_path / "cache"), (60, 0, 0))
     assert "stripping 1 leading, 2 trailing per document" in caplog.text
     samples = np.stack([train[i]["tokens"] for i in range(len(train))])
