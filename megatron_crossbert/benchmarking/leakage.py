@@ -17,7 +17,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from megatron_crossbert.data.datasets.packing import PackingIndex, build_packing_index, cross_document_pairs, sample_segments
+from megatron_crossbert.data.datasets.packing import (
+    PackingIndex, build_packing_index, cross_document_pairs, sample_segments,
+)
 from megatron_crossbert.masking import complementary_views
 from megatron_crossbert.models.attention_masks import key_ranges, token_coords
 

@@ -156,8 +156,8 @@ def check_dataset_contents(run_cfg: RunConfig) -> None:
     """Every start: a dataset whose preprocessing recorded its content (``<prefix>.tokenizer.json``'s
     ``content``) must still hold it; a ``.bin`` of other content beside an ``.idx`` of the same shape would
     train on other tokens without a word. Datasets without the field (other tools, older versions) pass."""
-    from megatron_crossbert.data.tokenizers.fingerprint import read_dataset_record, record_path
     from megatron_crossbert.data.indexed.reader import CorruptDatasetError
+    from megatron_crossbert.data.tokenizers.fingerprint import read_dataset_record, record_path
 
     for prefix, entry in zip((p for p, _, _ in _datasets(run_cfg)), run_blend(run_cfg)):
         record = read_dataset_record(prefix) or {}

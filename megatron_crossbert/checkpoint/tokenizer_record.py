@@ -2,8 +2,8 @@
 
 Two WordPiece vocabularies of the same size fit the same embedding table, so nothing else would
 notice that id 517 now means a different token. Every checkpoint gets ``checkpoint.tokenizer.json``
-beside its ``run_config.json``: the record ``data.tokenizers.fingerprint.dataset_record`` builds, named and read
-like the ``<prefix>.tokenizer.json`` preprocessing writes beside a dataset (the record format stays
+beside its ``run_config.json``: the record ``data.tokenizers.fingerprint.dataset_record`` builds, named and
+read like the ``<prefix>.tokenizer.json`` preprocessing writes beside a dataset (the record format stays
 in ``data.tokenizers.fingerprint`` because preprocessing, below this package, writes it). A training start
 compares the checkpoint's record (resume and init_from) and every dataset prefix's with this run's
 ``data.tokenizer``, all in one pass (:func:`check_tokenizers`, called by ``checkpoint.manager``). A
@@ -20,7 +20,9 @@ from pathlib import Path
 
 from megatron_crossbert.checkpoint.errors import CheckpointError
 from megatron_crossbert.config import RunConfig
-from megatron_crossbert.data.tokenizers.fingerprint import dataset_record, read_dataset_record, record_mismatch, record_path
+from megatron_crossbert.data.tokenizers.fingerprint import (
+    dataset_record, read_dataset_record, record_mismatch, record_path,
+)
 from megatron_crossbert.fsutil import atomic_write_text
 
 logger = logging.getLogger(__name__)

@@ -30,8 +30,8 @@ MASK_FLAGS = (ConfigFlag("--mask-ratio", ("masking.mask_ratio",), "masking ratio
 def add_encoding_flags(p: argparse.ArgumentParser) -> None:
     """What decides the documents' ids (shared with crossbert-preprocess-datatrove, whose tasks must encode
     exactly as this tool does): tokenizer, keys, splitting, eod, skips, backend, Megatron-LM's tokenizer flags."""
-    from megatron_crossbert.data.preprocessing.encoding import BACKENDS
     from megatron_crossbert.data.jsonl import MAX_DOCUMENT_BYTES
+    from megatron_crossbert.data.preprocessing.encoding import BACKENDS
 
     p.add_argument("--tokenizer", default=None, help="tokenizer directory (crossbert-train-tokenizer or any HF dir)")
     p.add_argument("--json-keys", nargs="+", default=["text"], help="JSON keys to tokenize, one output per key")

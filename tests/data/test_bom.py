@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from megatron_crossbert.data.preprocessing import preprocess as pp
 from megatron_crossbert.data.jsonl import iter_texts
+from megatron_crossbert.data.preprocessing import preprocess as pp
 
 BOM = "\ufeff"
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from megatron_crossbert.data.preprocessing import preprocess as pp
 from megatron_crossbert.data.jsonl import OversizedLine, bounded_lines, parse_line
+from megatron_crossbert.data.preprocessing import preprocess as pp
 from megatron_crossbert.data.preprocessing.pieces import PiecewiseEncoder, pieces_are_exact, split_pieces
 from tests.support import REPO_ROOT
 

@@ -47,11 +47,11 @@ from megatron.core.datasets.utils import Split
 
 from megatron_crossbert.arch_rules import crossbert_sample
 from megatron_crossbert.config import MaskingConfig
+from megatron_crossbert.data.datasets.packing import PackingIndex, assemble_sample, build_packing_index, sample_segments
+from megatron_crossbert.data.datasets.wrappers import StrippedReader, detect_wrappers
 from megatron_crossbert.data.indexed.reader import (
     check_vocab, document_lengths, document_reader, open_indexed, resolve_prefix,
 )
-from megatron_crossbert.data.datasets.packing import PackingIndex, assemble_sample, build_packing_index, sample_segments
-from megatron_crossbert.data.datasets.wrappers import StrippedReader, detect_wrappers
 from megatron_crossbert.fsutil import commit_group, temp_sibling
 from megatron_crossbert.masking import TokenIds
 

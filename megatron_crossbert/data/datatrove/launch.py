@@ -23,11 +23,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 
+from megatron_crossbert.data.datatrove.shard_run import ENCODING_FLAGS, input_entries, run_record, start_run
+from megatron_crossbert.data.datatrove.shards import run_totals
 from megatron_crossbert.data.datatrove.step import CrossbertTokenize, check_pipeline
 from megatron_crossbert.data.jsonl import BadInputError, expand_inputs
 from megatron_crossbert.data.preprocessing.preprocess import PreprocessOptions
-from megatron_crossbert.data.datatrove.shard_run import ENCODING_FLAGS, input_entries, run_record, start_run
-from megatron_crossbert.data.datatrove.shards import run_totals
 
 EXECUTORS = ("local", "slurm", "ray")
 READERS = ("ours", "jsonl", "parquet")

@@ -29,8 +29,8 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from megatron_crossbert.data.preprocessing.preprocess import document_prefix, report_path
 from megatron_crossbert.data.datatrove.shard_run import RUN_FILE, read_run_record
+from megatron_crossbert.data.preprocessing.preprocess import document_prefix, report_path
 
 TASK_DIGITS = 5
 _TEMPORARY = re.compile(r"\.tmp-[A-Za-z0-9_.]+-\d+-\d+")

@@ -41,9 +41,9 @@ from itertools import islice
 
 from datatrove.pipeline.base import PipelineStep
 
+from megatron_crossbert.data.datatrove.shards import task_files, task_prefix
 from megatron_crossbert.data.jsonl import LineChunk, expand_inputs
 from megatron_crossbert.data.preprocessing.preprocess import PreprocessOptions, planned_outputs, preprocess, report_path
-from megatron_crossbert.data.datatrove.shards import task_files, task_prefix
 
 logger = logging.getLogger(__name__)
 

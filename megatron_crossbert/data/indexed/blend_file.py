@@ -26,9 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
-from megatron_crossbert.data.tokenizers.fingerprint import read_dataset_record, record_path, save_dataset_record
-from megatron_crossbert.data.indexed.writer import bin_path, idx_path, require_pair
 from megatron_crossbert.data.indexed.merge import ShardSet, read_shards
+from megatron_crossbert.data.indexed.writer import bin_path, idx_path, require_pair
+from megatron_crossbert.data.tokenizers.fingerprint import read_dataset_record, record_path, save_dataset_record
 from megatron_crossbert.fsutil import atomic_write_text
 
 BLEND_SUFFIX = ".blend.json"

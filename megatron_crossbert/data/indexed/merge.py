@@ -21,8 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from megatron_crossbert.content_identity import dataset_fingerprint
-from megatron_crossbert.data.tokenizers.fingerprint import read_dataset_record, record_path, save_dataset_record
 from megatron_crossbert.data.indexed.writer import AtomicIndexedWriter, bin_path, idx_path, read_index
+from megatron_crossbert.data.tokenizers.fingerprint import read_dataset_record, record_path, save_dataset_record
 from megatron_crossbert.fsutil import move_aside, remove_stale_temporaries
 from megatron_crossbert.outputs import require_output_dir
 

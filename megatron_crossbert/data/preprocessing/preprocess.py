@@ -41,16 +41,16 @@ import numpy as np
 
 from megatron_crossbert.config import MaskingConfig
 from megatron_crossbert.content_identity import dataset_fingerprint
-from megatron_crossbert.data.preprocessing.encoding import choose_encoder
-from megatron_crossbert.data.tokenizers.fingerprint import record_path, write_dataset_record
 from megatron_crossbert.data.indexed.writer import AtomicIndexedWriter, bin_path, idx_path
 from megatron_crossbert.data.jsonl import (
     MAX_DOCUMENT_BYTES, BadInputError, LineChunk, expand_inputs, iter_line_chunks, iter_texts, parse_line,
 )
+from megatron_crossbert.data.preprocessing.encoding import choose_encoder
 from megatron_crossbert.data.preprocessing.pieces import PiecewiseEncoder
 from megatron_crossbert.data.preprocessing.worker import (
     ChunkResult, WorkerSpec, init_pool_worker, init_worker, process_chunk,
 )
+from megatron_crossbert.data.tokenizers.fingerprint import record_path, write_dataset_record
 from megatron_crossbert.data.tokenizers.sources import open_tokenizer
 from megatron_crossbert.fsutil import atomic_write_text, remove_stale_temporaries
 from megatron_crossbert.outputs import require_output_dir, writing

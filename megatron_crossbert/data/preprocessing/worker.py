@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from megatron_crossbert.data.preprocessing.encoding import Encoder, make_encoder
 from megatron_crossbert.data.jsonl import LineChunk, parse_line
+from megatron_crossbert.data.preprocessing.encoding import Encoder, make_encoder
 from megatron_crossbert.data.tokenizers.sources import open_tokenizer
 
 if TYPE_CHECKING:  # nltk costs seconds to import; only --split-sentences needs it

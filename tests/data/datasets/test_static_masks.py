@@ -7,8 +7,8 @@ import pytest
 
 from megatron_crossbert.config import DataConfig, MaskingConfig, ModelConfig, RunConfig
 from megatron_crossbert.data.datasets.build import build_datasets
-from megatron_crossbert.data.preprocessing.preprocess import PreprocessOptions, mask_pairs_prefix, preprocess
 from megatron_crossbert.data.datasets.static_masks import open_static_pairs
+from megatron_crossbert.data.preprocessing.preprocess import PreprocessOptions, mask_pairs_prefix, preprocess
 from megatron_crossbert.masking import complementary_views
 
 L, SEED = 48, 11

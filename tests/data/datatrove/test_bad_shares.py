@@ -11,9 +11,9 @@ import pytest
 
 from megatron_crossbert.cli.merge import main as merge_main
 from megatron_crossbert.cli.preprocess_datatrove import main as datatrove_main
+from megatron_crossbert.data.datatrove.shards import task_files
 from megatron_crossbert.data.indexed.merge import read_shards
 from megatron_crossbert.data.preprocessing.preprocess import PreprocessOptions, preprocess
-from megatron_crossbert.data.datatrove.shards import task_files
 from tests.support.synthetic_text import synthetic_documents, write_jsonl
 
 GOOD = (11, 8, 13)

@@ -13,8 +13,8 @@ import pytest
 
 from megatron_crossbert.cli.preprocess_datatrove import main as datatrove_main
 from megatron_crossbert.data.datatrove.launch import LaunchConfig, build_pipeline, make_executor
-from megatron_crossbert.data.preprocessing.preprocess import PreprocessOptions
 from megatron_crossbert.data.datatrove.shards import task_files
+from megatron_crossbert.data.preprocessing.preprocess import PreprocessOptions
 from tests.support import REPO_ROOT
 from tests.support.synthetic_text import synthetic_documents, write_jsonl
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from megatron_crossbert.data.datatrove.shards import sealed_prefixes
 from megatron_crossbert.data.indexed.merge import merge_shards, read_shards
 from megatron_crossbert.data.preprocessing.preprocess import PreprocessOptions, preprocess
-from megatron_crossbert.data.datatrove.shards import sealed_prefixes
 from tests.support import REPO_ROOT
 from tests.support.synthetic_text import synthetic_documents, write_jsonl
 

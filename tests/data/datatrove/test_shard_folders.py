@@ -13,9 +13,9 @@ import pytest
 
 from megatron_crossbert.cli.merge import main as merge_main
 from megatron_crossbert.data.datatrove.launch import LaunchConfig, launch
+from megatron_crossbert.data.datatrove.shard_run import RUN_FILE
 from megatron_crossbert.data.indexed.merge import read_shards
 from megatron_crossbert.data.preprocessing.preprocess import PreprocessOptions
-from megatron_crossbert.data.datatrove.shard_run import RUN_FILE
 from tests.support.synthetic_text import synthetic_documents, write_jsonl
 
 COUNTS = (14, 9, 21, 6, 17)

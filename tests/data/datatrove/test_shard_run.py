@@ -14,10 +14,10 @@ import pytest
 from megatron_crossbert.cli.preprocess_datatrove import main as datatrove_main
 from megatron_crossbert.content_identity import sampled_identity
 from megatron_crossbert.data.datatrove.launch import LaunchConfig, launch
-from megatron_crossbert.data.indexed.merge import read_shards
-from megatron_crossbert.data.preprocessing.preprocess import PreprocessOptions
 from megatron_crossbert.data.datatrove.shard_run import RUN_FILE
 from megatron_crossbert.data.datatrove.shards import checked_prefixes, task_files
+from megatron_crossbert.data.indexed.merge import read_shards
+from megatron_crossbert.data.preprocessing.preprocess import PreprocessOptions
 from tests.support.synthetic_text import synthetic_documents, write_jsonl
 
 

@@ -22,10 +22,10 @@ import pytest
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
 from megatron_crossbert.data.datatrove.launch import LaunchConfig, build_pipeline, launch, make_executor
+from megatron_crossbert.data.datatrove.shards import checked_prefixes, sealed_prefixes
 from megatron_crossbert.data.datatrove.step import CrossbertTokenize, check_pipeline
 from megatron_crossbert.data.indexed.merge import merge_shards, read_shards
 from megatron_crossbert.data.preprocessing.preprocess import PreprocessOptions, preprocess, report_path
-from megatron_crossbert.data.datatrove.shards import checked_prefixes, sealed_prefixes
 from megatron_crossbert.shared_data import find_shared
 from tests.support import REPO_ROOT
 from tests.support.processes import alive, descendants

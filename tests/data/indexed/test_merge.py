@@ -12,11 +12,11 @@ import pytest
 
 from megatron_crossbert.cli.merge import main as merge_main
 from megatron_crossbert.config import DataConfig, MaskingConfig, ModelConfig, RunConfig
-from megatron_crossbert.data.indexed.blend_file import blend_files, read_blend
 from megatron_crossbert.data.datasets.build import build_datasets
+from megatron_crossbert.data.datatrove.shards import contiguous_shard, sealed_prefixes
+from megatron_crossbert.data.indexed.blend_file import blend_files, read_blend
 from megatron_crossbert.data.indexed.writer import IndexedWriter
 from megatron_crossbert.data.preprocessing.preprocess import PreprocessOptions, preprocess
-from megatron_crossbert.data.datatrove.shards import contiguous_shard, sealed_prefixes
 from megatron_crossbert.data.tokenizers.tokenizer import load_tokenizer
 from tests.support.synthetic_text import synthetic_documents, write_jsonl
 

@@ -11,8 +11,8 @@ from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
 from megatron_crossbert.cli import preprocess as cli
 from megatron_crossbert.data.indexed.writer import read_header
-from megatron_crossbert.data.tokenizers.tokenizer import SPECIAL_TOKENS, load_tokenizer
 from megatron_crossbert.data.tokenizers.sources import open_tokenizer
+from megatron_crossbert.data.tokenizers.tokenizer import SPECIAL_TOKENS, load_tokenizer
 from tests.support import REPO_ROOT
 
 

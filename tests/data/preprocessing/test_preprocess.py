@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from megatron_crossbert.cli import preprocess as cli
-from megatron_crossbert.data.preprocessing import preprocess as pp
 from megatron_crossbert.data.jsonl import BadInputError
+from megatron_crossbert.data.preprocessing import preprocess as pp
 from megatron_crossbert.data.tokenizers.tokenizer import load_tokenizer
 from tests.support import REPO_ROOT
 

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from megatron_crossbert.data.preprocessing import preprocess as pp
 from megatron_crossbert.data.jsonl import BadInputError
+from megatron_crossbert.data.preprocessing import preprocess as pp
 from tests.support import REPO_ROOT
 
 
