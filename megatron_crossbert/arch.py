@@ -116,7 +116,7 @@ class ArchSpec:
     architecture keeps the claims study's comparisons like for like. Foreign models keep their own recipe."""
 
 
-_MLM_COMMON = dict(dataset_class=LazyRef("megatron_crossbert.data.dataset:BertDataset"),
+_MLM_COMMON = dict(dataset_class=LazyRef("megatron_crossbert.data.datasets.dataset:BertDataset"),
                    make_sample=LazyRef("megatron_crossbert.arch_rules:mlm_sample"),
                    pipeline_shape=LazyRef("megatron_crossbert.arch_rules:full_pipeline_shape"),
                    supervised_tokens=LazyRef("megatron_crossbert.arch_rules:mlm_supervised"),
@@ -127,7 +127,7 @@ REGISTRY: dict[str, ArchSpec] = {spec.name: spec for spec in (
     ArchSpec(name="crossbert", description="CrossBERT encoder", encoders=("classic", "modern"),
              has_reconstruction_decoder=True, encoder_mlm_head=False, uses_views=True, whiten_frozen_features=True,
              build_model=LazyRef("megatron_crossbert.models.crossbert:build_crossbert_model"),
-             dataset_class=LazyRef("megatron_crossbert.data.dataset:CrossBertDataset"),
+             dataset_class=LazyRef("megatron_crossbert.data.datasets.dataset:CrossBertDataset"),
              make_sample=LazyRef("megatron_crossbert.arch_rules:crossbert_sample"),
              pipeline_shape=LazyRef("megatron_crossbert.arch_rules:views_pipeline_shape"),
              supervised_tokens=LazyRef("megatron_crossbert.arch_rules:views_supervised"),

@@ -67,7 +67,7 @@ def text_corpus(tmp_path_factory) -> TextCorpus:
 @pytest.fixture(scope="session")
 def bpe_tokenizer(tmp_path_factory, text_corpus) -> Path:
     """A 500-token sentencepiece BPE tokenizer directory trained once on ``text_corpus``. Read-only."""
-    from megatron_crossbert.data.tokenizer_training import train_tokenizer
+    from megatron_crossbert.data.tokenizers.training import train_tokenizer
 
     directory = tmp_path_factory.mktemp("bpe_tokenizer") / "tok"
     train_tokenizer([str(text_corpus.path)], directory, model_type="bpe", vocab_size=500)

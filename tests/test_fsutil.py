@@ -54,7 +54,7 @@ def test_only_dead_runs_temporaries_of_these_outputs_are_removed(tmp_path, caplo
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pid start times come from /proc")
 def test_a_sigkilled_preprocess_leaves_temporaries_that_the_next_run_removes(tmp_path):
-    from megatron_crossbert.data import preprocess as pp
+    from megatron_crossbert.data.preprocessing import preprocess as pp
     from tests.support.synthetic_text import train_byte_bpe, write_sized_corpus
 
     corpus, tok = write_sized_corpus(tmp_path / "corpus.jsonl.gz", 3), train_byte_bpe(tmp_path)

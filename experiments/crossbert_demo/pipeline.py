@@ -183,7 +183,7 @@ def save_initial_checkpoint(run_cfg: RunConfig, root: Path) -> Path:
 
 
 def train_tokenizer_stage(opts: DemoOptions, corpus: Path, out: Path) -> Path:
-    from megatron_crossbert.data.tokenizer_training import train_tokenizer
+    from megatron_crossbert.data.tokenizers.training import train_tokenizer
 
     tokenizer_dir = out / "tokenizer"
     tokenizer = train_tokenizer([str(corpus)], tokenizer_dir, model_type="unigram", vocab_size=opts.model.vocab_size)
@@ -192,7 +192,7 @@ def train_tokenizer_stage(opts: DemoOptions, corpus: Path, out: Path) -> Path:
 
 
 def preprocess_stage(corpus: Path, tokenizer_dir: Path, out: Path) -> tuple[str, dict]:
-    from megatron_crossbert.data.preprocess import PreprocessOptions, document_prefix, preprocess
+    from megatron_crossbert.data.preprocessing.preprocess import PreprocessOptions, document_prefix, preprocess
 
     output_prefix = str(out / "data" / "corpus")
     Path(output_prefix).parent.mkdir(parents=True, exist_ok=True)

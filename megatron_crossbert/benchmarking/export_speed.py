@@ -87,7 +87,7 @@ def _device(options: ExportSpeedOptions) -> torch.device:
 
 def _tokenizer(work: Path, vocab_size: int, seed: int) -> Path:
     """A WordPiece tokenizer trained on synthetic words (the timed inputs are random ids anyway)."""
-    from megatron_crossbert.data.tokenizer_training import train_tokenizer
+    from megatron_crossbert.data.tokenizers.training import train_tokenizer
 
     gen = torch.Generator().manual_seed(seed)
     corpus = work / "synthetic.jsonl"

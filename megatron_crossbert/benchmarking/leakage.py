@@ -17,7 +17,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from megatron_crossbert.data.packing import PackingIndex, build_packing_index, cross_document_pairs, sample_segments
+from megatron_crossbert.data.datasets.packing import (
+    PackingIndex, build_packing_index, cross_document_pairs, sample_segments,
+)
 from megatron_crossbert.masking import complementary_views
 from megatron_crossbert.models.attention_masks import key_ranges, token_coords
 
@@ -33,11 +35,11 @@ def corpus_document_lengths(patterns: list[str], tokenizer: str | None, seed: in
     if not texts:
         raise ValueError(f"no documents in {patterns}")
     if tokenizer:
-        from megatron_crossbert.data.tokenizer import load_tokenizer
+        from megatron_crossbert.data.tokenizers.tokenizer import load_tokenizer
 
         encode = load_tokenizer(tokenizer).encode_batch
     else:
-        from megatron_crossbert.data.tokenizer_training import train_wordpiece
+        from megatron_crossbert.data.tokenizers.training import train_wordpiece
 
         picks = np.random.default_rng(seed).choice(len(texts), size=min(WORDPIECE_SAMPLE_DOCS, len(texts)),
                                                    replace=False)

@@ -40,8 +40,8 @@ _warned: set[str] = set()
 def dataset_files(prefix: str, static: bool) -> list[str]:
     """The files one dataset of the blend is read from (static mask pairs have three pairs and a meta file)."""
     if not static:
-        from megatron_crossbert.data.blend_file import blend_files, is_blend_file
-        from megatron_crossbert.data.idx_format import require_pair
+        from megatron_crossbert.data.indexed.blend_file import blend_files, is_blend_file
+        from megatron_crossbert.data.indexed.writer import require_pair
 
         if is_blend_file(prefix):
             return blend_files(prefix)  # a missing shard: one line naming the blend file and the entry
@@ -59,7 +59,7 @@ def _identity(prefix: str, static: bool, stats: tuple[tuple[str, int, int], ...]
 
 def _datasets(run_cfg: RunConfig) -> list[tuple[str, float | None, bool]]:
     """(resolved prefix, blend weight, static mask pairs?) for each dataset of the run, in blend order."""
-    from megatron_crossbert.data.indexed import resolve_prefix
+    from megatron_crossbert.data.indexed.reader import resolve_prefix
 
     if run_cfg.data.static_masks:
         return [(run_cfg.data.static_masks, None, True)]
@@ -156,8 +156,8 @@ def check_dataset_contents(run_cfg: RunConfig) -> None:
     """Every start: a dataset whose preprocessing recorded its content (``<prefix>.tokenizer.json``'s
     ``content``) must still hold it; a ``.bin`` of other content beside an ``.idx`` of the same shape would
     train on other tokens without a word. Datasets without the field (other tools, older versions) pass."""
-    from megatron_crossbert.data.fingerprint import read_dataset_record, record_path
-    from megatron_crossbert.data.indexed import CorruptDatasetError
+    from megatron_crossbert.data.indexed.reader import CorruptDatasetError
+    from megatron_crossbert.data.tokenizers.fingerprint import read_dataset_record, record_path
 
     for prefix, entry in zip((p for p, _, _ in _datasets(run_cfg)), run_blend(run_cfg)):
         record = read_dataset_record(prefix) or {}

@@ -2,9 +2,9 @@
 
 Two WordPiece vocabularies of the same size fit the same embedding table, so nothing else would
 notice that id 517 now means a different token. Every checkpoint gets ``checkpoint.tokenizer.json``
-beside its ``run_config.json``: the record ``data.fingerprint.dataset_record`` builds, named and read
-like the ``<prefix>.tokenizer.json`` preprocessing writes beside a dataset (the record format stays
-in ``data.fingerprint`` because preprocessing, below this package, writes it). A training start
+beside its ``run_config.json``: the record ``data.tokenizers.fingerprint.dataset_record`` builds, named and
+read like the ``<prefix>.tokenizer.json`` preprocessing writes beside a dataset (the record format stays
+in ``data.tokenizers.fingerprint`` because preprocessing, below this package, writes it). A training start
 compares the checkpoint's record (resume and init_from) and every dataset prefix's with this run's
 ``data.tokenizer``, all in one pass (:func:`check_tokenizers`, called by ``checkpoint.manager``). A
 mismatch is an error naming both fingerprints and files unless ``checkpoint.allow_tokenizer_change`` is set. A dataset without a record (written by
@@ -20,13 +20,15 @@ from pathlib import Path
 
 from megatron_crossbert.checkpoint.errors import CheckpointError
 from megatron_crossbert.config import RunConfig
-from megatron_crossbert.data.fingerprint import dataset_record, read_dataset_record, record_mismatch, record_path
+from megatron_crossbert.data.tokenizers.fingerprint import (
+    dataset_record, read_dataset_record, record_mismatch, record_path,
+)
 from megatron_crossbert.fsutil import atomic_write_text
 
 logger = logging.getLogger(__name__)
 
 RECORD_PREFIX = "checkpoint"
-"""A checkpoint's record is ``<iter dir>/checkpoint.tokenizer.json`` (``data.fingerprint.record_path``)."""
+"""A checkpoint's record is ``<iter dir>/checkpoint.tokenizer.json`` (``data.tokenizers.fingerprint.record_path``)."""
 RECORD_FILE = record_path(RECORD_PREFIX).name
 
 _ALLOW = "Set --allow-tokenizer-change (checkpoint.allow_tokenizer_change) only if the change is deliberate"
@@ -39,7 +41,7 @@ class TokenizerMismatchError(ValueError):
 
 def run_record(run_cfg: RunConfig) -> dict | None:
     """This run's tokenizer record (fingerprint, path, vocab, special ids); None without data.tokenizer."""
-    from megatron_crossbert.data.tokenizer import run_tokenizer
+    from megatron_crossbert.data.tokenizers.tokenizer import run_tokenizer
 
     tokenizer_path = run_cfg.data.tokenizer
     return dataset_record(run_tokenizer(tokenizer_path), tokenizer_path) if tokenizer_path else None
@@ -60,7 +62,7 @@ def write_checkpoint_record(ckpt_dir: Path, run_cfg: RunConfig) -> None:
 
 def _prefixes(run_cfg: RunConfig) -> list[str]:
     """Every dataset prefix of the run, each once (a blend may name one prefix twice); none for synthetic ids."""
-    from megatron_crossbert.data.indexed import resolve_prefix
+    from megatron_crossbert.data.indexed.reader import resolve_prefix
 
     if run_cfg.data.static_masks:
         return [run_cfg.data.static_masks]

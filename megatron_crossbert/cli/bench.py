@@ -136,7 +136,7 @@ def _add_checkpoint(sub) -> None:
 
 def _add_preprocess(sub) -> None:
     from megatron_crossbert.benchmarking.preprocess import CASES
-    from megatron_crossbert.data.encoding import BACKENDS
+    from megatron_crossbert.data.preprocessing.encoding import BACKENDS
 
     p = sub.add_parser("preprocess", help="preprocessing CPU-s/wall/MB/s/RSS: ours per backend, the raw tokenizers "
                                           "ceiling and (with --megatron-lm) Megatron-LM's two tools, side by side")

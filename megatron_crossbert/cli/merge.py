@@ -51,9 +51,9 @@ def main(argv: list[str] | None = None) -> int:
         raise ValueError("--output-prefix: give it, --blend-file, or both")
     from megatron_crossbert.progress import progress_bar
 
-    from megatron_crossbert.data.blend_file import write_blend_file
-    from megatron_crossbert.data.merge import check_output_prefix, merge_shards, read_shards
-    from megatron_crossbert.data.shards import checked_prefixes
+    from megatron_crossbert.data.datatrove.shards import checked_prefixes
+    from megatron_crossbert.data.indexed.blend_file import write_blend_file
+    from megatron_crossbert.data.indexed.merge import check_output_prefix, merge_shards, read_shards
 
     prefixes = checked_prefixes(args.input, args.json_key)
     shard_set = read_shards(prefixes)

@@ -30,8 +30,8 @@ MASK_FLAGS = (ConfigFlag("--mask-ratio", ("masking.mask_ratio",), "masking ratio
 def add_encoding_flags(p: argparse.ArgumentParser) -> None:
     """What decides the documents' ids (shared with crossbert-preprocess-datatrove, whose tasks must encode
     exactly as this tool does): tokenizer, keys, splitting, eod, skips, backend, Megatron-LM's tokenizer flags."""
-    from megatron_crossbert.data.encoding import BACKENDS
     from megatron_crossbert.data.jsonl import MAX_DOCUMENT_BYTES
+    from megatron_crossbert.data.preprocessing.encoding import BACKENDS
 
     p.add_argument("--tokenizer", default=None, help="tokenizer directory (crossbert-train-tokenizer or any HF dir)")
     p.add_argument("--json-keys", nargs="+", default=["text"], help="JSON keys to tokenize, one output per key")
@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def encoding_options(args, inputs: list[str], output_prefix: str):
     """``PreprocessOptions`` from :func:`add_encoding_flags`' flags (user errors: ValueError in one line)."""
-    from megatron_crossbert.data.preprocess import PreprocessOptions
+    from megatron_crossbert.data.preprocessing.preprocess import PreprocessOptions
 
     tokenizer, kind = _tokenizer_from_args(args)
     return PreprocessOptions(
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     # pool workers terminated instead of orphaned.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    from megatron_crossbert.data.preprocess import preprocess, report_path
+    from megatron_crossbert.data.preprocessing.preprocess import preprocess, report_path
 
     opts = replace(  # user errors: one line and status 2 via cli_main
         encoding_options(args, args.input, args.output_prefix), force=args.force, log_interval=args.log_interval,
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _tokenizer_from_args(args) -> tuple[str, str]:
     """Our --tokenizer or Megatron-LM's tokenizer flags -> (path, kind); ValueError in one line."""
-    from megatron_crossbert.data.tokenizer_sources import resolve_megatron_tokenizer
+    from megatron_crossbert.data.tokenizers.sources import resolve_megatron_tokenizer
 
     path, kind = resolve_megatron_tokenizer(args.tokenizer_type, args.tokenizer_model, args.vocab_file, args.tokenizer)
     if args.merge_file:

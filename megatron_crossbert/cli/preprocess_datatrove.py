@@ -34,7 +34,7 @@ def _key_value(text: str) -> tuple[str, str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from megatron_crossbert.data.datatrove_launch import EXECUTORS, READERS
+    from megatron_crossbert.data.datatrove.launch import EXECUTORS, READERS
 
     p = argparse.ArgumentParser(prog="crossbert-preprocess-datatrove", description=__doc__,
                                 formatter_class=DefaultsHelpFormatter)
@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    from megatron_crossbert.data.datatrove_launch import LaunchConfig, launch
+    from megatron_crossbert.data.datatrove.launch import LaunchConfig, launch
 
     opts = encoding_options(args, args.input, args.output_dir)
     cfg = LaunchConfig(
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.executor == "slurm":  # submitted, not run: the array's job id, for a dependent merge job
         print(f"slurm job: {executor.job_id}\nwhen it has ended: {merge}")
     else:
-        from megatron_crossbert.data.shards import run_totals
+        from megatron_crossbert.data.datatrove.shards import run_totals
 
         totals = run_totals(args.output_dir, args.tasks)
         kinds = ", ".join(f"{kind}={n}" for kind, n in sorted(totals["skipped_by_kind"].items()))

@@ -1,6 +1,6 @@
 """``crossbert-train-tokenizer``: train a vocabulary from JSONL(.gz) and save a tokenizer directory.
 
-The directory loads with ``megatron_crossbert.data.tokenizer.load_tokenizer`` (every project tool)
+The directory loads with ``megatron_crossbert.data.tokenizers.tokenizer.load_tokenizer`` (every project tool)
 and with ``transformers.AutoTokenizer.from_pretrained`` (no remote code), giving the same ids.
 """
 
@@ -15,7 +15,7 @@ from megatron_crossbert.outputs import require_output_dir
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from megatron_crossbert.data.tokenizer_training import MODEL_TYPES
+    from megatron_crossbert.data.tokenizers.training import MODEL_TYPES
 
     parser = argparse.ArgumentParser(
         prog="crossbert-train-tokenizer", description=__doc__,
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     out = require_output_dir(args.output_dir, "--output-dir")  # before training, not after it
     if (out / "tokenizer.json").exists() and not args.force:
         raise FileExistsError(f"{out}: already holds a tokenizer; pass --force to overwrite")
-    from megatron_crossbert.data.tokenizer_training import train_tokenizer
+    from megatron_crossbert.data.tokenizers.training import train_tokenizer
 
     tokenizer = train_tokenizer(args.input, out, model_type=args.model, vocab_size=args.vocab_size,
                                 json_key=args.json_keys[0], max_docs=args.max_docs, lowercase=args.lowercase)

@@ -138,7 +138,7 @@ def _batches(session: Session, dataset, total: int, consumed: int):
 
 def build_data(session: Session):
     """(train iterator, valid dataset or None). The train sampler starts at the restored position."""
-    from megatron_crossbert.data.build import build_datasets
+    from megatron_crossbert.data.datasets.build import build_datasets
 
     sizes = dataset_sizes(session)
     train_ds, valid_ds, _ = build_datasets(session.run_cfg, sizes)

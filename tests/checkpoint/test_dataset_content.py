@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from megatron_crossbert.data import preprocess as pp
-from megatron_crossbert.data.fingerprint import record_path
+from megatron_crossbert.data.preprocessing import preprocess as pp
+from megatron_crossbert.data.tokenizers.fingerprint import record_path
 from tests.support.training import tiny_config
 
 

@@ -240,8 +240,8 @@ def test_swapped_tokenizer_of_the_same_size_is_refused(tmp_path, caplog):
     dataset check refuse it, naming both fingerprints and files; the override flag downgrades to a warning."""
     from megatron_crossbert.checkpoint.errors import CheckpointError
     from megatron_crossbert.checkpoint.tokenizer_record import TokenizerMismatchError, check_tokenizers
-    from megatron_crossbert.data.fingerprint import record_path, tokenizer_fingerprint, write_dataset_record
-    from megatron_crossbert.data.tokenizer import load_tokenizer
+    from megatron_crossbert.data.tokenizers.fingerprint import record_path, tokenizer_fingerprint, write_dataset_record
+    from megatron_crossbert.data.tokenizers.tokenizer import load_tokenizer
     from megatron_crossbert.training import train
     from megatron_crossbert.checkpoint.manager import CheckpointManager
 
@@ -363,8 +363,8 @@ def test_wsd_batch_and_masking_schedules_are_guarded_on_resume(indexed_corpus, t
 def test_a_training_start_loads_its_tokenizer_once_and_a_changed_one_again(tmp_path, monkeypatch):
     """The tokenizer record check and the datasets' special ids share one load of the run's tokenizer; a file
     rewritten in place is loaded again (the cache follows the files, not the path)."""
-    import megatron_crossbert.data.tokenizer as tokenizer_module
-    from megatron_crossbert.data.fingerprint import tokenizer_fingerprint
+    import megatron_crossbert.data.tokenizers.tokenizer as tokenizer_module
+    from megatron_crossbert.data.tokenizers.fingerprint import tokenizer_fingerprint
     from megatron_crossbert.training import train
 
     loads = []

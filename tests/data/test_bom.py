@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from megatron_crossbert.data import preprocess as pp
 from megatron_crossbert.data.jsonl import iter_texts
+from megatron_crossbert.data.preprocessing import preprocess as pp
 
 BOM = "\ufeff"
 
@@ -48,7 +48,7 @@ def test_preprocess_writes_every_document(tmp_path, bpe_tokenizer):
 
 
 def test_train_tokenizer_sees_the_first_document(tmp_path):
-    from megatron_crossbert.data.tokenizer_training import train_tokenizer
+    from megatron_crossbert.data.tokenizers.training import train_tokenizer
 
     docs = [" ".join(["uniqueword"] * 50)] + ["alpha beta gamma delta"] * 30
     tokenizer = train_tokenizer([str(_write(tmp_path / "bom.jsonl", docs))], tmp_path / "tok",

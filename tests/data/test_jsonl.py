@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from megatron_crossbert.data import preprocess as pp
 from megatron_crossbert.data.jsonl import OversizedLine, bounded_lines, parse_line
-from megatron_crossbert.data.pieces import PiecewiseEncoder, pieces_are_exact, split_pieces
+from megatron_crossbert.data.preprocessing import preprocess as pp
+from megatron_crossbert.data.preprocessing.pieces import PiecewiseEncoder, pieces_are_exact, split_pieces
 from tests.support import REPO_ROOT
 
 HUGE_LINE_MB = float(os.environ.get("CROSSBERT_HUGE_LINE_MB", "10"))
@@ -66,8 +66,8 @@ def byte_bpe(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("backend", ["tokenizers", "gigatoken"])
 def test_ids_of_pieces_equal_the_whole_documents_ids(byte_bpe, text_corpus, backend):
-    from megatron_crossbert.data.encoding import make_encoder
-    from megatron_crossbert.data.tokenizer_sources import open_tokenizer
+    from megatron_crossbert.data.preprocessing.encoding import make_encoder
+    from megatron_crossbert.data.tokenizers.sources import open_tokenizer
 
     encoder = make_encoder(open_tokenizer(str(byte_bpe), "auto"), backend, 1)
     batch = [text_corpus.texts[0], "  ".join(text_corpus.texts) + "\n\n tail", text_corpus.texts[1]]

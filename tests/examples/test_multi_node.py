@@ -27,8 +27,8 @@ WORDS = "nodes meet at the store then every rank trains the tiny encoder and sav
 
 def _data(root: Path) -> tuple[str, str]:
     """A 1024-token WordPiece tokenizer and the indexed dataset of a small generated corpus."""
-    from megatron_crossbert.data.preprocess import PreprocessOptions, preprocess
-    from megatron_crossbert.data.tokenizer_training import train_tokenizer
+    from megatron_crossbert.data.preprocessing.preprocess import PreprocessOptions, preprocess
+    from megatron_crossbert.data.tokenizers.training import train_tokenizer
 
     rng = random.Random(0)
     corpus = root / "corpus.jsonl"

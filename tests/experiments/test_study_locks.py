@@ -31,7 +31,7 @@ def test_a_trainer_skips_the_runs_another_live_trainer_holds(tmp_path, monkeypat
     runs = all_runs(plan)[:2]
     trained = []
     monkeypatch.setattr(train_stage, "train_run", lambda plan, run, *args: trained.append(run.name))
-    monkeypatch.setattr("megatron_crossbert.data.tokenizer.load_tokenizer",
+    monkeypatch.setattr("megatron_crossbert.data.tokenizers.tokenizer.load_tokenizer",
                         lambda path: type("Tok", (), {"vocab_size": 64})())
     other = subprocess.Popen(["sleep", "30"])
     try:

@@ -45,7 +45,7 @@ def write_tokenizer(directory: Path, reverse: bool = False) -> Path:
     from tokenizers import Tokenizer as Backend
     from tokenizers import models, pre_tokenizers
 
-    from megatron_crossbert.data.tokenizer import SPECIAL_TOKENS, Tokenizer, resolve_special_ids
+    from megatron_crossbert.data.tokenizers.tokenizer import SPECIAL_TOKENS, Tokenizer, resolve_special_ids
 
     words = [f"w{i}" for i in range(128 - len(SPECIAL_TOKENS))]
     vocab = {tok: i for i, tok in enumerate([*SPECIAL_TOKENS.values(), *(words[::-1] if reverse else words)])}

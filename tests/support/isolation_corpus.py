@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from megatron_crossbert.data.packing import assemble_sample, build_packing_index, sample_segments
+from megatron_crossbert.data.datasets.packing import assemble_sample, build_packing_index, sample_segments
 from megatron_crossbert.masking import complementary_views
 
 CLS, SEP, FIRST = 2, 3, 10

@@ -25,7 +25,7 @@ class Stall:
 
 def main() -> int:
     from megatron_crossbert.cli.preprocess_datatrove import main as datatrove_main
-    from megatron_crossbert.data import datatrove_launch
+    from megatron_crossbert.data.datatrove import launch as datatrove_launch
 
     marks, ranks, argv = sys.argv[1], {int(r) for r in sys.argv[2].split(",")}, sys.argv[3:]
     build = datatrove_launch.build_pipeline

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from megatron_crossbert.data.tokenizer import SPECIAL_TOKENS
+from megatron_crossbert.data.tokenizers.tokenizer import SPECIAL_TOKENS
 
 _WORDS = (
     "the of and to in is was he for it with as his on be at by had not are but from or have an they "

@@ -20,7 +20,7 @@ def unigram_entropy(prefix: str, tokenizer: str) -> dict:
     """``{"nats", "tokens", "types", "ln_vocab"}`` of the dataset ``prefix`` (.bin/.idx) under ``tokenizer``."""
     from megatron.core.datasets.indexed_dataset import IndexedDataset
 
-    from megatron_crossbert.data.tokenizer import load_tokenizer
+    from megatron_crossbert.data.tokenizers.tokenizer import load_tokenizer
 
     tok = load_tokenizer(tokenizer)
     dataset = IndexedDataset(prefix)

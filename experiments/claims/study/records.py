@@ -53,8 +53,8 @@ def _write(path: Path, value: dict) -> None:
 def data_identity(tokenizer: Path, prefix: str) -> dict:
     """The tokenizer (its fingerprint: the ids' meanings, not its files' bytes, which sentencepiece varies run to
     run) and the indexed dataset by content: what the data stage must rebuild the same."""
-    from megatron_crossbert.data.fingerprint import tokenizer_fingerprint
-    from megatron_crossbert.data.tokenizer import load_tokenizer
+    from megatron_crossbert.data.tokenizers.fingerprint import tokenizer_fingerprint
+    from megatron_crossbert.data.tokenizers.tokenizer import load_tokenizer
 
     return {"tokenizer": tokenizer_fingerprint(load_tokenizer(str(tokenizer))),
             "dataset": dataset_fingerprint([prefix + ".bin", prefix + ".idx"])}

@@ -55,7 +55,7 @@ def train_run(plan: Plan, run: RunSpec, work_dir: Path, data_prefix: str, tokeni
 
 
 def run_train_stage(plan: Plan, runs: list[RunSpec], work_dir: Path, data_prefix: str, tokenizer: str) -> None:
-    from megatron_crossbert.data.tokenizer import load_tokenizer
+    from megatron_crossbert.data.tokenizers.tokenizer import load_tokenizer
 
     vocab_size = load_tokenizer(tokenizer).vocab_size
     for run in runs:
