@@ -173,7 +173,7 @@ def save_initial_checkpoint(run_cfg: RunConfig, root: Path) -> Path:
     """The untrained model at the training seed, as a model-only checkpoint (the probe baseline)."""
     from megatron_crossbert import platform
     from megatron_crossbert.checkpoint.save import save_model_only
-    from megatron_crossbert.models import build_model
+    from megatron_crossbert.architectures.build import build_model
 
     platform.initialize(run_cfg.parallel, run_cfg.training.seed)
     try:
