@@ -42,7 +42,7 @@ def flex_shapes(run_cfg: RunConfig) -> set[tuple[int, int, int, int, int]]:
             for call in sample_layout(run_cfg.model.arch).attention_calls(run_cfg)}
 
 
-def plan_flex_shapes(run_cfgs) -> set[tuple[int, int, int, int, int]]:
+def union_flex_shapes(run_cfgs) -> set[tuple[int, int, int, int, int]]:
     """The union over every run one process builds (a benchmark plan's cases)."""
     return set().union(*(flex_shapes(run_cfg) for run_cfg in run_cfgs))
 
