@@ -1,19 +1,22 @@
-"""What each architecture derives from a run's config: its sample builder, pipeline shape, supervised
-token count, attention calls, FP8 GEMM rows and config check (the callables behind ``arch.ArchSpec``'s rule fields).
+"""What each sample layout derives from a run's config: its sample builder, supervised token count and
+attention calls, as real functions in one ``SampleLayout`` per layout (``sample_layout(arch)`` picks it by
+``ArchSpec.uses_views``).
 
-They live apart from ``arch.py`` because they read ``RunConfig``/``MaskingConfig``, and ``config``
-validates against the registry: the registry names these functions by ``LazyRef``, so the import graph
-runs one way (``config`` -> ``arch``; ``arch_rules`` -> ``config``, ``masking``) with no loop, not even a
-type-only one. The masking rules themselves (views, 80/10/10, the visible length) stay in ``masking``.
+They live apart from ``arch.py`` because they read ``RunConfig``/``MaskingConfig``, and ``config`` validates
+against the registry: the import graph runs one way (``config`` -> ``arch``; ``arch_rules`` -> ``config``,
+``masking``). The shape rules that the config itself checks (pipeline shape, FP8 GEMM rows, the views' check)
+are ``RunConfig``'s; the masking rules themselves (views, 80/10/10, the visible length) stay in ``masking``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from megatron_crossbert import masking
+from megatron_crossbert.arch import get_arch
 from megatron_crossbert.config import MaskingConfig, RunConfig
 from megatron_crossbert.masking import TokenIds
 
@@ -37,17 +40,6 @@ def mlm_sample(mask_cfg: MaskingConfig, index: int, tokens: np.ndarray, ids: Tok
             "padding_mask": np.ones(len(tokens), dtype=np.int64)}
 
 
-def views_pipeline_shape(run_cfg: RunConfig) -> tuple[int, int]:
-    """CrossBERT stages exchange the visible tokens of every view: ``[Lv, b*V, h]``."""
-    seq, mbs = run_cfg.data.seq_length, run_cfg.training.micro_batch_size
-    return run_cfg.masking.visible_length(seq), mbs * run_cfg.masking.num_views
-
-
-def full_pipeline_shape(run_cfg: RunConfig) -> tuple[int, int]:
-    """MLM stages exchange the whole packed sequence: ``[L, b, h]``."""
-    return run_cfg.data.seq_length, run_cfg.training.micro_batch_size
-
-
 def views_supervised(run_cfg: RunConfig) -> float:
     """CrossBERT: every target of every view gets a loss, ``(L - Lv) * V``."""
     seq, mask = run_cfg.data.seq_length, run_cfg.masking
@@ -57,17 +49,6 @@ def views_supervised(run_cfg: RunConfig) -> float:
 def mlm_supervised(run_cfg: RunConfig) -> float:
     """MLM: ``round(p * L)`` selected positions (no special tokens in synthetic batches)."""
     return float(max(1, round(run_cfg.masking.bert_mask_prob * run_cfg.data.seq_length)))
-
-
-def check_views(run_cfg: RunConfig) -> None:
-    """Fail at config time when the views cannot be drawn (same checks as the data will run)."""
-    mask, seq = run_cfg.masking, run_cfg.data.seq_length
-    masking.check_view_shape(seq, mask.mask_ratio, mask.complementary)
-
-
-def no_check(run_cfg: RunConfig) -> None:
-    """Architectures without cross-section rules."""
-    return None
 
 
 @dataclass(frozen=True)
@@ -94,7 +75,7 @@ def views_attention_calls(run_cfg: RunConfig) -> tuple[AttentionCall, ...]:
     """CrossBERT: encoder self-attention over Lv visible tokens, decoder self-attention among the T = L - Lv
     targets and cross-attention from them to the Lv visible states, on ``b*V`` rows."""
     model, seq = run_cfg.model, run_cfg.data.seq_length
-    visible, rows = views_pipeline_shape(run_cfg)
+    visible, rows = run_cfg.pipeline_shape()
     targets, head_dim = seq - visible, model.hidden_size // model.num_attention_heads
     dec_dim, dec_layers = model.dec_hidden // model.dec_heads, model.decoder_num_layers
     self_layers = 0 if model.decoder_cross_attention_only else dec_layers
@@ -106,22 +87,30 @@ def views_attention_calls(run_cfg: RunConfig) -> tuple[AttentionCall, ...]:
 def full_attention_calls(run_cfg: RunConfig) -> tuple[AttentionCall, ...]:
     """MLM: encoder self-attention over the whole packed sequence on ``b`` rows."""
     model = run_cfg.model
-    seq, rows = full_pipeline_shape(run_cfg)
+    seq, rows = run_cfg.pipeline_shape()
     return (AttentionCall("encoder", rows, seq, seq, model.num_attention_heads,
                           model.hidden_size // model.num_attention_heads, model.num_layers),)
 
 
-def views_gemm_rows(run_cfg: RunConfig) -> dict[str, int]:
-    """Rows of the TE GEMMs of one CrossBERT micro-batch (FP8 needs each divisible by 8), named by fields."""
-    visible, rows = views_pipeline_shape(run_cfg)
-    targets = run_cfg.data.seq_length - visible
-    return {"encoder rows (visible tokens x training.micro_batch_size x views)": visible * rows,
-            "decoder rows (masked targets x training.micro_batch_size x views)": targets * rows,
-            "cross-attention key rows (visible tokens x training.micro_batch_size x views)": visible * rows}
+@dataclass(frozen=True)
+class SampleLayout:
+    """The rules one sample layout implies, as real functions (views: CrossBERT; whole sequences: the MLMs)."""
+
+    make_sample: Callable[..., dict]
+    """``(masking_cfg, index, tokens, TokenIds) -> sample dict``: pure numpy, shared by data and benchmarks."""
+    supervised_tokens: Callable[[RunConfig], float]
+    """``(run_cfg) ->`` tokens with a reconstruction loss per packed sequence."""
+    attention_calls: Callable[[RunConfig], tuple[AttentionCall, ...]]
+    """``(run_cfg) ->`` each kind of core-attention call of a training step (its shapes: what compiled
+    FlexAttention makes one kernel for)."""
 
 
-def full_gemm_rows(run_cfg: RunConfig) -> dict[str, int]:
-    """Rows of the TE GEMMs of one MLM micro-batch: the encoder over every position (the sparse head is local)."""
-    seq, rows = full_pipeline_shape(run_cfg)
-    return {"encoder rows (data.seq_length x training.micro_batch_size)": seq * rows}
+VIEWS = SampleLayout(make_sample=crossbert_sample, supervised_tokens=views_supervised,
+                     attention_calls=views_attention_calls)
+SEQUENCE = SampleLayout(make_sample=mlm_sample, supervised_tokens=mlm_supervised,
+                        attention_calls=full_attention_calls)
 
+
+def sample_layout(arch: str) -> SampleLayout:
+    """The layout of architecture ``arch``'s samples (``ArchSpec.uses_views``)."""
+    return VIEWS if get_arch(arch).uses_views else SEQUENCE

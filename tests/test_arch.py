@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from megatron_crossbert import arch
+from megatron_crossbert.arch_rules import sample_layout
 from megatron_crossbert.config import load_run_config
 from megatron_crossbert.masking import TokenIds
 from tests.support import REPO_ROOT
@@ -27,8 +28,6 @@ def test_registry_lists_every_architecture_and_family():
     assert set(ENTRIES) == {("crossbert", "classic"), ("crossbert", "modern"), ("bert", "classic"),
                             ("mlm", "modern")}
     for spec in arch.REGISTRY.values():
-        for ref in (spec.build_model, spec.dataset_class, spec.forward_step, spec.flops):
-            assert callable(ref.get()), ref.path
         for encoder in spec.encoders:
             assert arch.get_encoder(encoder).hf_formats
     with pytest.raises(ValueError, match="registered: \\['bert', 'crossbert', 'mlm'\\]"):
@@ -40,20 +39,40 @@ def _model_overrides(name: str, encoder: str) -> list[str]:
     return [f"model.arch={name}", f"model.encoder={encoder}", f"model.decoder_num_layers={decoder}"]
 
 
+def test_every_architecture_has_one_train_spec_of_real_parts():
+    """The builders table holds the registry's names, each a module whose parts are real objects."""
+    from megatron_crossbert.architectures.registry import TRAIN_SPECS, get_train_spec
+
+    assert sorted(TRAIN_SPECS) == sorted(arch.REGISTRY)
+    for name, spec in TRAIN_SPECS.items():
+        assert spec.arch is arch.get_arch(name) and isinstance(spec.dataset_class, type)
+        assert all(callable(part) for part in (spec.build_model, spec.forward_step, spec.layout.make_sample))
+    with pytest.raises(ValueError, match="registered: \\['bert', 'crossbert', 'mlm'\\]"):
+        get_train_spec("gpt")
+
+
+def test_the_registry_holds_no_string_references():
+    """Its fields are facts (no "module:attribute" strings resolved at run time) and it imports nothing."""
+    text = (PACKAGE / "arch.py").read_text()
+    assert "import_module" not in text and not re.search(r'"[\w.]+:\w+"', text)
+    assert [line for line in text.splitlines() if line.startswith(("import ", "from "))] == [
+        "from __future__ import annotations", "from dataclasses import dataclass"]
+
+
 @pytest.mark.parametrize("name", sorted(arch.REGISTRY))
 def test_sample_builders_match_pipeline_shape_and_supervised_tokens(name):
     """One sample of each builder has the shapes the spec's pipeline shape and token count promise."""
-    spec = arch.get_arch(name)
+    spec, layout = arch.get_arch(name), sample_layout(name)
     cfg = load_run_config(None, _model_overrides(name, spec.encoders[0]) + ["data.seq_length=64"])
     tokens = np.random.default_rng(0).integers(6, 500, size=64)
-    sample = spec.make_sample(cfg.masking, 3, tokens, TokenIds(mask_id=4, vocab_size=512, special_ids=(0, 1, 2, 3, 4)))
-    seq, rows = spec.pipeline_shape(cfg)
+    sample = layout.make_sample(cfg.masking, 3, tokens, TokenIds(mask_id=4, vocab_size=512, special_ids=(0, 1, 2, 3, 4)))
+    seq, rows = cfg.pipeline_shape()
     if spec.uses_views:
         assert sample["visible"].shape == (cfg.masking.num_views, seq)
-        assert sample["targets"].size == spec.supervised_tokens(cfg)
+        assert sample["targets"].size == layout.supervised_tokens(cfg)
     else:
         assert seq == 64 and sample["tokens"].shape == (64,)
-        assert sample["loss_mask"].sum() == spec.supervised_tokens(cfg)
+        assert sample["loss_mask"].sum() == layout.supervised_tokens(cfg)
     assert rows == cfg.training.micro_batch_size * (cfg.masking.num_views if spec.uses_views else 1)
 
 

@@ -173,7 +173,7 @@ def save_initial_checkpoint(run_cfg: RunConfig, root: Path) -> Path:
     """The untrained model at the training seed, as a model-only checkpoint (the probe baseline)."""
     from megatron_crossbert import platform
     from megatron_crossbert.checkpoint.save import save_model_only
-    from megatron_crossbert.models import build_model
+    from megatron_crossbert.architectures.build import build_model
 
     platform.initialize(run_cfg.parallel, run_cfg.training.seed)
     try:
@@ -248,11 +248,11 @@ def sts_stage(models: dict[str, Path], opts: DemoOptions, out: Path) -> dict:
     if not opts.mteb_lite_dir or not Path(opts.mteb_lite_dir).is_dir():
         return {"command": sts_command(models["pretrained"])}
     from megatron_crossbert.evaluation.mteb.adapter import build_mteb_encoder, evaluate_mteb
-    from megatron_crossbert.evaluation.mteb.in_training import load_mteb_suite
+    from megatron_crossbert.evaluation.mteb.in_training import load_mteb_tasks
 
     start, result = time.perf_counter(), {}
     for name, path in models.items():
-        tasks = load_mteb_suite([f"mteb:{opts.mteb_lite_dir}"], max_test=None)
+        tasks = load_mteb_tasks([f"mteb:{opts.mteb_lite_dir}"], max_test=None)
         encoder = build_mteb_encoder(str(path), cache_dir=str(out / "probe_cache"), device="cpu")
         summary, _ = evaluate_mteb(encoder, tasks, raise_error=True)
         result[name] = {"average": summary["average"], "tasks": {r["folder"]: r["main_score"] for r in summary["tasks"]}}

@@ -160,9 +160,9 @@ def compile_s_per_shape(report: dict, cases: list) -> float | None:
     """Seconds one compiled flex shape cost in this run: the first warm-up round's time beyond a timed step,
     over the distinct shapes the run's models compile (``flex_compile``); None where nothing was compiled or
     no warm-up ran. The device plan's per-compile constant is set from it (``budget``)."""
-    from megatron_crossbert.models.flex_compile import plan_flex_shapes
+    from megatron_crossbert.models.flex_compile import union_flex_shapes
 
-    shapes, seconds = len(plan_flex_shapes(case.run_cfg for case in cases)), report["meta"].get("compile_s")
+    shapes, seconds = len(union_flex_shapes(case.run_cfg for case in cases)), report["meta"].get("compile_s")
     return round(seconds / shapes, 1) if shapes and seconds else None
 
 

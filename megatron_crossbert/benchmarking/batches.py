@@ -1,7 +1,7 @@
 """Synthetic micro-batches in the exact layout the real datasets produce (docs/architecture.md).
 
 Throughput does not depend on token content, only on shapes, so the benchmark draws random ids
-and applies the architecture's own sample builder (``ArchSpec.make_sample``, from ``arch_rules``).
+and applies the architecture's own sample builder (``SampleLayout.make_sample``, from ``arch_rules``).
 With document masks on, samples carry ``segments`` drawn like the shared corpus packs: document
 boundaries at a rate of one per ``MEAN_DOCUMENT_TOKENS`` (geometric lengths), so the timed step runs
 the masked attention path pretraining runs.
@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from megatron_crossbert.arch import get_arch
+from megatron_crossbert.arch_rules import sample_layout
 from megatron_crossbert.benchmarking.cases import BenchCase
 from megatron_crossbert.masking import TokenIds
 
@@ -32,10 +32,10 @@ def synthetic_segments(rng: np.random.Generator, seq_length: int, mean: float = 
 
 
 def make_batches(case: BenchCase, count: int, device: torch.device, seed: int = 0) -> list[dict[str, torch.Tensor]]:
-    """``count`` distinct micro-batches for ``case`` (its ``ArchSpec.make_sample``), already on ``device``."""
+    """``count`` distinct micro-batches for ``case`` (its ``SampleLayout.make_sample``), already on ``device``."""
     rng = np.random.default_rng(seed)
     cfg = case.run_cfg
-    make_sample = get_arch(case.arch).make_sample
+    make_sample = sample_layout(case.arch).make_sample
     ids = TokenIds(mask_id=MASK_ID, vocab_size=cfg.model.vocab_size, special_ids=tuple(range(NUM_SPECIAL)))
     batches = []
     for batch_index in range(count):

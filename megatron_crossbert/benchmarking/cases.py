@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from megatron_crossbert.arch import get_arch
+from megatron_crossbert.arch_rules import sample_layout
 from megatron_crossbert.config import RunConfig
 
 SIZES: dict[str, dict] = {
@@ -119,8 +120,8 @@ class BenchCase:
         return self.seq_length
 
     def supervised_tokens_per_sample(self) -> float:
-        """Tokens that receive a reconstruction loss per sample (``ArchSpec.supervised_tokens``)."""
-        return get_arch(self.arch).supervised_tokens(self.run_cfg)
+        """Tokens that receive a reconstruction loss per sample (``SampleLayout.supervised_tokens``)."""
+        return sample_layout(self.arch).supervised_tokens(self.run_cfg)
 
 
 def size_overrides(size: str, **changes) -> dict:

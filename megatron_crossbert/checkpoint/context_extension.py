@@ -12,7 +12,7 @@ frequencies are not saved, so a new base needs no weight surgery; what has rows 
   warning that the rows past the trained length start untrained.
 
 A full resume must not change the meaning of positions at all: ``resume_mismatches`` lists the RoPE
-and window options that differ. An ``init_from`` is decided once (:func:`plan_extension`): what it refuses,
+and window options that differ. An ``init_from`` is decided once (:func:`extension_of`): what it refuses,
 what it changes (logged) and which tables it grows travel together in one :class:`ContextExtension`.
 """
 
@@ -79,7 +79,7 @@ def _changes(saved: RunConfig, current: RunConfig, learned: bool) -> list[str]:
     return changes
 
 
-def plan_extension(saved: RunConfig, current: RunConfig) -> ContextExtension:
+def extension_of(saved: RunConfig, current: RunConfig) -> ContextExtension:
     """An ``init_from``'s refusals, changes and grown tables; the encoder family (learned or rotary
     positions) is looked up once for all three."""
     learned = get_encoder(current.model.encoder).learned_positions

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from megatron_crossbert.checkpoint.checksums import ContentsVerdict, check_contents
-from megatron_crossbert.checkpoint.context_extension import NO_EXTENSION, plan_extension, resume_mismatches
+from megatron_crossbert.checkpoint.context_extension import NO_EXTENSION, extension_of, resume_mismatches
 from megatron_crossbert.checkpoint.directories import load_saved_config, resolve_checkpoint_dir
 from megatron_crossbert.checkpoint.errors import CheckpointError
 from megatron_crossbert.checkpoint.optimizer_format import SavedOptimizer, read_saved_optimizer, reshard_refusal
@@ -78,7 +78,7 @@ def config_mismatches(saved: RunConfig, current: RunConfig, *, weights_only: boo
     ``seq_length`` included, is ``data_record``'s to compare on a resume).
 
     ``init_from`` (``weights_only``) may extend the context: its position table and RoPE options are
-    ``context_extension.plan_extension``'s to judge; a full resume may change none of them.
+    ``context_extension.extension_of``'s to judge; a full resume may change none of them.
     """
     fields = [name for name in MODEL_FIELDS if not (weights_only and name == "max_position_embeddings")]
     diffs = [f"model.{name}: checkpoint {saved.model.resolved(name)!r} vs run {current.model.resolved(name)!r}"
@@ -117,7 +117,7 @@ def verify_checkpoint(ckpt_dir: Path, current: RunConfig, *, weights_only: bool 
     pin = _pin(ckpt_dir)
     saved = load_saved_config(ckpt_dir)
     diffs = config_mismatches(saved, current, weights_only=weights_only)
-    extension = plan_extension(saved, current) if weights_only else NO_EXTENSION
+    extension = extension_of(saved, current) if weights_only else NO_EXTENSION
     optimizer = SavedOptimizer() if weights_only else read_saved_optimizer(ckpt_dir, saved)
     diffs += extension.refusals
     if not weights_only:

@@ -15,11 +15,12 @@ from megatron_crossbert.arch import get_arch
 from megatron_crossbert.config.checks import (_require, coerce, coerce_saved, describe, named_rule, section_hints,
                                               setting)
 from megatron_crossbert.config.data import DataConfig, MaskingConfig
-from megatron_crossbert.config.fp8 import fp8_shape_problems
+from megatron_crossbert.config.fp8 import fp8_shape_problems, gemm_rows
 from megatron_crossbert.config.model import ModelConfig
 from megatron_crossbert.config.parallel import ParallelConfig
 from megatron_crossbert.config.training import CheckpointConfig, TrainingConfig
 from megatron_crossbert.fsutil import atomic_write_text
+from megatron_crossbert.masking import check_view_shape
 
 
 @dataclass
@@ -42,7 +43,7 @@ class RunConfig:
                  f"{setting(self.data, 'seq_length')} must be <= {setting(model, 'max_position_embeddings')} (the "
                  "position table); raise max_position_embeddings or shorten sequences")
         named_rule(", ".join((setting(self.data, "seq_length"), setting(self.masking, "mask_ratio"),
-                              setting(self.masking, "complementary"))), lambda: get_arch(model.arch).check_run(self))
+                              setting(self.masking, "complementary"))), self._check_views)
         self._check_tensor_parallel()
         model.padded_vocab_size(parallel.tensor_model_parallel_size)  # raises when the multiple is not TP-divisible
         schedule = [setting(training, name) for name in ("step_batch_size_schedule", "rampup_batch_size")
@@ -53,6 +54,19 @@ class RunConfig:
                  f"{setting(parallel, 'pipeline_model_parallel_size')} must divide {setting(model, 'num_layers')}")
         self._check_fp8_shapes()
 
+    def pipeline_shape(self) -> tuple[int, int]:
+        """``(seq_length, micro_batch)`` of the tensor sent between pipeline stages: CrossBERT's stages exchange
+        the visible tokens of every view (``[Lv, b*V, h]``), the MLMs' the whole packed sequence (``[L, b, h]``)."""
+        seq, mbs = self.data.seq_length, self.training.micro_batch_size
+        if get_arch(self.model.arch).uses_views:
+            return self.masking.visible_length(seq), mbs * self.masking.num_views
+        return seq, mbs
+
+    def _check_views(self) -> None:
+        """Fail at config time when the views cannot be drawn (the checks the data will run)."""
+        if get_arch(self.model.arch).uses_views:
+            check_view_shape(self.data.seq_length, self.masking.mask_ratio, self.masking.complementary)
+
     def _check_tensor_parallel(self) -> None:
         """TP splits every stack's heads, and under sequence parallelism the encoder's and the sequence's rows."""
         model, parallel, tp = self.model, self.parallel, self.parallel.tensor_model_parallel_size
@@ -61,7 +75,7 @@ class RunConfig:
                  f"{tp_setting} must divide {setting(model, 'num_attention_heads')}")
         _require(model.dec_heads % tp == 0, f"{tp_setting} must divide the decoder's {model.dec_heads} attention heads "
                                             f"({setting(model, 'decoder_num_attention_heads')})")
-        encoder_length = get_arch(model.arch).pipeline_shape(self)[0]
+        encoder_length = self.pipeline_shape()[0]
         seq = self.data.seq_length
         _require(not parallel.sequence_parallel or (encoder_length % tp == 0 and seq % tp == 0),
                  f"{setting(parallel, 'sequence_parallel')} needs {setting(self.data, 'seq_length')} and the encoder "
@@ -76,7 +90,8 @@ class RunConfig:
         keys = ("hidden_size", "ffn_hidden_size") + (("decoder_hidden_size", "decoder_ffn_hidden_size")
                                                      if spec.has_reconstruction_decoder else ())
         widths = {f"model.{key}": model.resolved(key) for key in keys}
-        problems = fp8_shape_problems(spec.gemm_rows(self), widths, self.parallel.tensor_model_parallel_size)
+        rows = gemm_rows(self.data.seq_length, self.pipeline_shape(), spec.uses_views)
+        problems = fp8_shape_problems(rows, widths, self.parallel.tensor_model_parallel_size)
         _require(not problems, f"{setting(self.training, 'precision')}: " + "; ".join(problems)
                  + " (change training.micro_batch_size, data.seq_length or masking.mask_ratio)")
 

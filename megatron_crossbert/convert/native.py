@@ -78,8 +78,8 @@ def tp1_parallel_state(seed: int):
 
 
 def build_single_process_model(run_cfg: RunConfig) -> torch.nn.Module:
-    """``models.build_model`` for ``single_process_config(run_cfg)``, in eval mode (caller holds TP=1 state)."""
-    from megatron_crossbert.models import build_model
+    """``architectures.build.build_model`` for ``single_process_config(run_cfg)``, in eval mode (caller holds TP=1 state)."""
+    from megatron_crossbert.architectures.build import build_model
 
     return build_model(single_process_config(run_cfg)).eval()
 

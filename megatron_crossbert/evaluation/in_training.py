@@ -30,7 +30,7 @@ from megatron_crossbert.arch import get_arch
 from megatron_crossbert.evaluation.mteb.task_folders import is_mteb_spec
 from megatron_crossbert.evaluation.probing import in_training as linear
 from megatron_crossbert.evaluation.probing.in_training import (
-    SUITE_MAX_TEST, SUITE_MAX_TRAIN, load_suite_tasks, make_encode_embed_fn,
+    SUITE_MAX_TEST, SUITE_MAX_TRAIN, load_probe_tasks, make_encode_embed_fn,
 )
 from megatron_crossbert.evaluation.tasks.data import ProbeTask
 from megatron_crossbert.evaluation.tasks.glue import available_glue_tasks
@@ -67,13 +67,13 @@ def _suite_inputs(run_cfg, specs: Sequence[str]) -> tuple[list[ProbeTask], list,
         mteb_specs = [spec for spec in specs if is_mteb_spec(spec)]
         probe_specs = [spec for spec in specs if spec not in mteb_specs]
         try:
-            tasks = load_suite_tasks(**parse_task_specs(probe_specs), max_train=SUITE_MAX_TRAIN,
+            tasks = load_probe_tasks(**parse_task_specs(probe_specs), max_train=SUITE_MAX_TRAIN,
                                      max_test=SUITE_MAX_TEST)
             mteb_tasks = []
             if mteb_specs:
-                from megatron_crossbert.evaluation.mteb.in_training import load_mteb_suite
+                from megatron_crossbert.evaluation.mteb.in_training import load_mteb_tasks
 
-                mteb_tasks = load_mteb_suite(mteb_specs, max_test=SUITE_MAX_TEST)
+                mteb_tasks = load_mteb_tasks(mteb_specs, max_test=SUITE_MAX_TEST)
         except (OSError, ValueError) as err:
             raise ValueError(f"training.probe_tasks: {err}") from err
         try:

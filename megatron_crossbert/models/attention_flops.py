@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from megatron_crossbert.arch import get_arch
+from megatron_crossbert.arch_rules import sample_layout
 from megatron_crossbert.attention_windows import layer_half_windows
 from megatron_crossbert.config import RunConfig
 from megatron_crossbert.models.flops import BACKWARD_FACTOR, keys_per_query, model_flops_per_sample
@@ -44,7 +44,7 @@ def attention_adjusted_flops_per_sample(run_cfg: RunConfig, lengths: Sequence[in
     model, seq, mbs = run_cfg.model, run_cfg.data.seq_length, run_cfg.training.micro_batch_size
     windows = dict(local_attention=model.local_attention, global_attn_every_n_layers=model.global_attn_every_n_layers)
     skipped = 0.0
-    for call in get_arch(model.arch).attention_calls(run_cfg):
+    for call in sample_layout(model.arch).attention_calls(run_cfg):
         width, rows_per_sample = call.heads * call.head_dim, call.batch / mbs
         for half in layer_half_windows(call.layers, **windows):
             dense = call.queries * keys_per_query(call.keys, seq, half)

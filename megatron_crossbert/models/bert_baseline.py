@@ -79,7 +79,7 @@ class BaselineBertModel(BertModel):
 def build_bert_model(run_cfg: RunConfig, *, vocab_size: int, max_sequence_length: int, use_te: bool,
                      attention: AttentionPlan, pre_process: bool = True,
                      post_process: bool = True) -> BaselineBertModel:
-    """``ArchSpec.build_model`` of 'bert': megatron BertModel with the tied LM head (as Megatron-LM builds it).
+    """``TrainSpec.build_model`` of 'bert': megatron BertModel with the tied LM head (as Megatron-LM builds it).
 
     Sequence parallelism needs apex: megatron's BertLMHead (and BertModel's final norm without TE)
     fall back to a torch norm that refuses SP, so we refuse early with a readable message.

@@ -131,7 +131,7 @@ class CrossBertModel(EncoderLanguageModel):
 
 
 def build_crossbert_model(run_cfg: RunConfig, **common) -> CrossBertModel:
-    """``ArchSpec.build_model`` of 'crossbert': encoder + decoder TransformerConfigs of this run."""
+    """``TrainSpec.build_model`` of 'crossbert': encoder + decoder TransformerConfigs of this run."""
     model = run_cfg.model
     return CrossBertModel(transformer_config(run_cfg), transformer_config(run_cfg, decoder=True),
                           family=get_encoder(model.encoder), rotary_base=model.rotary_base,

@@ -155,3 +155,9 @@ class LMHead(MegatronModule):
 
     def forward(self, hidden_states: Tensor) -> Tensor:
         return self.layer_norm(torch.nn.functional.gelu(self.dense(hidden_states)))
+
+
+def model_encode(model: torch.nn.Module, input_ids: torch.Tensor,
+                 attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """``[b, s, h]`` encoder features of any architecture: every model class has ``encode``."""
+    return model.encode(input_ids, attention_mask)

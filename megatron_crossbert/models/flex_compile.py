@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 from functools import lru_cache
 
-from megatron_crossbert.arch import get_arch
+from megatron_crossbert.arch_rules import sample_layout
 from megatron_crossbert.config import RunConfig
 
 DYNAMO_DEFAULT_RECOMPILE_LIMIT = 8
@@ -39,10 +39,10 @@ def flex_shapes(run_cfg: RunConfig) -> set[tuple[int, int, int, int, int]]:
     """
     tp = run_cfg.parallel.tensor_model_parallel_size
     return {(call.batch, call.heads // tp, call.queries, call.keys, call.head_dim)
-            for call in get_arch(run_cfg.model.arch).attention_calls(run_cfg)}
+            for call in sample_layout(run_cfg.model.arch).attention_calls(run_cfg)}
 
 
-def plan_flex_shapes(run_cfgs) -> set[tuple[int, int, int, int, int]]:
+def union_flex_shapes(run_cfgs) -> set[tuple[int, int, int, int, int]]:
     """The union over every run one process builds (a benchmark plan's cases)."""
     return set().union(*(flex_shapes(run_cfg) for run_cfg in run_cfgs))
 

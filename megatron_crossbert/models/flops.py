@@ -27,6 +27,7 @@ Per architecture:
 from __future__ import annotations
 
 from megatron_crossbert.arch import get_arch, get_encoder
+from megatron_crossbert.arch_rules import sample_layout
 from megatron_crossbert.attention_windows import layer_half_windows
 from megatron_crossbert.config import RunConfig
 
@@ -105,25 +106,28 @@ def forward_flops_per_view(run_cfg: RunConfig) -> float:
 
 
 def crossbert_flops_per_sample(run_cfg: RunConfig) -> float:
-    """``ArchSpec.flops`` of 'crossbert': forward + backward over all views of one packed sequence."""
+    """CrossBERT's model FLOPs: forward + backward over all views of one packed sequence."""
     return BACKWARD_FACTOR * run_cfg.masking.num_views * forward_flops_per_view(run_cfg)
 
 
 def predicted_positions(run_cfg: RunConfig) -> float:
-    """Rows the MLM head runs on: the supervised count with sparse prediction (``ArchSpec.supervised_tokens``,
+    """Rows the MLM head runs on: the supervised count with sparse prediction (``SampleLayout.supervised_tokens``,
     ``round(p * L)``), else all L positions."""
     if run_cfg.model.sparse_prediction:
-        return get_arch(run_cfg.model.arch).supervised_tokens(run_cfg)
+        return sample_layout(run_cfg.model.arch).supervised_tokens(run_cfg)
     return float(run_cfg.data.seq_length)
 
 
 def mlm_flops_per_sample(run_cfg: RunConfig) -> float:
-    """``ArchSpec.flops`` of the MLM baselines: encoder over all L positions, head over the predicted ones."""
+    """The MLM baselines' model FLOPs: encoder over all L positions, head over the predicted ones."""
     seq = run_cfg.data.seq_length
     head = lm_head_forward_flops(run_cfg, predicted_positions(run_cfg))
     return BACKWARD_FACTOR * (encoder_forward_flops(run_cfg, seq) + head)
 
 
 def model_flops_per_sample(run_cfg: RunConfig) -> float:
-    """Forward + backward model FLOPs for one packed sequence of ``data.seq_length`` tokens (all views)."""
-    return get_arch(run_cfg.model.arch).flops(run_cfg)
+    """Forward + backward model FLOPs for one packed sequence of ``data.seq_length`` tokens (all views): the
+    views' encoder, decoder and head (CrossBERT), else the MLMs' encoder and head."""
+    if get_arch(run_cfg.model.arch).uses_views:
+        return crossbert_flops_per_sample(run_cfg)
+    return mlm_flops_per_sample(run_cfg)

@@ -73,7 +73,7 @@ class MlmModel(EncoderLanguageModel):
 
 
 def build_mlm_model(run_cfg: RunConfig, **common) -> MlmModel:
-    """``ArchSpec.build_model`` of 'mlm'."""
+    """``TrainSpec.build_model`` of 'mlm'."""
     model = MlmModel(transformer_config(run_cfg), family=get_encoder(run_cfg.model.encoder),
                      rotary_base=run_cfg.model.rotary_base, **common)
     model.sparse_prediction = run_cfg.model.sparse_prediction

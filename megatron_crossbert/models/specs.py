@@ -106,7 +106,7 @@ def require_support(precision: str, transformer_impl: str) -> None:
 
     Not in ``RunConfig.__post_init__``: configs of fp8 runs must still load on CPU machines (export,
     probe, MTEB), and ``config`` imports no torch. Called where a run is about to build a model:
-    ``training.setup.check_support`` and ``models.build_model``.
+    ``training.setup.check_support`` and ``architectures.build.build_model``.
     """
     problems = support_problems(precision, transformer_impl)
     if problems:

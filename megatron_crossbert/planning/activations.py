@@ -22,7 +22,7 @@ Counted the way the tests measure it (``planning.check``): every distinct tensor
   targets, the MLM's masked positions under sparse prediction);
 - with full recompute a layer keeps only its input; backward rebuilds one layer at a time (``recompute_peak``).
 
-Views per sample multiply the encoder's and the decoder's rows (``arch.pipeline_shape``).
+Views per sample multiply the encoder's and the decoder's rows (``RunConfig.pipeline_shape``).
 """
 
 from __future__ import annotations
@@ -176,7 +176,7 @@ class MicroBatchActivations:
 def encoder_block(run_cfg: RunConfig) -> Block:
     """The encoder at this run's micro-batch: every token (MLM) or each view's visible ones (CrossBERT)."""
     model, parallel = run_cfg.model, run_cfg.parallel
-    seq, rows = get_arch(model.arch).pipeline_shape(run_cfg)
+    seq, rows = run_cfg.pipeline_shape()
     tp = parallel.tensor_model_parallel_size
     return Block(seq * rows, rows, model.hidden_size, model.ffn, model.num_attention_heads, tp,
                  tp if parallel.sequence_parallel else 1)

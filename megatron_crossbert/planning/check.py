@@ -60,17 +60,17 @@ def measure_case(run_cfg: RunConfig, seed: int = 0) -> Measured:
     """Build ``run_cfg``'s model on the initialised process group and measure one micro-batch's forward."""
     from megatron.core import parallel_state
 
-    from megatron_crossbert.arch import get_arch
+    from megatron_crossbert.architectures.registry import get_train_spec
     from megatron_crossbert.benchmarking.batches import make_batches
     from megatron_crossbert.benchmarking.cases import BenchCase
-    from megatron_crossbert.models import build_model
+    from megatron_crossbert.architectures.build import build_model
 
     model = build_model(run_cfg, pre_process=parallel_state.is_pipeline_first_stage(),
                         post_process=parallel_state.is_pipeline_last_stage(), training=True)
     model.train()
     device = next(model.parameters()).device
     batch = make_batches(BenchCase("plan", run_cfg), 1, device, seed=seed)[0]
-    step = get_arch(run_cfg.model.arch).forward_step
+    step = get_train_spec(run_cfg.model.arch).forward_step
     count, (output, _) = saved_bytes(model, lambda: step(device, iter([batch]), model))
     output.sum().backward()  # the graph is released and the hooks' bookkeeping is real
     return Measured(saved_bytes=count, parameters=sum(p.numel() for p in model.parameters()))

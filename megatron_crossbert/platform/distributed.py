@@ -35,7 +35,7 @@ def device() -> torch.device:
 
 
 @dataclass(frozen=True)
-class ProcessGroupPlan:
+class ProcessGroupArgs:
     """How this process joins the job: the arguments of ``init_process_group`` and of megatron's groups."""
 
     backend: str
@@ -50,8 +50,8 @@ class ProcessGroupPlan:
     and across nodes they hang where a hostname resolves to 127.0.1.1, so none are made."""
 
 
-def process_group_plan(cuda: bool, env: dict[str, str], timeout_minutes: int,
-                       port: int | None = None) -> ProcessGroupPlan:
+def process_group_args(cuda: bool, env: dict[str, str], timeout_minutes: int,
+                       port: int | None = None) -> ProcessGroupArgs:
     """The one rule for joining: NCCL groups are bound to the rank's GPU (``device_id``: eager NCCL init, no
     guessed device), the timeout is the run's; under a launcher (``RANK`` set) the env:// rendezvous, else a
     world of one on ``port`` of the loopback, without leaking rendezvous variables to children."""
@@ -62,14 +62,14 @@ def process_group_plan(cuda: bool, env: dict[str, str], timeout_minutes: int,
         kwargs["device_id"] = torch.device("cuda", local_rank)
     if "RANK" not in env:
         kwargs.update(init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
-    return ProcessGroupPlan(backend, kwargs, local_rank)
+    return ProcessGroupArgs(backend, kwargs, local_rank)
 
 
 def init_process_group(timeout_minutes: int = 30) -> tuple[int, int]:
-    """Initialise torch.distributed (``process_group_plan``); returns (rank, world_size)."""
+    """Initialise torch.distributed (``process_group_args``); returns (rank, world_size)."""
     if not dist.is_initialized():
         cuda = torch.cuda.is_available()
-        plan = process_group_plan(cuda, dict(os.environ), timeout_minutes,
+        plan = process_group_args(cuda, dict(os.environ), timeout_minutes,
                                   None if "RANK" in os.environ else free_port())
         if plan.local_rank is not None:
             torch.cuda.set_device(plan.local_rank)
@@ -117,7 +117,7 @@ def initialize(parallel: ParallelConfig, seed: int) -> None:
         tensor_model_parallel_size=parallel.tensor_model_parallel_size,
         pipeline_model_parallel_size=parallel.pipeline_model_parallel_size,
         distributed_timeout_minutes=parallel.distributed_timeout_minutes,
-        create_gloo_process_groups=ProcessGroupPlan.create_gloo_groups,
+        create_gloo_process_groups=ProcessGroupArgs.create_gloo_groups,
     )
     seed_everything(seed)
 

@@ -58,7 +58,7 @@ def optimizer_config(run_cfg: RunConfig) -> OptimizerConfig:
 
 def build_optimizer(ddp_model: DistributedDataParallel, run_cfg: RunConfig):
     """megatron's optimizer over the DDP chunk; its grad_scale_func is handed to the schedules."""
-    # no gloo groups exist (``platform.process_group_plan``): the optimizer must not ask for them
+    # no gloo groups exist (``platform.process_group_args``): the optimizer must not ask for them
     optimizer = get_megatron_optimizer(optimizer_config(run_cfg), [ddp_model], use_gloo_process_groups=False)
     get_model_config(ddp_model).grad_scale_func = optimizer.scale_loss
     return optimizer

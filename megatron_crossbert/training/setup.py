@@ -15,9 +15,15 @@ import torch
 from megatron.core import parallel_state
 
 from megatron_crossbert import platform
+from megatron_crossbert.architectures.build import build_model
+from megatron_crossbert.checkpoint.async_strategy import check_async_writer
 from megatron_crossbert.checkpoint.manager import CheckpointManager, Progress
 from megatron_crossbert.config import RunConfig
+from megatron_crossbert.data.datasets.build import build_datasets
+from megatron_crossbert.models.attention_plan import attention_backend
+from megatron_crossbert.models.specs import require_support
 from megatron_crossbert.outputs import require_output_dir
+from megatron_crossbert.platform.distributed import check_world_size, launched_world_size
 from megatron_crossbert.training.batch_schedule import BatchSchedule
 from megatron_crossbert.training.optimizer import build_optimizer, build_scheduler, install_schedule_hooks, wrap_ddp
 from megatron_crossbert.training.sampler import PretrainingSampler
@@ -52,8 +58,6 @@ class Session:
 
 def build_model_chunk(run_cfg: RunConfig) -> torch.nn.Module:
     """This stage's model (embeddings on the first stage, heads on the last)."""
-    from megatron_crossbert.models import build_model
-
     return build_model(run_cfg, pre_process=parallel_state.is_pipeline_first_stage(),
                        post_process=parallel_state.is_pipeline_last_stage(), training=True)
 
@@ -65,11 +69,6 @@ def check_support(run_cfg: RunConfig) -> None:
     (``checkpoint.async_strategy``), a launcher's world size that does not fit TP*PP, no data to
     read, and output directories that cannot be directories. It reads and writes nothing, so it runs before
     the save directory's run lock is taken: a refused run leaves no trace there."""
-    from megatron_crossbert.checkpoint.async_strategy import check_async_writer
-    from megatron_crossbert.models.attention_plan import attention_backend
-    from megatron_crossbert.models.specs import require_support
-    from megatron_crossbert.platform.distributed import check_world_size, launched_world_size
-
     require_support(run_cfg.training.precision, run_cfg.model.transformer_impl)
     attention_backend(run_cfg, training=True)
     check_world_size(run_cfg.parallel, launched_world_size())
@@ -138,8 +137,6 @@ def _batches(session: Session, dataset, total: int, consumed: int):
 
 def build_data(session: Session):
     """(train iterator, valid dataset or None). The train sampler starts at the restored position."""
-    from megatron_crossbert.data.datasets.build import build_datasets
-
     sizes = dataset_sizes(session)
     train_ds, valid_ds, _ = build_datasets(session.run_cfg, sizes)
     return _batches(session, train_ds, sizes[0], session.progress.consumed_samples), (valid_ds if sizes[1] else None)

@@ -1,8 +1,8 @@
 """One optimizer step and one validation pass, on megatron-core's pipeline schedules.
 
 The forward-step functions are per architecture (the batch contracts differ, see
-docs/architecture.md) and are looked up in ``arch.REGISTRY``; all return per-token losses and use
-the per-token loss convention (``calculate_per_token_loss=True``): each micro-batch reports ``(loss_sum, num_tokens)`` and
+docs/architecture.md): each is its ``architectures`` module's ``TrainSpec.forward_step``; all return per-token
+losses and use the per-token loss convention (``calculate_per_token_loss=True``): each micro-batch reports ``(loss_sum, num_tokens)`` and
 ``finalize_model_grads`` divides the gradients by the job-wide token count, so the result does not
 depend on how the global batch is split into micro-batches or DP ranks.
 
@@ -21,43 +21,8 @@ import torch.distributed as dist
 from megatron.core import parallel_state
 from megatron.core.pipeline_parallel import get_forward_backward_func
 
-from megatron_crossbert.arch import get_arch
+from megatron_crossbert.architectures.registry import get_train_spec
 from megatron_crossbert.config import RunConfig
-
-
-def loss_func(loss_mask: torch.Tensor, per_token_loss: torch.Tensor):
-    """(loss_sum, num_tokens, report) as megatron's schedules expect with per-token loss."""
-    losses = per_token_loss.float().reshape(-1)
-    mask = loss_mask.float().reshape(-1)
-    loss_sum = torch.sum(losses * mask)
-    num_tokens = mask.sum().to(torch.int)
-    report = torch.stack([loss_sum.detach().clone(), num_tokens.detach().float()])
-    return loss_sum, num_tokens, {"lm loss": report}
-
-
-def _to_device(batch: dict, device: torch.device) -> dict:
-    return {key: value.to(device, non_blocking=True) for key, value in batch.items()}
-
-
-def crossbert_forward_step(device: torch.device, data_iterator, model):
-    """Every target position of every view is supervised, so the loss mask is all ones."""
-    batch = _to_device(next(data_iterator), device)
-    output = model(batch["tokens"], batch["visible"], batch["targets"], segments=batch.get("segments"))
-    b, views, num_targets = batch["targets"].shape
-    loss_mask = torch.ones(b * views, num_targets, dtype=torch.float32, device=device)
-    return output, partial(loss_func, loss_mask)
-
-
-def mlm_forward_step(device: torch.device, data_iterator, model):
-    """MLM baselines (megatron-core BertModel, MlmModel) return the per-token LM loss given lm_labels;
-    the loss mask is also where they predict (sparse prediction, unless ``model.sparse_prediction`` is off).
-
-    Packed samples have no padding: attention is masked by the samples' documents (``segments``) when
-    document masks are on, else unmasked (no all-ones mask, which would force a dense-mask kernel)."""
-    batch = _to_device(next(data_iterator), device)
-    output = model(batch["tokens"], None, lm_labels=batch["labels"], prediction_mask=batch["loss_mask"],
-                   segments=batch.get("segments"))
-    return output, partial(loss_func, batch["loss_mask"])
 
 
 @dataclass
@@ -80,10 +45,9 @@ class StepResult:
 
 def run_schedule(model, data_iterator, run_cfg: RunConfig, num_micro: int, device, forward_only: bool):
     """Run megatron's schedule (no pipelining, or 1F1B for PP>1) for ``num_micro`` micro-batches."""
-    spec = get_arch(run_cfg.model.arch)
-    seq_length, micro_batch = spec.pipeline_shape(run_cfg)
+    seq_length, micro_batch = run_cfg.pipeline_shape()
     return get_forward_backward_func()(
-        forward_step_func=partial(spec.forward_step.get(), device), data_iterator=data_iterator,
+        forward_step_func=partial(get_train_spec(run_cfg.model.arch).forward_step, device), data_iterator=data_iterator,
         model=[model], num_microbatches=num_micro, seq_length=seq_length,
         micro_batch_size=micro_batch, forward_only=forward_only,
     )

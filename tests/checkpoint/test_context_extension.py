@@ -25,7 +25,7 @@ def _save_phase_1(cfg, root) -> None:
     """A model-only checkpoint of the short-context run (weights are what init_from reads)."""
     from megatron_crossbert import platform
     from megatron_crossbert.checkpoint.save import save_model_only
-    from megatron_crossbert.models import build_model
+    from megatron_crossbert.architectures.build import build_model
 
     platform.initialize(cfg.parallel, 3)
     try:

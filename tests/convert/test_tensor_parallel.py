@@ -39,7 +39,7 @@ def reshard_to_tp2(rank: int, world_size: int, jobs: list[tuple[str, str, str]],
     from megatron_crossbert import platform
     from megatron_crossbert.checkpoint.load import load_model_weights
     from megatron_crossbert.checkpoint.save import save_model_only
-    from megatron_crossbert.models import build_model
+    from megatron_crossbert.architectures.build import build_model
 
     configs = [(tiny_run_config("crossbert", tokenizer=tokenizer, tp=2, encoder=encoder), src, dst)
                for encoder, src, dst in jobs]

@@ -81,7 +81,7 @@ def test_live_encode_suite_matches_exported_features(native):
 
     from megatron_crossbert.evaluation.in_training import probe_in_training
     from megatron_crossbert.evaluation.probing import in_training as linear
-    from megatron_crossbert.evaluation.probing.in_training import load_suite_tasks, make_encode_embed_fn
+    from megatron_crossbert.evaluation.probing.in_training import load_probe_tasks, make_encode_embed_fn
     from tests.support.training import read_run_config
 
     work, task, tokenizer_dir = native
@@ -93,7 +93,7 @@ def test_live_encode_suite_matches_exported_features(native):
         model = support.load_native(work / "ckpt")
         embed = make_encode_embed_fn(model.encode, tokenizer, max_len=24, batch_size=5)
         np.testing.assert_allclose(embed(texts), exported.embed(texts, progress=False)[0], atol=1e-4)
-        scores = linear.probe_in_training(embed, load_suite_tasks(jsonl=[task]))
+        scores = linear.probe_in_training(embed, load_probe_tasks(jsonl=[task]))
         hook_scores = probe_in_training(model, read_run_config(work / "ckpt"),
                                         [f"jsonl:{task}", f"mteb:{work / 'mteb_lite'}"], iteration=3)
     finally:

@@ -79,14 +79,14 @@ def test_modernbert_style_example_loads_and_trains_on_its_schedules(indexed_corp
 
 
 def test_context_extension_example_continues_the_modern_base_run():
-    from megatron_crossbert.checkpoint.context_extension import plan_extension
+    from megatron_crossbert.checkpoint.context_extension import extension_of
     from megatron_crossbert.config import load_run_config
 
     base = load_run_config(EXAMPLES / "crossbert_modern_base.yaml")
     long = load_run_config(EXAMPLES / "crossbert_modern_8k.yaml", ["checkpoint.init_from=CKPT"])
     assert (long.data.seq_length, long.model.max_position_embeddings, long.model.rotary_base) == (8192, 8192, 160000)
     assert (long.model.local_attention, long.model.local_rotary_base) == (base.model.local_attention, 10000)
-    assert not plan_extension(base, long).refusals
+    assert not extension_of(base, long).refusals
 
 
 def _run_tiny(work: Path, extra: str = "", **env) -> str:

@@ -121,8 +121,8 @@ def test_mteb_scores_tasks_without_the_polars_runtime(tmp_path):
     bench = write_mteb_lite_fixture(tmp_path / "bench", pairs=12, per_label=6)
     code = ("import sys; sys.modules['_polars_runtime_32'] = None\n"
             "import numpy as np\n"
-            "from megatron_crossbert.evaluation.mteb.in_training import load_mteb_suite, probe_in_training\n"
-            f"tasks = load_mteb_suite(['mteb:{bench}:ToySTSA,ToyIntents'])\n"
+            "from megatron_crossbert.evaluation.mteb.in_training import load_mteb_tasks, probe_in_training\n"
+            f"tasks = load_mteb_tasks(['mteb:{bench}:ToySTSA,ToyIntents'])\n"
             "print(probe_in_training(lambda t: np.random.default_rng(0).normal(size=(len(t), 8)), tasks))\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "mteb/ToyIntents/accuracy" in done.stdout, done.stderr[-3000:]

@@ -143,11 +143,11 @@ def test_the_gpu_check_stage_budgets_a_compile_for_every_shape_it_makes():
     from experiments.device_check.stages import DEVICE_GPU_CHECK
     from megatron_crossbert.benchmarking.gpu_check import GPU_CHECK_ROWS
     from megatron_crossbert.benchmarking.throughput import ThroughputOptions, select_cases
-    from megatron_crossbert.models.flex_compile import plan_flex_shapes
+    from megatron_crossbert.models.flex_compile import union_flex_shapes
 
     cases = [case for size in DEVICE_GPU_CHECK["sizes"]
              for case in select_cases(ThroughputOptions(size=size, precision="bf16", only=list(GPU_CHECK_ROWS)))]
-    assert plan.stage("gpu_check").compiles >= len(plan_flex_shapes(case.run_cfg for case in cases)) == 7
+    assert plan.stage("gpu_check").compiles >= len(union_flex_shapes(case.run_cfg for case in cases)) == 7
 
 
 def test_the_smoke_stage_runs_sdpa_and_compiles_nothing(monkeypatch):

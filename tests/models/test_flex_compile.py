@@ -32,8 +32,8 @@ def fresh_dynamo(monkeypatch):
 
 
 def test_the_gpu_check_plan_shapes_are_counted_per_size_and_their_union_exceeds_the_default():
-    base = flex_compile.plan_flex_shapes(case.run_cfg for case in _plan_cases(["base"]))
-    both = flex_compile.plan_flex_shapes(case.run_cfg for case in _plan_cases(["base", "large"]))
+    base = flex_compile.union_flex_shapes(case.run_cfg for case in _plan_cases(["base"]))
+    both = flex_compile.union_flex_shapes(case.run_cfg for case in _plan_cases(["base", "large"]))
     # bert/mlm (L), crossbert r=0.5 (Lv = T), r=0.75 (Lv, T, cross), the h/2 decoder (heads differ): 7 per size
     assert len(base) == 7 and len(both) == 14 > flex_compile.DYNAMO_DEFAULT_RECOMPILE_LIMIT
     assert flex_compile.recompile_limit(len(both)) == 14 and flex_compile.recompile_limit(3) == 8

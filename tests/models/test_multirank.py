@@ -93,7 +93,7 @@ def _head_modes(model):
 
 def _layout(cfg_overrides):
     from megatron_crossbert import platform
-    from megatron_crossbert.models import build_model
+    from megatron_crossbert.architectures.build import build_model
 
     cfg = tiny_config(*_ACTIVE[0].overrides, *cfg_overrides)
     platform.initialize(cfg.parallel, 7)
@@ -257,12 +257,10 @@ def _pp_step(cfg, model, batch, ref: dict, names: dict, sparse: bool | None) -> 
     from megatron.core import parallel_state as ps
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
-    from megatron_crossbert.arch import get_arch
-
     if sparse is not None:
         model.sparse_prediction = sparse
     model.zero_grad(set_to_none=True)
-    seq, rows = get_arch(cfg.model.arch).pipeline_shape(cfg)
+    seq, rows = cfg.pipeline_shape()
     micro = [{k: v[i:i + 1] for k, v in batch.items()} for i in range(2)]
     reports = get_forward_backward_func()(
         forward_step_func=_forward_step, data_iterator=iter(micro), model=[model], num_microbatches=2,

@@ -33,7 +33,7 @@ _BUILD_BOTH = """
 import sys
 from megatron_crossbert import platform
 from megatron_crossbert.config import load_run_config
-from megatron_crossbert.models import build_model
+from megatron_crossbert.architectures.build import build_model
 small = ["model.vocab_size=200", "model.hidden_size=32", "model.num_layers=1", "model.num_attention_heads=2",
          "model.max_position_embeddings=16", "data.seq_length=16", "model.decoder_num_layers=1"]
 for arch in ("crossbert", "bert"):

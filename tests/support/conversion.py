@@ -63,7 +63,7 @@ def randomize_(model: torch.nn.Module, seed: int = 3) -> None:
 
 def build_tp1(run_cfg: RunConfig) -> torch.nn.Module:
     """build_model at TP=1 (caller holds a TP=1 parallel state)."""
-    from megatron_crossbert.models import build_model
+    from megatron_crossbert.architectures.build import build_model
 
     return build_model(run_cfg).eval()
 

@@ -10,7 +10,7 @@ import torch
 
 from megatron_crossbert import platform
 from megatron_crossbert.config import RunConfig, load_run_config
-from megatron_crossbert.models import build_model
+from megatron_crossbert.architectures.build import build_model
 
 SEQ = 16
 """Sequence length of ``tiny_config``."""

@@ -69,9 +69,10 @@ def test_resume_is_bit_identical(arch, encoder, indexed_corpus, tmp_path):
 
 def test_nonfinite_steps_are_skipped_then_stop(indexed_corpus, tmp_path, monkeypatch):
     """A NaN loss (and hence NaN grads) skips the step without touching weights; a run of them stops."""
+    from megatron_crossbert.architectures import crossbert
     from megatron_crossbert.training import NonFiniteLossError, steps, train
 
-    real_loss = steps.loss_func
+    real_loss = crossbert.loss_func
     calls = {"n": 0}
 
     def poisoned(loss_mask, per_token_loss):
@@ -80,7 +81,7 @@ def test_nonfinite_steps_are_skipped_then_stop(indexed_corpus, tmp_path, monkeyp
             per_token_loss = per_token_loss * float("nan")
         return real_loss(loss_mask, per_token_loss)
 
-    monkeypatch.setattr(steps, "loss_func", poisoned)
+    monkeypatch.setattr(crossbert, "loss_func", poisoned)
     summary = train(tiny_config("crossbert", indexed_corpus, training__train_iters=5))
     assert summary["skipped_steps"] == 1 and summary["iteration"] == 5
     assert summary["grad_norms"][2] is None and summary["grad_norms"][3] is not None

@@ -58,7 +58,7 @@ def parse_mteb_spec(spec: str) -> tuple[Path, list[str]]:
     return Path(root), [n for n in names.split(",") if n]
 
 
-def load_mteb_suite(specs: Sequence[str], *, max_test: int | None = PROBE_MAX_TEST, seed: int = 0) -> list[BuiltTask]:
+def load_mteb_tasks(specs: Sequence[str], *, max_test: int | None = PROBE_MAX_TEST, seed: int = 0) -> list[BuiltTask]:
     """The tasks of ``mteb:`` specs (named folders, else every STS folder), test rows subsampled once."""
     built = []
     for spec in specs:

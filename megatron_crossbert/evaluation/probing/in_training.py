@@ -3,9 +3,9 @@
 Signature the training loop calls (rank 0, PP=1, model in eval mode, under ``torch.no_grad``)::
 
     from megatron_crossbert.evaluation.probing.in_training import (
-        load_suite_tasks, make_encode_embed_fn, probe_in_training)
+        load_probe_tasks, make_encode_embed_fn, probe_in_training)
 
-    tasks = load_suite_tasks(glue_dir=..., glue_tasks=["SST-2", "STS-B"], jsonl=[...],
+    tasks = load_probe_tasks(glue_dir=..., glue_tasks=["SST-2", "STS-B"], jsonl=[...],
                              max_train=2000, max_test=1000)          # once, at start-up
     embed = make_encode_embed_fn(model.encode, hf_tokenizer, pooling="mean", max_len=128)
     scores = probe_in_training(embed, tasks)    # {"probe/SST-2/accuracy": 81.2, ..., "probe/avg": 74.0}
@@ -15,7 +15,7 @@ Signature the training loop calls (rank 0, PP=1, model in eval mode, under ``tor
   plain keys (and ``probe/avg``) use the last layer.
 - Values are on a 0-100 scale; the dict is flat so it goes straight to TensorBoard / W&B.
 - Nothing is cached: the model changes between calls. Keep tasks small (a few thousand rows);
-  tasks are subsampled once by ``load_suite_tasks`` so every call sees the same rows.
+  tasks are subsampled once by ``load_probe_tasks`` so every call sees the same rows.
 
 The training loop reaches this through ``evaluation/in_training.py`` (task specs, the tokenizer,
 MTEB-lite tasks beside these probes).
@@ -40,7 +40,7 @@ EmbedFn = Callable[[list[str]], np.ndarray]
 SUITE_MAX_TRAIN, SUITE_MAX_TEST = 2000, 1000
 
 
-def load_suite_tasks(*, glue_dir: str | Path | None = None, glue_tasks: Sequence[str] | None = None,
+def load_probe_tasks(*, glue_dir: str | Path | None = None, glue_tasks: Sequence[str] | None = None,
                      jsonl: Sequence[str | Path] = (), max_train: int | None = SUITE_MAX_TRAIN,
                      max_test: int | None = SUITE_MAX_TEST, seed: int = 0) -> list[ProbeTask]:
     """Load and subsample the suite's tasks once (same rows at every call, so curves are comparable)."""

@@ -114,7 +114,7 @@ def test_mteb_probe_specs_score_cosine_spearman_with_mteb(tmp_path):
     from scipy.stats import spearmanr
 
     from megatron_crossbert.evaluation.mteb import in_training as mteb_lite
-    from megatron_crossbert.evaluation.mteb.in_training import load_mteb_suite, parse_mteb_spec
+    from megatron_crossbert.evaluation.mteb.in_training import load_mteb_tasks, parse_mteb_spec
     from tests.support.synthetic_eval import write_mteb_lite_fixture
 
     bench = write_mteb_lite_fixture(tmp_path / "bench", pairs=40)
@@ -128,10 +128,10 @@ def test_mteb_probe_specs_score_cosine_spearman_with_mteb(tmp_path):
     with pytest.raises(ValueError, match="mteb:"):
         parse_mteb_spec("jsonl:/d")
     with pytest.raises(ValueError, match="no task folder \\['STS99'\\]"):
-        load_mteb_suite([f"mteb:{bench}:STS99"])
-    tasks = load_mteb_suite([f"mteb:{bench}"], max_test=30)
+        load_mteb_tasks([f"mteb:{bench}:STS99"])
+    tasks = load_mteb_tasks([f"mteb:{bench}"], max_test=30)
     assert [t.folder for t in tasks] == ["ToySTSA", "ToySTSB"] and len(tasks[0].task.dataset["test"]) == 30
-    again = load_mteb_suite([f"mteb:{bench}"], max_test=30)
+    again = load_mteb_tasks([f"mteb:{bench}"], max_test=30)
     assert tasks[0].task.dataset["test"]["sentence1"] == again[0].task.dataset["test"]["sentence1"]
     scores = mteb_lite.probe_in_training(_letter_counts, tasks, prefix="probe/")
     rows = tasks[0].task.dataset["test"]

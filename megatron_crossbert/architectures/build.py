@@ -1,6 +1,6 @@
 """Build the model chunk of a run: the one entry point training, evaluation and export use.
 
-``build_model`` looks the architecture's builder up in ``arch.REGISTRY``; which layer implementation (local or
+``build_model`` calls the architecture's builder (``registry.get_train_spec``); which layer implementation (local or
 Transformer Engine) a run uses is resolved once, in ``specs.use_transformer_engine``.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from megatron_crossbert.arch import get_arch
+from megatron_crossbert.architectures.registry import get_train_spec
 from megatron_crossbert.config import RunConfig
 from megatron_crossbert.models.attention_plan import attention_plan
 from megatron_crossbert.models.specs import require_support, use_transformer_engine
@@ -32,15 +32,10 @@ def build_model(run_cfg: RunConfig, pre_process: bool = True, post_process: bool
                   max_sequence_length=model_cfg.max_position_embeddings, use_te=use_te,
                   pre_process=pre_process, post_process=post_process,
                   attention=attention_plan(run_cfg, training=training))
-    model = get_arch(model_cfg.arch).build_model(run_cfg, **common)
+    model = get_train_spec(model_cfg.arch).build_model(run_cfg, **common)
     if run_cfg.training.half_precision:
         model = model.bfloat16()          # what megatron's Float16Module would do; norms included
     if torch.cuda.is_available():
         model = model.cuda(torch.cuda.current_device())
     return model
 
-
-def model_encode(model: torch.nn.Module, input_ids: torch.Tensor,
-                 attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-    """``[b, s, h]`` encoder features of any architecture: every model class has ``encode``."""
-    return model.encode(input_ids, attention_mask)
