@@ -58,7 +58,7 @@ def test_every_relative_link_of_the_readme_and_docs_lands():
 
 def test_the_readme_table_names_every_console_script():
     scripts = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    rows = {match for match in re.findall(r"^\| `([^`]+)` \|", (REPO_ROOT / "README.md").read_text(), re.MULTILINE)}
+    rows = set(re.findall(r"^\| `([^`]+)` \|", (REPO_ROOT / "README.md").read_text(), re.MULTILINE))
     assert sorted(set(scripts) - rows) == []
 
 
