@@ -20,7 +20,7 @@ from .analysis import StudyCurves
 
 
 def _targets_text(results: list[dict]) -> str:
-    """The two throughput targets (README, "Throughput against the strongest BERT"), checked against the ratios to the sparse BERT baseline (the
+    """The two throughput targets (docs/performance.md, "Throughput against the strongest BERT"), checked against the ratios to the sparse BERT baseline (the
     strongest BERT of the same size), with the dense-head figures beside them so any shrinkage shows."""
     by_name = {r["name"]: r for r in results}
     lines = []

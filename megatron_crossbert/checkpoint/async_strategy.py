@@ -33,7 +33,7 @@ class AsyncStrategy:
     """For the one log line."""
 
 
-NVRX_INSTALL = "pip install nvidia-resiliency-ext on the GPU node, see the README's 'GPUs, Transformer Engine, FP8'"
+NVRX_INSTALL = "pip install nvidia-resiliency-ext on the GPU node, see docs/gpu.md"
 """Where a refused nvrx request points."""
 
 

@@ -165,7 +165,7 @@ def _scalar(value: Any, hint: type) -> tuple[bool, Any]:
 def coerce(value: Any, hint: Any, key: str) -> Any:
     """``value`` as the declared type ``hint`` of field ``key`` (``section.name``), or ``WrongType``.
 
-    The rules (README, Configuration): a boolean is only true/false (not 0, 1 or the string 'false'); an
+    The rules (docs/training.md, Configuration): a boolean is only true/false (not 0, 1 or the string 'false'); an
     integer is an integer (not 2.0, not true: the flags' argparse types refuse those too); a number is an
     integer or a float, finite, or a numeric string (YAML 1.1 reads 3e-4 as one); a string is a string; a list
     is a list (a bare string is refused, never split into characters) whose items have the item type; null

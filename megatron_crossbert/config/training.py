@@ -161,7 +161,7 @@ class CheckpointConfig:
     async_writer: Literal["mcore", "nvrx"] = "mcore"
     """The writer of async saves: 'mcore' (megatron-core's own, on CPU and GPU) or 'nvrx' (NVIDIA Resiliency
     Extension's, GPU only; refused at start where it does not import). mcore until a cluster save and resume
-    with NVRx has passed; the README says how to install NVRx on a GPU node."""
+    with NVRx has passed; docs/gpu.md says how to install NVRx on a GPU node."""
     resume_from: str | None = None
     """Resume from this checkpoint instead of the one 'latest' names: an iter_* name inside load_dir
     (or save_dir), or a path to an iter_* directory. The way out when 'latest' is missing or damaged."""

@@ -13,7 +13,7 @@ HF exports read its save directory (pruning must keep the checkpoint an export r
 fails, calling it "incomplete"), then SIGUSR1 to its group; (c) torchrun with 2 ranks saving
 asynchronously, SIGTERM to every process of the job. Each worker runs under ``sh -c 'trap ...'``, which
 outlives the forwarded signal to record the worker's own exit status: torchrun itself always exits 1 with
-its ``SignalException`` after a signal (elastic's contract; the README says so).
+its ``SignalException`` after a signal (elastic's contract; docs/security.md says so).
 """
 
 from __future__ import annotations
