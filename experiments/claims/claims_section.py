@@ -219,6 +219,9 @@ def _calibration_text(plan: Plan, curves: an.StudyCurves) -> str:
         found = (f"The smallest budget at which BERT beats the untrained encoder on the frozen GLUE average by more "
                  f"than its seed noise: **{first['samples']} samples** (step {first['iteration']}, "
                  f"{_signed(first['gap'])} points).")
+    elif any(r["gap"] is None for r in rows):
+        found = ("Not answered yet: the untrained reference or a paired seed is not probed at these steps (the table "
+                 "fills in as runs are sealed).")
     else:
         found = ("**No budget in this plan gets BERT above the untrained encoder by more than its seed noise** on the "
                  "frozen GLUE average; the largest budget that fits this machine was run and everything is reported.")
@@ -326,7 +329,7 @@ def claims_section(plan: Plan, runs: list[RunSpec], work_dir: Path, curves: an.S
     states = [f"`{k}`: {v}" for k, v in status.items()
               if isinstance(v, str) and not k.startswith(CPU_KEY) and not v.startswith("done")]
     return "\n\n".join([
-        "## The paper's claims, with seeds and intervals",
+        "## The paper's claims, with seeds and intervals" + ("" if plan.name == "cpu" else f" (plan `{plan.name}`)"),
         "### Calibration first: does the MLM baseline beat an untrained encoder?",
         _calibration_text(plan, curves),
         "### Held-out loss against its floors", _loss_text(plan, runs, work_dir),

@@ -61,5 +61,6 @@ def reference_runs(plan: Plan) -> list[RunSpec]:
 
 
 def all_runs(plan: Plan) -> list[RunSpec]:
-    """Main runs first (they decide the comparisons), then the references, then the size sweep."""
-    return main_runs(plan) + reference_runs(plan) + sweep_runs(plan)
+    """The untrained references first (one step each: the calibration floor every comparison is read against),
+    then the main runs seed by seed, then the size sweep."""
+    return reference_runs(plan) + main_runs(plan) + sweep_runs(plan)

@@ -46,17 +46,18 @@ def test_a_study_resumes_on_a_new_machine_from_its_records_training_only_unseale
     plan_file.write_text(PLAN)
     plan = load_plan(plan_file)
     runs = all_runs(plan)
+    bert = next(run for run in runs if run.name == "bert-s1")
     first, work = tmp_path / "session1", tmp_path / "session2"
     _kill_when(_argv(tmp_path, plan_file, first, records),
                lambda: rec.is_sealed(records, "bert-s1") and (first / "runs" / "crossbert-compl-s1").is_dir())
-    sealed_probes = load_probe_results(first, runs[0])
+    sealed_probes = load_probe_results(first, bert)
     shutil.rmtree(first)  # the session's machine is gone; only the records are left
     assert main(_argv(tmp_path, plan_file, work, records)) == 0
     assert not (work / "logs" / "train-bert-s1.log").exists()  # not trained again: no log, no checkpoint
     assert not list((work / "runs" / "bert-s1").glob("iter_*"))
     assert (work / "logs" / "train-crossbert-compl-s1.log").is_file()
     assert _pretrained(work).count("bert-s1.yaml") == 1  # its first session's command, restored for the page
-    assert load_probe_results(work, runs[0]) == sealed_probes
+    assert load_probe_results(work, bert) == sealed_probes
     for run in runs:
         assert is_complete(work, run) and rec.is_sealed(records, run.name), run.name
         assert sorted(valid_losses(work, run)) == list(range(run.save_interval, run.train_steps + 1,
