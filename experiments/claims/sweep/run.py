@@ -34,7 +34,7 @@ from ..study.data_stage import data_prefix, tokenizer_dir
 from ..study.floors import unigram_entropy
 from ..study.plan import ARMS, Plan, RunSpec, arm_run, resolve_plan
 from ..study.stage_keys import claim_work_dir, train_key
-from ..study.stopping import StudyStopped, stopping
+from ..study.stopping import StudyStopped, stop_requested, stopping
 from ..study import records as rec
 from ..study.train_stage import is_complete, run_dir, run_train_stage, valid_losses
 
@@ -163,7 +163,10 @@ def run_sweep(sweep: Sweep, data_work_dir: Path, out: Path, page: Path | None, r
                 start, cpu = time.time(), _children_cpu()
                 run_train_stage(plan, [run], out, prefix, tokenizer)
                 _record_cost(out, run.name, time.time() - start, _children_cpu() - cpu)
-            if records is not None and not rec.is_sealed(records, run.name):
+            stop = stop_requested()  # the run saved and returned on the signal: it is not complete
+            if stop:
+                raise stop
+            if records is not None and is_complete(out, run) and not rec.is_sealed(records, run.name):
                 cost = _costs(out).get(run.name, {})
                 rec.seal(records, run.name, train_key(plan, run), valid_losses(out, run), [], [], cost)
             results = collect(sweep, runs, out, floor)
