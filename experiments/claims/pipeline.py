@@ -246,9 +246,9 @@ def _seal(plan: Plan, runs: list[RunSpec], work: Path, paths: ExperimentPaths, k
 
 def _restore(runs: list[RunSpec], work: Path, paths: ExperimentPaths, keys: dict) -> None:
     """Seed the work dir from the records (after the data stage, whose output the records are checked against)."""
-    from .study.data_stage import data_prefix
+    from .study.data_stage import has_dataset
 
-    if paths.records and Path(data_prefix(work) + ".bin").is_file():
+    if paths.records and has_dataset(work):
         from .sealing import restore_runs
 
         _save_status(work, restore_runs(Path(paths.records), runs, work, keys, _load_status(work)))

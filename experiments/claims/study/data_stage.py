@@ -65,7 +65,8 @@ def _has_tokenizer(work_dir: Path) -> bool:
     return (tokenizer_dir(work_dir) / "tokenizer.json").is_file()
 
 
-def _has_dataset(work_dir: Path) -> bool:
+def has_dataset(work_dir: Path) -> bool:
+    """Whether the data stage's indexed dataset (both files) is in ``work_dir``."""
     prefix = data_prefix(work_dir)
     return Path(prefix + ".bin").is_file() and Path(prefix + ".idx").is_file()
 
@@ -80,7 +81,7 @@ def run_data_stage(plan: Plan, work_dir: Path, corpus: str | Path) -> dict:
         run_logged(module_argv("megatron_crossbert.cli.train_tokenizer", "--input", str(subset),
                                "--output-dir", str(tokenizer_dir(work_dir)), "--vocab-size", str(plan.vocab_size),
                                "--max-docs", str(plan.tokenizer_docs), "--force"), work_dir, "tokenizer")
-    if not _has_dataset(work_dir):
+    if not has_dataset(work_dir):
         (work_dir / "data").mkdir(exist_ok=True)
         run_logged(module_argv("megatron_crossbert.cli.preprocess", "--input", str(subset),
                                "--tokenizer", str(tokenizer_dir(work_dir)),
