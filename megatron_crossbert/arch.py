@@ -3,8 +3,8 @@ per family.
 
 The torchtitan TrainSpec idea, split by import cost: the facts that configs validate against live here
 (``get_arch(run_cfg.model.arch)``) and import nothing, so ``config`` stays torch-free; the parts that build a
-run (model, dataset, forward step) are real functions in one module per architecture under
-``architectures/`` (``architectures.get_train_spec``). The training loop, the data builder, the benchmarks,
+run (model, dataset, forward step) are one ``TrainSpec`` subclass per architecture under ``architectures/``, whose
+methods call the real builders (``architectures.registry.get_train_spec``). The training loop, the data builder, the benchmarks,
 evaluation and the demo never compare architecture names themselves.
 
 Architectures:

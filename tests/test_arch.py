@@ -40,13 +40,17 @@ def _model_overrides(name: str, encoder: str) -> list[str]:
 
 
 def test_every_architecture_has_one_train_spec_of_real_parts():
-    """The builders table holds the registry's names, each a module whose parts are real objects."""
+    """The builders table holds the registry's names, each a TrainSpec subclass whose methods are its own (so a call
+    through the table is a method call a reader can follow) and whose layout is the one ``sample_layout`` names."""
+    from megatron_crossbert.arch_rules import sample_layout
     from megatron_crossbert.architectures.registry import TRAIN_SPECS, get_train_spec
+    from megatron_crossbert.architectures.spec import TrainSpec
 
     assert sorted(TRAIN_SPECS) == sorted(arch.REGISTRY)
     for name, spec in TRAIN_SPECS.items():
         assert spec.arch is arch.get_arch(name) and isinstance(spec.dataset_class, type)
-        assert all(callable(part) for part in (spec.build_model, spec.forward_step, spec.layout.make_sample))
+        assert isinstance(spec, TrainSpec) and spec.layout is sample_layout(name)
+        assert type(spec).build_model is not TrainSpec.build_model and type(spec).forward_step is not TrainSpec.forward_step
     with pytest.raises(ValueError, match="registered: \\['bert', 'crossbert', 'mlm'\\]"):
         get_train_spec("gpt")
 

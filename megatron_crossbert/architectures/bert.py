@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import torch
+
 from megatron_crossbert.arch import get_arch
-from megatron_crossbert.arch_rules import SEQUENCE
-from megatron_crossbert.architectures.mlm import mlm_forward_step
-from megatron_crossbert.architectures.spec import TrainSpec
-from megatron_crossbert.data.datasets.dataset import BertDataset
+from megatron_crossbert.architectures.mlm import MlmSpec
 from megatron_crossbert.models.bert_baseline import build_bert_model
 
-TRAIN_SPEC = TrainSpec(arch=get_arch("bert"), layout=SEQUENCE, build_model=build_bert_model,
-                       dataset_class=BertDataset, forward_step=mlm_forward_step)
+
+class BertSpec(MlmSpec):
+    """MLM's samples, dataset and forward step; megatron-core's ``BertModel`` as the model."""
+
+    arch = get_arch("bert")
+
+    def build_model(self, run_cfg, **parts) -> torch.nn.Module:
+        return build_bert_model(run_cfg, **parts)
+
+
+TRAIN_SPEC = BertSpec()

@@ -7,20 +7,27 @@ from functools import partial
 import torch
 
 from megatron_crossbert.arch import get_arch
-from megatron_crossbert.arch_rules import VIEWS
 from megatron_crossbert.architectures.spec import TrainSpec, loss_func, to_device
 from megatron_crossbert.data.datasets.dataset import CrossBertDataset
 from megatron_crossbert.models.crossbert import build_crossbert_model
 
 
-def crossbert_forward_step(device: torch.device, data_iterator, model):
-    """Every target position of every view is supervised, so the loss mask is all ones."""
-    batch = to_device(next(data_iterator), device)
-    output = model(batch["tokens"], batch["visible"], batch["targets"], segments=batch.get("segments"))
-    b, views, num_targets = batch["targets"].shape
-    loss_mask = torch.ones(b * views, num_targets, dtype=torch.float32, device=device)
-    return output, partial(loss_func, loss_mask)
+class CrossBertSpec(TrainSpec):
+    """Samples carry views; the model reconstructs each view's targets from its visible tokens."""
+
+    arch = get_arch("crossbert")
+    dataset_class = CrossBertDataset
+
+    def build_model(self, run_cfg, **parts) -> torch.nn.Module:
+        return build_crossbert_model(run_cfg, **parts)
+
+    def forward_step(self, device: torch.device, data_iterator, model):
+        """Every target position of every view is supervised, so the loss mask is all ones."""
+        batch = to_device(next(data_iterator), device)
+        output = model(batch["tokens"], batch["visible"], batch["targets"], segments=batch.get("segments"))
+        b, views, num_targets = batch["targets"].shape
+        loss_mask = torch.ones(b * views, num_targets, dtype=torch.float32, device=device)
+        return output, partial(loss_func, loss_mask)
 
 
-TRAIN_SPEC = TrainSpec(arch=get_arch("crossbert"), layout=VIEWS, build_model=build_crossbert_model,
-                       dataset_class=CrossBertDataset, forward_step=crossbert_forward_step)
+TRAIN_SPEC = CrossBertSpec()

@@ -12,30 +12,40 @@ micro-batch reports ``(loss_sum, num_tokens)`` and ``finalize_model_grads`` divi
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from abc import ABC, abstractmethod
+from typing import ClassVar
 
 import torch
 
 from megatron_crossbert.arch import ArchSpec
-from megatron_crossbert.arch_rules import SampleLayout
+from megatron_crossbert.arch_rules import SampleLayout, sample_layout
 
 
-@dataclass(frozen=True)
-class TrainSpec:
-    """What one architecture builds: its facts, its sample layout, its model, dataset and forward step."""
+class TrainSpec(ABC):
+    """What one architecture builds: its facts, its sample layout, its model, dataset and forward step.
 
-    arch: ArchSpec
+    One subclass per architecture (``architectures/<name>.py``) whose methods call its real builders, so a call
+    through ``get_train_spec(name)`` is a method call that a reader and an import graph can follow to the model.
+    """
+
+    arch: ClassVar[ArchSpec]
     """The cheap facts (``arch.REGISTRY``)."""
-    layout: SampleLayout
-    """Sample builder, supervised tokens and attention calls (``arch_rules``)."""
-    build_model: Callable[..., torch.nn.Module]
-    """``(run_cfg, *, vocab_size, max_sequence_length, use_te, attention, pre_process, post_process) -> module``
-    (``attention``: the run's ``models.attention_plan.AttentionPlan``)."""
-    dataset_class: type
+    dataset_class: ClassVar[type]
     """The ``MegatronDataset`` class of the real data."""
-    forward_step: Callable
-    """``(device, data_iterator, model) -> (output, loss_func)`` for megatron's schedules."""
+
+    @property
+    def layout(self) -> SampleLayout:
+        """Sample builder, supervised tokens and attention calls (``arch_rules.sample_layout`` owns the rule)."""
+        return sample_layout(self.arch.name)
+
+    @abstractmethod
+    def build_model(self, run_cfg, *, vocab_size: int, max_sequence_length: int, use_te: bool, attention,
+                    pre_process: bool, post_process: bool) -> torch.nn.Module:
+        """The model chunk (``attention``: the run's ``models.attention_plan.AttentionPlan``)."""
+
+    @abstractmethod
+    def forward_step(self, device: torch.device, data_iterator, model):
+        """``(output, loss_func)`` of one micro-batch, as megatron's schedules call it."""
 
 
 def loss_func(loss_mask: torch.Tensor, per_token_loss: torch.Tensor):

@@ -36,7 +36,7 @@ def sample_batch(cfg, seed: int = 0) -> dict[str, torch.Tensor]:
 
 
 def mlm_forward(model, batch: dict, tokens: torch.Tensor | None = None) -> torch.Tensor:
-    """What ``mlm_forward_step`` does: no padding mask, the samples' documents."""
+    """What ``MlmSpec.forward_step`` does: no padding mask, the samples' documents."""
     tokens = batch["tokens"] if tokens is None else tokens
     return model(tokens, None, lm_labels=batch["tokens"], segments=batch["segments"])
 
