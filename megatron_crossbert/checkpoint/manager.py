@@ -31,7 +31,7 @@ from megatron_crossbert.checkpoint.resume_schedule import schedule_on_resume
 from megatron_crossbert.checkpoint.run_lock import run_lock_for
 from megatron_crossbert.checkpoint.save import RunSaves, save_checkpoint
 from megatron_crossbert.checkpoint.save_errors import check_room_to_start
-from megatron_crossbert.checkpoint.start_guard import StartPlan, apply_plan, plan_start
+from megatron_crossbert.checkpoint.start_guard import StartChoice, apply_start, choose_start
 from megatron_crossbert.checkpoint.state import Progress
 from megatron_crossbert.checkpoint.tokenizer_record import check_tokenizers
 from megatron_crossbert.checkpoint.verify import verify_contents
@@ -48,7 +48,7 @@ class CheckpointManager:
     run_cfg: RunConfig
     """The config the run trains with: the given one, or, when a resume keeps the checkpoint's schedules
     (``checkpoint.lr_schedule_on_resume=checkpoint``), the given one with the saved data schedules."""
-    plan: StartPlan
+    choice: StartChoice
     """Where the run starts (the verified source, if any) and what ``--overwrite`` moves aside."""
     saves: RunSaves = field(default_factory=RunSaves)
     """This run's saves: the ones it completed and the background ones in flight."""
@@ -67,8 +67,8 @@ class CheckpointManager:
         checkpoint (before TensorBoard writes its first event); the tokenizers of the checkpoint and of every
         dataset (``tokenizer_record``, the one check that loads the run's tokenizer). Raises the first
         refusal in one line."""
-        plan = plan_start(run_cfg)
-        source = plan.source
+        choice = choose_start(run_cfg)
+        source = choice.source
         try:
             if source is not None and not source.weights_only:
                 check_resume_data(source.directory, source.saved, run_cfg)
@@ -80,7 +80,7 @@ class CheckpointManager:
             if source is not None:
                 source.release()
             raise
-        return cls(effective, plan)
+        return cls(effective, choice)
 
     @classmethod
     @contextmanager
@@ -93,12 +93,12 @@ class CheckpointManager:
     def _prepare_save_dir(self) -> None:
         """Collective (every rank has checked: initialising the process group was a rendezvous): rank 0
         finishes a killed commit, removes stale temporaries and moves aside what ``--overwrite`` moves
-        (``start_guard.apply_plan``) while the others wait."""
+        (``start_guard.apply_start``) while the others wait."""
         save_dir = self.run_cfg.checkpoint.save_dir
         if not save_dir:
             return
         if is_rank_zero():
-            apply_plan(self.plan, save_dir)
+            apply_start(self.choice, save_dir)
         torch.distributed.barrier()
 
     def restore(self, model, optimizer, scheduler) -> Progress:
@@ -107,7 +107,7 @@ class CheckpointManager:
         its full state (a resume) or its weights alone (``init_from``) loaded; the progress to continue from.
         Releases the source's pin once read, so a run writing into its directory may prune it again."""
         self._prepare_save_dir()
-        source = self.plan.source
+        source = self.choice.source
         if source is None:
             return Progress()
         source = verify_contents(source, self.run_cfg.checkpoint.verify, collective=True)

@@ -8,7 +8,7 @@ Rules (all checked before anything is built or written, on every rank):
   those, ``checkpoint.init_from`` names a checkpoint whose weights alone are loaded.
 - The checkpoint found is resolved here once and verified once (``verify.verify_checkpoint``: model
   shape, optimizer layout, LR-schedule policy, tokenizer; the files' checksums follow once the
-  process group exists, ``verify.verify_contents``); the :class:`StartPlan` carries the result to
+  process group exists, ``verify.verify_contents``); the :class:`StartChoice` carries the result to
   the load.
 - A save_dir holding complete checkpoints that this run would not continue from (no valid
   'latest', a checkpoint newer than the one resumed, or a run resumed from elsewhere) refuses to
@@ -17,7 +17,7 @@ Rules (all checked before anything is built or written, on every rank):
 - A checkpoint whose commit was killed after it was complete and before 'latest' moved (the commit
   journal, ``directories.interrupted_commit``) is where the run continues: an automatic requeue of the
   same command just works. Rank 0 then finishes that commit (moves 'latest', logs it) and removes the
-  temporary files killed writers left in save_dir (:func:`apply_plan`).
+  temporary files killed writers left in save_dir (:func:`apply_start`).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class StartPlan:
+class StartChoice:
     """Where this run starts and what ``--overwrite`` moves out of the way first."""
 
     source: VerifiedCheckpoint | None = None
@@ -151,19 +151,19 @@ def _unfinished_commit(run_cfg: RunConfig, source: Path | None) -> PendingCommit
     return None if latest == source.name else interrupted_commit(save_dir, latest)
 
 
-def plan_start(run_cfg: RunConfig) -> StartPlan:
+def choose_start(run_cfg: RunConfig) -> StartChoice:
     """Read-only: the verified checkpoint to start from and what overwrite must move; CheckpointError to refuse."""
     ckpt = run_cfg.checkpoint
     source = _source(run_cfg)
     move_aside = _move_aside(run_cfg, source)
     if source is not None:
-        return StartPlan(verify_checkpoint(source, run_cfg), move_aside,
+        return StartChoice(verify_checkpoint(source, run_cfg), move_aside,
                          _unfinished_commit(run_cfg, source))
     if ckpt.init_from:
         init_dir = resolve_checkpoint_dir(ckpt.init_from)
-        return StartPlan(verify_checkpoint(init_dir, run_cfg, weights_only=True, reference=ckpt.init_from),
+        return StartChoice(verify_checkpoint(init_dir, run_cfg, weights_only=True, reference=ckpt.init_from),
                          move_aside)
-    return StartPlan(None, move_aside)
+    return StartChoice(None, move_aside)
 
 
 def _finish_commit(save_dir: Path, commit: PendingCommit) -> None:
@@ -176,24 +176,24 @@ def _finish_commit(save_dir: Path, commit: PendingCommit) -> None:
                    commit.describe_writer(), commit.checkpoint)
 
 
-def apply_plan(plan: StartPlan, save_dir: str | None) -> Path | None:
-    """Rank 0 only, after every rank planned: finish a killed commit (``plan.finish_commit``), remove
+def apply_start(choice: StartChoice, save_dir: str | None) -> Path | None:
+    """Rank 0 only, after every rank chose: finish a killed commit (``choice.finish_commit``), remove
     what killed writers and pruners left in save_dir (this host's; other hosts' are named), then
-    move ``plan.move_aside`` into save_dir/replaced_<time>/ (returned)."""
+    move ``choice.move_aside`` into save_dir/replaced_<time>/ (returned)."""
     if not save_dir:
         return None
-    if plan.finish_commit is not None:
-        _finish_commit(Path(save_dir), plan.finish_commit)
+    if choice.finish_commit is not None:
+        _finish_commit(Path(save_dir), choice.finish_commit)
     # a checkpoint's own temporaries only ever sit in a partial directory, which its next save or pruning removes
     remove_stale_temporaries([Path(save_dir) / LATEST_FILE, Path(save_dir) / PENDING_FILE])
     remove_stale_removals(Path(save_dir))
-    if not plan.move_aside:
+    if not choice.move_aside:
         return None
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     target = Path(tempfile.mkdtemp(prefix=f"replaced_{stamp}_", dir=save_dir))  # unique, never reused
     apply_umask_modes(target)  # mkdtemp makes 0700; the moved checkpoints stay readable to whoever could read them
-    for path in plan.move_aside:
+    for path in choice.move_aside:
         path.rename(target / path.name)
     logger.warning("checkpoint.overwrite: moved %s into %s (nothing deleted)",
-                   ", ".join(p.name for p in plan.move_aside), target)
+                   ", ".join(p.name for p in choice.move_aside), target)
     return target

@@ -6,7 +6,7 @@ resolved once, its files' contents checked once against ``checksums.json`` (``ch
 once, and everything a later step needs travels in one frozen :class:`VerifiedCheckpoint`. What it was
 trained on (its tokenizer and data records) is the training start's next step (``checkpoint.manager``),
 compared beside the datasets' own records.
-Resume and ``init_from`` (``checkpoint.start_guard.plan_start``), HF export (``convert``) and
+Resume and ``init_from`` (``checkpoint.start_guard.choose_start``), HF export (``convert``) and
 evaluation take that object and never resolve the reference again; the loads in ``checkpoint.load``
 refuse one whose contents were not checked. A training start checks the contents once the process
 group exists (:func:`verify_contents`, ``collective=True``), so every rank hashes only its share.

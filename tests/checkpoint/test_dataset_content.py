@@ -28,7 +28,7 @@ def test_a_bin_of_other_content_is_refused_at_a_fresh_start(preprocessed, bpe_to
     def config():
         return tiny_config("crossbert", preprocessed, None, data__tokenizer=str(bpe_tokenizer))
 
-    assert CheckpointManager.check(config()).plan.source is None  # the pair as preprocessing wrote it: a fresh start
+    assert CheckpointManager.check(config()).choice.source is None  # the pair as preprocessing wrote it: a fresh start
     assert json.loads(record_path(preprocessed).read_text())["content"].startswith("xxh3_128:")
     data = bytearray(Path(preprocessed + ".bin").read_bytes())
     data[8:40] = data[40:72]  # other token ids, the same size: the .idx still fits

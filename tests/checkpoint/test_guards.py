@@ -37,12 +37,12 @@ def _ways_out(root: Path, newest: str = ITER2) -> str:
             f"{root}/replaced_<time>/ and deletes nothing")
 
 
-def _plan_error(root: Path) -> str:
+def _start_error(root: Path) -> str:
     from megatron_crossbert.checkpoint.errors import CheckpointError
-    from megatron_crossbert.checkpoint.start_guard import plan_start
+    from megatron_crossbert.checkpoint.start_guard import choose_start
 
     with pytest.raises(CheckpointError) as info:
-        plan_start(tiny_config("crossbert", "unused", root))
+        choose_start(tiny_config("crossbert", "unused", root))
     return str(info.value)
 
 
@@ -63,9 +63,9 @@ def test_latest_pointer_is_parsed_strictly(tmp_path):
     }
     for content, message in cases.items():
         latest.write_bytes(content)
-        assert _plan_error(root) == message + beside, content
+        assert _start_error(root) == message + beside, content
     latest.unlink()
-    assert _plan_error(root) == (f"{root}: holds complete checkpoints (newest {ITER2}) but no 'latest' file; "
+    assert _start_error(root) == (f"{root}: holds complete checkpoints (newest {ITER2}) but no 'latest' file; "
                                  f"refusing to start over on top of them: {_ways_out(root)}")
 
 
@@ -104,15 +104,15 @@ def test_refused_runs_touch_nothing(tmp_path):
         with pytest.raises(CheckpointError, match="--resume-from iter_0000004"):
             train(tiny_config("crossbert", "unused", root, **extra))
         assert tree_digest(tmp_path) == before, extra
-    assert "while resuming" in _plan_error_with(root, checkpoint__load_dir=str(other))
+    assert "while resuming" in _start_error_with(root, checkpoint__load_dir=str(other))
 
 
-def _plan_error_with(root: Path, **extra) -> str:
+def _start_error_with(root: Path, **extra) -> str:
     from megatron_crossbert.checkpoint.errors import CheckpointError
-    from megatron_crossbert.checkpoint.start_guard import plan_start
+    from megatron_crossbert.checkpoint.start_guard import choose_start
 
     with pytest.raises(CheckpointError) as info:
-        plan_start(tiny_config("crossbert", "unused", root, **extra))
+        choose_start(tiny_config("crossbert", "unused", root, **extra))
     return str(info.value)
 
 
@@ -266,7 +266,7 @@ def test_swapped_tokenizer_of_the_same_size_is_refused(tmp_path, caplog):
     with pytest.raises(CheckpointError, match="allow-tokenizer-change"):
         train(tiny_config("crossbert", corpus, ckpt, **swapped))
     allowed = tiny_config("crossbert", corpus, ckpt, **swapped, checkpoint__allow_tokenizer_change=True)
-    assert CheckpointManager.check(allowed).plan.source.directory == ckpt / ITER2
+    assert CheckpointManager.check(allowed).choice.source.directory == ckpt / ITER2
     assert "allowed by checkpoint.allow_tokenizer_change" in caplog.text
 
     check_tokenizers(tiny_config("crossbert", corpus, None, data__tokenizer=str(dir_b)))

@@ -21,7 +21,7 @@ import pytest
 
 from megatron_crossbert.checkpoint.directories import PENDING_FILE, begin_commit, resolve_latest
 from megatron_crossbert.checkpoint.errors import CheckpointError
-from megatron_crossbert.checkpoint.start_guard import apply_plan, plan_start
+from megatron_crossbert.checkpoint.start_guard import apply_start, choose_start
 from tests.support import REPO_ROOT
 from tests.support.cli_cases import cases_argv, cases_env
 from tests.support.training import tiny_config, tiny_overrides
@@ -44,8 +44,8 @@ def _killed_before_latest(tmp_path: Path) -> Path:
 
 
 def _start(root: Path, **extra):
-    """The plan of a rerun of the same command (checksums off: fake checkpoints have none)."""
-    return plan_start(tiny_config("crossbert", "unused", root, checkpoint__verify="off", **extra))
+    """The choice of a rerun of the same command (checksums off: fake checkpoints have none)."""
+    return choose_start(tiny_config("crossbert", "unused", root, checkpoint__verify="off", **extra))
 
 
 def _dead_writers_temporary(root: Path) -> Path:
@@ -62,11 +62,11 @@ def test_a_commit_killed_before_latest_is_resumed_and_finished(tmp_path, caplog)
     root = _killed_before_latest(tmp_path)
     stale = _dead_writers_temporary(root)
     assert resolve_latest(root) == root / ITER4  # readers too: the commit lacked only the pointer
-    plan = _start(root)
-    assert plan.source.directory == root / ITER4 and plan.move_aside == ()
-    assert (plan.finish_commit.checkpoint, plan.finish_commit.after) == (ITER4, ITER2)
+    choice = _start(root)
+    assert choice.source.directory == root / ITER4 and choice.move_aside == ()
+    assert (choice.finish_commit.checkpoint, choice.finish_commit.after) == (ITER4, ITER2)
     with caplog.at_level(logging.WARNING):
-        apply_plan(plan, str(root))
+        apply_start(choice, str(root))
     assert (root / "latest").read_text() == ITER4 and not (root / PENDING_FILE).exists() and not stale.exists()
     assert (f"{root / ITER4} was complete but 'latest' still named {ITER2}: the run that wrote it (pid {os.getpid()} "
             f"on ") in caplog.text

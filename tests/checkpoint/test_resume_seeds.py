@@ -21,11 +21,11 @@ def test_a_copied_checkpoint_with_another_seed_is_refused(tiny_checkpoint, index
         return tiny_config("crossbert", indexed_corpus, save, training__train_iters=4,
                            checkpoint__lr_schedule_on_resume="config", **extra)
 
-    assert CheckpointManager.check(config()).plan.source is not None  # the same seeds: resumed
+    assert CheckpointManager.check(config()).choice.source is not None  # the same seeds: resumed
     with pytest.raises(DataChangedError) as err:
         CheckpointManager.check(config(**{key: 7}))
     message = str(err.value)
     assert f"{key.replace('__', '.')}: checkpoint 1234 vs run 7" in message and str(save) in message
     assert "\n" not in message and "--allow-data-change" in message
-    assert CheckpointManager.check(config(**{key: 7}, checkpoint__allow_data_change=True)).plan.source is not None
+    assert CheckpointManager.check(config(**{key: 7}, checkpoint__allow_data_change=True)).choice.source is not None
     assert "on changed data, allowed by checkpoint.allow_data_change" in caplog.text
