@@ -9,8 +9,8 @@ re-exports the shared names the scripts import from the package.
 
 from megatron_crossbert.cli.arguments import (
     DefaultsHelpFormatter, add_encoder_arguments, add_model_arguments, add_verify_flag, cache_dir_arg,
-    quiet_library_warnings,
+    embedder_options, quiet_library_warnings,
 )
 
 __all__ = ["DefaultsHelpFormatter", "add_encoder_arguments", "add_model_arguments", "add_verify_flag",
-           "cache_dir_arg", "quiet_library_warnings"]
+           "cache_dir_arg", "embedder_options", "quiet_library_warnings"]

@@ -78,6 +78,16 @@ def add_encoder_arguments(parser: argparse.ArgumentParser, *, max_len: int, reci
                              "exports (their features are anisotropic, see docs/results.md), off for any other model")
 
 
+def embedder_options(args: argparse.Namespace, **chosen):
+    """The ``EmbedderOptions`` (``evaluation/embedder.py``) of ``add_model_arguments``' flags, and ``chosen``: the
+    encoder flags a tool has (``pooling=args.pooling``, ...), named, since a tool's own flag of the same name (the
+    pooler's --pooling) may mean something else."""
+    from megatron_crossbert.evaluation.embedder import EmbedderOptions
+
+    return EmbedderOptions(model=args.model, cache_dir=cache_dir_arg(args.cache_dir), tokenizer_dir=args.tokenizer_dir,
+                           device=args.device, verify=args.verify, **chosen)
+
+
 def cache_dir_arg(value: str | None) -> str | None:
     """--cache-dir as the evaluation code wants it: 'none' disables caching, unset means the default dir."""
     from megatron_crossbert.evaluation.encoders import default_cache_dir

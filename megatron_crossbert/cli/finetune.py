@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     tasks = [name.strip() for name in (args.tasks or "").split(",") if name.strip()] or None
     report = run_finetune(args.model, args.glue_dir, tasks, args.out, config)
     print(render_markdown(report))
-    print(f"wrote {args.out}/results.json and results.md ({report['runs']['run_now']} runs now, "
+    print(f"wrote {args.out}/results.json, results.md and embedder.json ({report['runs']['run_now']} runs now, "
           f"{report['runs']['resumed']} resumed)")
     return 0
 

@@ -32,7 +32,7 @@ import argparse
 import logging
 import sys
 
-from megatron_crossbert.cli import add_encoder_arguments, cache_dir_arg
+from megatron_crossbert.cli import add_encoder_arguments, embedder_options
 from megatron_crossbert.cli.errors import add_debug_flag, cli_main
 from megatron_crossbert.evaluation.recipe import DEFAULT_MAX_LEN
 
@@ -95,7 +95,8 @@ def _gather_tasks(args: argparse.Namespace) -> list:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    from megatron_crossbert.evaluation.mteb.adapter import build_mteb_encoder, run_mteb
+    from megatron_crossbert.evaluation.embedder import Embedder
+    from megatron_crossbert.evaluation.mteb.adapter import CachingMtebEncoder, run_mteb
     from megatron_crossbert.evaluation.mteb.report import check_out_dir, load_reference, summary_markdown
 
     check_out_dir(args.out, args.overwrite)  # before any task is read or text encoded
@@ -103,15 +104,13 @@ def main(argv: list[str] | None = None) -> int:
     if not tasks:
         raise ValueError("no tasks: give --benchmark-dir, --local-task, --tasks or --benchmark")
     reference = load_reference(args.reference)
-    wrapper = build_mteb_encoder(args.model, cache_dir=cache_dir_arg(args.cache_dir), tokenizer_dir=args.tokenizer_dir,
-                                 device=args.device, pooling=args.pooling, normalize=args.normalize,
-                                 max_len=args.max_len, batch_size=args.batch_size, verify=args.verify,
-                                 whiten=args.whiten)
-    summary = run_mteb(wrapper, tasks, args.out, reference=reference, raise_error=args.raise_error,
+    embedder = Embedder.resolve(embedder_options(args, pooling=args.pooling, normalize=args.normalize,
+                                                 max_len=args.max_len, batch_size=args.batch_size, whiten=args.whiten))
+    summary = run_mteb(CachingMtebEncoder(embedder), tasks, args.out, reference=reference, raise_error=args.raise_error,
                        overwrite=args.overwrite, benchmark_dir=args.benchmark_dir,
                        both_readouts=args.both_readouts)
     print(summary_markdown(summary))
-    print(f"wrote {args.out}/mteb_summary.json, mteb_summary.md and one mteb result JSON per task")
+    print(f"wrote {args.out}/mteb_summary.json, mteb_summary.md, embedder.json and one mteb result JSON per task")
     return 1 if summary["errors"] and not summary["tasks"] else 0
 
 

@@ -27,7 +27,7 @@ import logging
 import os
 import sys
 
-from megatron_crossbert.cli import DefaultsHelpFormatter, add_model_arguments, cache_dir_arg
+from megatron_crossbert.cli import DefaultsHelpFormatter, add_model_arguments, embedder_options
 from megatron_crossbert.cli.errors import add_debug_flag, cli_main
 from megatron_crossbert.evaluation.pooler.train import INITS, POOLINGS, PoolerConfig
 
@@ -84,17 +84,19 @@ def load_pairs(args: argparse.Namespace):
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    from megatron_crossbert.evaluation.mteb.adapter import benchmark_scorer
     from megatron_crossbert.evaluation.pooler.runner import PoolerRunConfig, report_markdown, run_pooler
 
     pooler = PoolerConfig(dim=args.dim, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
                           scale=args.scale, seed=args.seed, pooling=args.pooling, init=args.init)
-    encoder = {"cache_dir": cache_dir_arg(args.cache_dir), "tokenizer_dir": args.tokenizer_dir,
-               "device": args.device, "max_len": args.max_len, "batch_size": args.batch_size, "verify": args.verify}
-    config = PoolerRunConfig(model=args.model, benchmark_dir=args.benchmark_dir, out=args.out, pooler=pooler,
-                             allow_test_overlap=args.allow_test_overlap, encoder=encoder, overwrite=args.overwrite)
-    report = run_pooler(config, load_pairs(args))
+    config = PoolerRunConfig(benchmark_dir=args.benchmark_dir, out=args.out, pooler=pooler,
+                             allow_test_overlap=args.allow_test_overlap, overwrite=args.overwrite)
+    backbone = embedder_options(args, max_len=args.max_len, batch_size=args.batch_size)
+    score = benchmark_scorer(args.benchmark_dir, overwrite=args.overwrite)
+    report = run_pooler(config, load_pairs(args), backbone, score)
     print(report_markdown(report))
-    print(f"wrote {args.out}/pooler_report.json, pooler_report.md, model/ (sentence-transformers), before/, after/")
+    print(f"wrote {args.out}/pooler_report.json, pooler_report.md, model/ (sentence-transformers), before/, after/ "
+          "(each with its embedder.json)")
     return 0
 
 

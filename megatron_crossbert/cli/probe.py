@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     from megatron_crossbert.evaluation.probing.report import render_markdown, write_report
-    from megatron_crossbert.evaluation.probing.runner import ProbeRunConfig, collect_tasks, run_probing
+    from megatron_crossbert.evaluation.probing.runner import ProbeRunConfig, collect_tasks, probe_embedder, run_probing
     from megatron_crossbert.outputs import require_output_dir
 
     config = ProbeRunConfig(pooling=args.pooling, layers=args.layers, max_len=args.max_len,
@@ -80,8 +80,9 @@ def main(argv: list[str] | None = None) -> int:
                           jsonl=args.jsonl, hf_glue=_split_list(args.hf_glue))
     if not tasks:
         raise ValueError("no tasks: give --glue-dir, --jsonl or --hf-glue")
-    report = run_probing(args.model, tasks, config)
-    paths = write_report(report, args.out)
+    embedder = probe_embedder(args.model, config)
+    report = run_probing(embedder, tasks, config)
+    paths = write_report(report, args.out, embedder=embedder)
     print(render_markdown(report))
     print("wrote " + ", ".join(str(p) for p in paths.values()))
     return 1 if report["summary"]["failed"] and len(report["summary"]["failed"]) == len(report["tasks"]) else 0

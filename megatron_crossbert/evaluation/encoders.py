@@ -3,10 +3,12 @@
 One code path for every model: a native megatron-crossbert checkpoint is first exported to a
 Hugging Face directory in its encoder's default format (``megatron_crossbert.convert.export_to_hf``, cached by
 checkpoint identity), then everything is loaded with ``transformers.AutoModel``/``AutoTokenizer``.
-Accepted references:
+Accepted references (``MODEL_FORMS``, tried in this order; the first that fits wins, and ``ResolvedModel`` says
+which and the file that decided it):
 - a native checkpoint root (has ``latest``) or ``iter_*`` directory (has ``run_config.json``);
-- a local HF encoder directory (has ``config.json``), or a sentence-transformers directory (its Transformer
-  module at the top or in a sub-folder such as ``0_Transformer/``; ``recipe.py`` reads its pooling);
+- a sentence-transformers directory (has ``modules.json``; its Transformer module at the top or in a sub-folder
+  such as ``0_Transformer/``; ``recipe.py`` reads its pooling);
+- a local HF encoder directory (has ``config.json``);
 - a hub name (only when online; with ``HF_HUB_OFFLINE=1`` transformers fails with its own message).
 
 Embeddings are pooled per layer: ``mean`` over attended tokens or the ``cls`` (first) token, for
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import typing
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Sequence
@@ -31,6 +34,9 @@ from megatron_crossbert.progress import progress_bar
 if TYPE_CHECKING:
     from megatron_crossbert.checkpoint.verify import VerifiedCheckpoint
 
+ModelForm = Literal["native-checkpoint", "sentence-transformers", "hf-dir", "hub"]
+MODEL_FORMS: tuple[ModelForm, ...] = typing.get_args(ModelForm)
+"""The forms a model reference can take, in the order ``resolve_model`` tries them."""
 Pooling = Literal["mean", "cls"]
 Layers = Literal["last", "all"]
 _WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
@@ -46,6 +52,10 @@ class ResolvedModel:
     recipe_dir: str | None = None
     """The directory whose sentence-transformers config is the embedding recipe (``recipe.py``);
     the HF dir itself unless that sits in a sentence-transformers sub-folder."""
+    form: ModelForm = "hub"
+    """Which of ``MODEL_FORMS`` the reference was taken as."""
+    why: str = ""
+    """The file that decided ``form`` (or why the reference is a hub name)."""
 
     @property
     def model_dir(self) -> str:
@@ -53,11 +63,17 @@ class ResolvedModel:
         return self.recipe_dir or self.hf_path
 
 
-def is_native_checkpoint(path: str | Path) -> bool:
+def native_marker(path: str | Path) -> Path | None:
+    """The file that makes ``path`` a native checkpoint (an iteration's ``run_config.json``, a root's
+    ``latest``), or None."""
     from megatron_crossbert.checkpoint.directories import LATEST_FILE, RUN_CONFIG_FILE
 
     path = Path(path)
-    return path.is_dir() and ((path / RUN_CONFIG_FILE).is_file() or (path / LATEST_FILE).is_file())
+    return next((path / name for name in (RUN_CONFIG_FILE, LATEST_FILE) if (path / name).is_file()), None)
+
+
+def is_native_checkpoint(path: str | Path) -> bool:
+    return native_marker(path) is not None
 
 
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
@@ -135,27 +151,38 @@ def export_native(checkpoint: str | Path, cache_dir: str | Path | None = None,
     out_dir = Path(cache_dir or default_cache_dir()) / "hf_export" / hashlib.sha256(identity.encode()).hexdigest()[:16]
     if not (out_dir / "config.json").is_file():
         export_to_hf(source, out_dir, tokenizer_dir=tokenizer_dir, force=True)
-    return ResolvedModel(hf_path=str(out_dir), identity=identity, native_checkpoint=str(checkpoint))
+    return ResolvedModel(hf_path=str(out_dir), identity=identity, native_checkpoint=str(checkpoint),
+                         form="native-checkpoint", why=str(native_marker(checkpoint)))
 
 
 def resolve_model(ref: str | Path, cache_dir: str | Path | None = None,
                   tokenizer_dir: str | Path | None = None, verify: str = "full") -> ResolvedModel:
-    """Map a checkpoint / HF directory / hub name to an HF-loadable path and an identity
-    (``verify``: the checksum check of a native checkpoint, full or off)."""
+    """Map a checkpoint / sentence-transformers or HF directory / hub name (``MODEL_FORMS``, in that order) to an
+    HF-loadable path and an identity (``verify``: the checksum check of a native checkpoint, full or off)."""
     path = Path(ref)
     if is_native_checkpoint(path):
         return export_native(path, cache_dir, tokenizer_dir, verify)
     if path.is_dir():
-        from megatron_crossbert.evaluation.recipe import transformer_subdir
+        return resolve_local_dir(path)
+    return ResolvedModel(hf_path=str(ref), identity=f"hub:{ref}", form="hub",
+                         why=f"{ref} is no local directory, so a hub name")
 
-        sub = None if (path / "config.json").is_file() else transformer_subdir(path)
-        if sub is not None:
-            return ResolvedModel(hf_path=str(sub), identity=hf_dir_identity(sub), recipe_dir=str(path))
-        if not (path / "config.json").is_file():
-            raise FileNotFoundError(f"{path} is neither a native checkpoint (run_config.json / latest) "
-                                    "nor a Hugging Face model directory (config.json)")
-        return ResolvedModel(hf_path=str(path), identity=hf_dir_identity(path))
-    return ResolvedModel(hf_path=str(ref), identity=f"hub:{ref}")
+
+def resolve_local_dir(path: Path) -> ResolvedModel:
+    """A sentence-transformers directory (``modules.json``; its Transformer at the top or in a sub-folder) or an
+    HF encoder directory (``config.json``); anything else is refused naming the directory."""
+    from megatron_crossbert.evaluation.recipe import MODULES_FILE, transformer_subdir
+
+    sub = None if (path / "config.json").is_file() else transformer_subdir(path)
+    if sub is None and not (path / "config.json").is_file():
+        raise FileNotFoundError(f"{path} is neither a native checkpoint (run_config.json / latest) "
+                                "nor a Hugging Face model directory (config.json)")
+    hf_dir = sub or path
+    if (path / MODULES_FILE).is_file():
+        return ResolvedModel(hf_path=str(hf_dir), identity=hf_dir_identity(hf_dir), form="sentence-transformers",
+                             recipe_dir=None if sub is None else str(path), why=str(path / MODULES_FILE))
+    return ResolvedModel(hf_path=str(hf_dir), identity=hf_dir_identity(hf_dir), form="hf-dir",
+                         why=str(path / "config.json"))
 
 
 def pool_hidden(hidden: torch.Tensor, mask: torch.Tensor, pooling: Pooling) -> torch.Tensor:
@@ -189,7 +216,7 @@ class HFEncoder:
     def use_attention(self, folder: str) -> None:
         """Pool ``"attention"`` through the ``AttentionPooling`` module saved in ``folder``; its content joins
         the identity, so features pooled through it are cached apart from every other pooler's."""
-        from megatron_crossbert.evaluation.pooler.attention import attention_identity, load_attention
+        from megatron_crossbert.evaluation.attention_pooling import attention_identity, load_attention
 
         self.attention, self.attention_identity = load_attention(str(folder)), attention_identity(folder)
 

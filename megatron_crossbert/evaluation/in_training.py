@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Sequence
 
 from megatron_crossbert.arch import get_arch
-from megatron_crossbert.evaluation.mteb.task_folders import is_mteb_spec
+from megatron_crossbert.evaluation.tasks.folders import is_mteb_spec
 from megatron_crossbert.evaluation.probing import in_training as linear
 from megatron_crossbert.evaluation.probing.in_training import (
     SUITE_MAX_TEST, SUITE_MAX_TRAIN, load_probe_tasks, make_encode_embed_fn,

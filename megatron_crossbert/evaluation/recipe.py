@@ -38,8 +38,10 @@ MODULES_FILE = "modules.json"
 _POOLING_MODES = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls"}
 POOLINGS = ("mean", "cls", "attention")
 """Sentence poolings a recipe can name; ``attention`` only through a saved ``AttentionPooling`` module."""
-ATTENTION_TYPE = "megatron_crossbert.evaluation.pooler.attention.AttentionPooling"
-"""``modules.json`` type of this project's attention pooling (another package's class of that name is refused)."""
+ATTENTION_TYPES = ("megatron_crossbert.evaluation.attention_pooling.AttentionPooling",
+                   "megatron_crossbert.evaluation.pooler.attention.AttentionPooling")
+"""``modules.json`` types of this project's attention pooling: where the class lives, and where directories saved
+before it moved name it (another package's class of that name is refused)."""
 DEFAULT_MAX_LEN = 256
 """Max tokens for a model without a sentence-transformers config (MiniLM's own value)."""
 PROBE_MAX_LEN = 128
@@ -59,6 +61,8 @@ class EmbeddingRecipe:
     """Token limit per text; None: ``DEFAULT_MAX_LEN``."""
     source: str = "default"
     """Where the recipe came from (``default``, the ``modules.json`` path, ``flags over ...``), for reports."""
+    pooling_source: str = "default"
+    """Which source gave ``pooling`` (``choose_pooling``): ``flag``, the ``modules.json`` path, or ``default``."""
     whiten: bool = False
     """PCA-whiten the pooled features (``whitening.py``), fitted on unlabelled features of the task."""
     whiten_source: str = "default"
@@ -163,7 +167,7 @@ def read_sentence_transformers_recipe(model_dir: str | Path) -> EmbeddingRecipe 
         kind = module.kind
         if kind == "Pooling":
             pooling = _pooling_mode(module.folder / "config.json")
-        elif module.type == ATTENTION_TYPE:
+        elif module.type in ATTENTION_TYPES:
             pooling, attention = "attention", str(module.folder)
         elif kind == "Normalize":
             normalize = True
@@ -172,8 +176,9 @@ def read_sentence_transformers_recipe(model_dir: str | Path) -> EmbeddingRecipe 
         elif kind != "Transformer":
             raise ValueError(f"{model_dir / MODULES_FILE}: module {kind!r} cannot be reproduced by "
                              "AutoModel + pooling; evaluate this model with sentence-transformers itself")
-    return EmbeddingRecipe(pooling, normalize, _max_seq_length(model_dir, modules),
-                           source=str(model_dir / MODULES_FILE), dense=tuple(dense), attention=attention)
+    source = str(model_dir / MODULES_FILE)
+    return EmbeddingRecipe(pooling, normalize, _max_seq_length(model_dir, modules), source=source,
+                           pooling_source=source, dense=tuple(dense), attention=attention)
 
 
 def _max_seq_length(model_dir: Path, modules: list[_Module]) -> int | None:
@@ -207,20 +212,58 @@ def default_whitening(model_dir: str | Path | None) -> tuple[bool, str]:
     return get_arch(arch).whiten_frozen_features, f"architecture {arch}"
 
 
+@dataclass(frozen=True)
+class PoolingChoice:
+    """The pooling a run uses and the source that gave it (``choose_pooling``)."""
+
+    pooling: str
+    source: str
+    """``flag``, the model's ``modules.json`` path, or ``default``."""
+    attention: str | None = None
+    """The ``AttentionPooling`` module folder when the choice is ``attention``."""
+
+    @property
+    def why(self) -> str:
+        """One line for ``embedder.json``: why this source won."""
+        if self.source == "flag":
+            return "--pooling was given; a flag wins over the model's modules.json and the default"
+        if self.source == "default":
+            return "no --pooling flag and no sentence-transformers modules.json: mean pooling, the default"
+        return f"no --pooling flag; the model's sentence-transformers modules name it ({self.source})"
+
+
+def choose_pooling(flag: str | None, model: EmbeddingRecipe | None) -> PoolingChoice:
+    """The one rule for where pooling comes from; the first source that says something wins:
+
+    1. the flag (``--pooling``): the user asked, over anything the model says;
+    2. the model's own sentence-transformers modules (``model``, read from ``modules.json``): its ``Pooling``
+       mode, or a trained ``AttentionPooling`` module;
+    3. ``mean``, the default for a model that says nothing.
+
+    A flag other than ``attention`` drops the model's ``AttentionPooling`` module with its pooling."""
+    if flag:
+        attention = model.attention if model is not None and flag == "attention" else None
+        return PoolingChoice(flag, "flag", attention)
+    if model is not None:
+        return PoolingChoice(model.pooling, model.source, model.attention)
+    return PoolingChoice("mean", "default")
+
+
 def resolve_recipe(model_dir: str | Path | None, *, pooling: str | None = None, normalize: bool | None = None,
                    max_len: int | None = None, limit: TokenLimit | None = None,
-                   whiten: bool | None = None) -> EmbeddingRecipe:
-    """Flags over the directory's sentence-transformers config over the defaults (mean, no norm, 256); the
-    token count then fits the model's ``limit`` (``fit_max_len``: a default is capped, a flag above it refused);
-    ``whiten`` over the architecture's default (``default_whitening``)."""
-    base = read_sentence_transformers_recipe(model_dir) if model_dir and Path(model_dir).is_dir() else None
-    base = base or EmbeddingRecipe()
+                   whiten: bool | None = None, default_max_len: int | None = None) -> EmbeddingRecipe:
+    """Flags over the directory's sentence-transformers config over the defaults (mean, no norm, 256); pooling by
+    ``choose_pooling``'s rule; the token count then fits the model's ``limit`` (``fit_max_len``: a default is
+    capped, a flag above it refused), its default ``default_max_len`` when the run has its own (``crossbert-probe``),
+    else the model's; ``whiten`` over the architecture's default (``default_whitening``)."""
+    model = read_sentence_transformers_recipe(model_dir) if model_dir and Path(model_dir).is_dir() else None
+    base = model or EmbeddingRecipe()
     overridden = any(value is not None for value in (pooling, normalize, max_len))
     whiten_default, whiten_source = default_whitening(model_dir)
-    pooling = pooling or base.pooling
-    return EmbeddingRecipe(pooling=pooling, attention=base.attention if pooling == "attention" else None,
+    choice = choose_pooling(pooling, model)
+    return EmbeddingRecipe(pooling=choice.pooling, attention=choice.attention, pooling_source=choice.source,
                            normalize=base.normalize if normalize is None else normalize,
-                           max_len=fit_max_len(max_len, base.tokens, limit),
+                           max_len=fit_max_len(max_len, default_max_len or base.tokens, limit),
                            source=f"flags over {base.source}" if overridden else base.source,
                            whiten=whiten_default if whiten is None else whiten,
                            whiten_source=whiten_source if whiten is None else "flag", dense=base.dense)

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from megatron_crossbert.evaluation.mteb.task_folders import read_columns
+from megatron_crossbert.evaluation.tasks.folders import read_columns
 from megatron_crossbert.evaluation.tasks.glue import load_glue_task
 from megatron_crossbert.evaluation.tasks.data import load_jsonl_task
 

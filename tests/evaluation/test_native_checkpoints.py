@@ -54,6 +54,8 @@ def test_probe_cli_on_native_checkpoint(native):
     assert (report["recipe"]["whiten"], report["recipe"]["whiten_source"]) == (True, "architecture crossbert")
     exported = resolve_model(work / "ckpt", cache_dir=cache)
     assert exported.hf_path == report["model"]["hf_path"]  # same checkpoint -> same cached export
+    record = json.loads((out / "embedder.json").read_text())
+    assert (record["model"]["form"], record["model"]["why"]) == ("native-checkpoint", str(work / "ckpt" / "latest"))
 
 
 @pytest.mark.slow

@@ -21,6 +21,7 @@ from typing import Sequence
 
 
 from megatron_crossbert.content_identity import file_identity
+from megatron_crossbert.evaluation.embedder import Embedder, EmbedderOptions, write_embedder_json
 from megatron_crossbert.evaluation.tasks.glue import (GLUE_FORMATS, GLUE_TASK_NAMES, available_glue_tasks,
                                                          canonical_glue_name, glue_files, glue_task_available,
                                                          load_glue_task)
@@ -181,16 +182,25 @@ def fit_preset_length(preset: Preset, hf_path: str) -> Preset:
     return preset.with_overrides(max_len=limit.tokens)
 
 
-def run_finetune(model_ref: str, glue_dir: str | Path, tasks: Sequence[str] | None, out: str | Path,
-                 config: FinetuneConfig) -> dict:
-    """Run (or resume) the grid for every task; write ``results.json`` and ``results.md`` under ``out``."""
-    from transformers import AutoTokenizer
+def finetune_embedder(model: str | Embedder, config: FinetuneConfig) -> Embedder:
+    """``model`` itself when it is an ``Embedder``, else the one ``config`` resolves: the model alone, since
+    fine-tuning trains the whole encoder and reads no pooled features (``pooled=False``)."""
+    if isinstance(model, Embedder):
+        return model
+    return Embedder.resolve(EmbedderOptions(model=str(model), cache_dir=config.cache_dir, device=config.device,
+                                            tokenizer_dir=config.tokenizer_dir, verify=config.verify, pooled=False))
 
-    from megatron_crossbert.evaluation.encoders import resolve_model
+
+def run_finetune(model: str | Embedder, glue_dir: str | Path, tasks: Sequence[str] | None, out: str | Path,
+                 config: FinetuneConfig) -> dict:
+    """Run (or resume) the grid for every task; write ``results.json``, ``results.md`` and ``embedder.json`` (the
+    model resolved: its form, path and identity) under ``out``."""
+    from transformers import AutoTokenizer
 
     out = require_output_dir(out, "--out")
     names, skipped = resolve_tasks(glue_dir, tasks)
-    resolved = resolve_model(model_ref, config.cache_dir, config.tokenizer_dir, config.verify)
+    embedder = finetune_embedder(model, config)
+    resolved = embedder.model
     tokenizer = AutoTokenizer.from_pretrained(resolved.hf_path)
     config = replace(config, preset=fit_preset_length(config.preset, resolved.hf_path))
     per_task = {name: run_task(name, resolved, tokenizer, glue_dir, out, config) for name in names}
@@ -199,4 +209,5 @@ def run_finetune(model_ref: str, glue_dir: str | Path, tasks: Sequence[str] | No
         out.mkdir(parents=True, exist_ok=True)
         atomic_write_text(out / "results.json", json.dumps(report, indent=1) + "\n")
         atomic_write_text(out / "results.md", render_markdown(report))
+        write_embedder_json(embedder, out)
     return report

@@ -2,7 +2,6 @@
 
 - ``adapter.py``: mteb's encoder protocol over ``HFEncoder`` (feature cache, the model's recipe) and
   ``run_mteb``, what ``crossbert-mteb`` runs
-- ``task_folders.py``: a benchmark directory's task folders, read into MTEB's columns
 - ``tasks.py``: mteb task objects (mteb's registered task when the data is the same, else a local one)
 - ``report.py``: mteb's per-task result JSON and the summary; ``in_training.py``: ``probe_in_training``, MTEB-lite scores of
   the live model (``mteb:DIR`` probe specs)

@@ -2,14 +2,15 @@
 
 :class:`CachingMtebEncoder` implements mteb's encoder protocol (``mteb.models.AbsEncoder``:
 ``encode(DataLoader, *, task_metadata, hf_split, hf_subset, prompt_type, **kwargs) -> [n, h]``, cosine
-similarity) over :class:`~megatron_crossbert.evaluation.encoders.HFEncoder`, so MTEB and the probes embed
+similarity) over an :class:`~megatron_crossbert.evaluation.embedder.Embedder`, so MTEB and the probes embed
 text through the same code (tokenizer, length-sorted batches under ``torch.inference_mode``, pooling).
-The embedding recipe (pooling, a trained pooler's Dense modules, L2 norm, max tokens) is the model's own (``evaluation/recipe.py``).
+The embedding recipe (pooling, a trained pooler's Dense modules, L2 norm, max tokens) is the model's own
+(``evaluation/recipe.py``), resolved by the embedder.
 
 Encoding is where an MTEB run spends its time, so each call encodes every distinct text once, and the
 pooled features are cached per (model identity, task, split, pooling, max tokens, exact texts) in the
 evaluation's ``FeatureCache`` (``feature_cache.py``): a rerun, or a run resumed after a crash, encodes
-nothing. The model identity is a content hash (``resolve_model``), so a changed model never reuses stale
+nothing. The model identity is a content hash (``Embedder.identity``), so a changed model never reuses stale
 features. The cache holds vectors before normalisation; the recipe's L2 norm is applied after it, and before
 that its PCA whitening (``recipe.whiten``, ``whitening.PerTaskWhitening``): one map per task, fitted on the
 first texts the task encodes (a classification task's train split, an STS task's first sentences), never on
@@ -26,30 +27,24 @@ import logging
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 from mteb.models.abs_encoder import AbsEncoder
 from mteb.models.model_meta import ModelMeta, ScoringFunction
 
 from megatron_crossbert.evaluation.dense_head import apply_dense, l2_normalize
-from megatron_crossbert.evaluation.encoders import HFEncoder, model_card, resolve_model
+from megatron_crossbert.evaluation.embedder import Embedder, EmbedderOptions
+from megatron_crossbert.evaluation.encoders import HFEncoder, model_card
 from megatron_crossbert.evaluation.encoding import EncodingOptions
-from megatron_crossbert.evaluation.feature_cache import FeatureCache, texts_digest
 from megatron_crossbert.evaluation.mteb.report import check_out_dir, summarize, write_outputs
-from megatron_crossbert.evaluation.mteb.task_folders import discover_task_folders
 from megatron_crossbert.evaluation.mteb.tasks import BuiltTask, build_task
-from megatron_crossbert.evaluation.recipe import EmbeddingRecipe, describe, model_token_limit, resolve_recipe
+from megatron_crossbert.evaluation.recipe import EmbeddingRecipe
+from megatron_crossbert.evaluation.tasks.folders import discover_task_folders
 from megatron_crossbert.evaluation.whitening import READOUTS, PerTaskWhitening, readout_of
 
 logger = logging.getLogger(__name__)
 DEFAULT_BENCHMARK = "MTEB(eng, v2)"
-
-
-def embed_unique(embed: Callable[[list[str]], np.ndarray], texts: Sequence[str]) -> np.ndarray:
-    """``embed`` each distinct text once, then scatter the rows back to ``texts``' order."""
-    unique, inverse = np.unique(np.asarray(list(texts), dtype=object), return_inverse=True)
-    return embed(list(unique))[inverse.reshape(-1)]
 
 
 def mteb_model_meta(name: str, revision: str, embed_dim: int | None = None, max_tokens: int | None = None):
@@ -60,46 +55,36 @@ def mteb_model_meta(name: str, revision: str, embed_dim: int | None = None, max_
 
 
 class CachingMtebEncoder(AbsEncoder):
-    """What ``mteb.evaluate`` calls: distinct texts once, features from the cache, the recipe's whitening
-    and L2 norm."""
+    """What ``mteb.evaluate`` calls: an ``Embedder``'s features (distinct texts once, from its cache), through its
+    recipe's Dense modules, whitening and L2 norm."""
 
-    def __init__(self, encoder: HFEncoder, recipe: EmbeddingRecipe, cache: FeatureCache | None = None,
-                 name: str | None = None, memo: dict[str, np.ndarray] | None = None) -> None:
-        self.model, self.recipe, self.cache = encoder, recipe, cache or FeatureCache(None)
-        self.memo = {} if memo is None else memo
-        """Pooled features of this process by cache key, shared with ``variant``s: a second readout of the
-        same backbone (whitened, or through a trained pooler) encodes nothing, disk cache or not."""
-        self.whitening = PerTaskWhitening() if recipe.whiten else None
-        self.reset_timing()
-        source = encoder.resolved.native_checkpoint or encoder.resolved.model_dir
-        model_name = name or f"megatron-crossbert/{Path(source).name or 'model'}"
-        self.mteb_model_meta = mteb_model_meta(model_name, encoder.identity.split(":")[-1],
+    def __init__(self, embedder: Embedder) -> None:
+        self.embedder = embedder
+        self.whitening = PerTaskWhitening() if embedder.readout.whiten else None
+        encoder = embedder.encoder
+        self.mteb_model_meta = mteb_model_meta(embedder.name, embedder.identity.split(":")[-1],
                                                int(encoder.model.config.hidden_size), encoder.max_len)
 
-    def _embed(self, texts: list[str], desc: str) -> np.ndarray:
-        wall, cpu = time.perf_counter(), time.process_time()
-        out = self.model.embed(texts, pooling=self.recipe.pooling, layers="last", desc=desc)[0]
-        self.encoded_texts += len(texts)
-        self.encode_s += time.perf_counter() - wall
-        self.encode_cpu_s += time.process_time() - cpu
-        return out
+    @property
+    def model(self) -> HFEncoder:
+        """The frozen HF encoder the embedder runs."""
+        return self.embedder.encoder
+
+    @property
+    def recipe(self) -> EmbeddingRecipe:
+        return self.embedder.readout
+
+    @property
+    def name(self) -> str:
+        return self.embedder.name
 
     def features(self, texts: list[str], *, task: str, split: str) -> np.ndarray:
-        """Pooled (un-normalised) features of ``texts``, from the cache when present."""
-        key = self.cache.key(kind="mteb", model=self.model.identity, task=task, split=split,
-                             pooling=self.recipe.pooling, max_len=self.model.max_len, texts=texts_digest(texts))
-        if key not in self.memo:
-            self.memo[key] = self.cache.get_or_compute(key, lambda: embed_unique(
-                lambda unique: self._embed(unique, f"{task}/{split}"), texts))
-        return self.memo[key]
+        """Pooled (un-normalised) features of ``texts``, from the cache when present (``Embedder.sentences``)."""
+        return self.embedder.sentences(texts, task=task, split=split)
 
     def variant(self, recipe: EmbeddingRecipe, name: str | None = None) -> "CachingMtebEncoder":
-        """The same backbone, features and caches read through another recipe (whitening on or off, a
-        pooler's Dense modules); its pooling and token count must be this one's, as the features are."""
-        if (recipe.pooling, recipe.tokens) != (self.recipe.pooling, self.recipe.tokens):
-            raise ValueError(f"a variant reads the same pooled features: pooling {recipe.pooling} / "
-                             f"{recipe.tokens} tokens differ from {self.recipe.pooling} / {self.recipe.tokens}")
-        return CachingMtebEncoder(self.model, recipe, self.cache, name or self.mteb_model_meta.name, self.memo)
+        """The same backbone, features and caches read through another recipe (``Embedder.variant``)."""
+        return CachingMtebEncoder(self.embedder.variant(recipe, name))
 
     def encode(self, inputs, *, task_metadata, hf_split: str, hf_subset: str, prompt_type=None,
                **kwargs: Any) -> np.ndarray:
@@ -110,33 +95,24 @@ class CachingMtebEncoder(AbsEncoder):
         return l2_normalize(emb) if self.recipe.normalize else emb
 
     def reset_timing(self) -> None:
-        self.encoded_texts, self.encode_s, self.encode_cpu_s = 0, 0.0, 0.0
+        self.embedder.timing.reset()
 
     def timing(self) -> dict:
         """Texts run through the model so far (cache misses), and the seconds that took."""
-        rate = self.encoded_texts / self.encode_s if self.encode_s > 0 else None
-        return {"texts_encoded": self.encoded_texts, "encode_wall_s": round(self.encode_s, 2),
-                "encode_cpu_s": round(self.encode_cpu_s, 2), "sentences_per_s": rate,
-                "sentences_per_cpu_s": self.encoded_texts / self.encode_cpu_s if self.encode_cpu_s > 0 else None}
+        return self.embedder.timing.as_dict()
 
 
 def build_mteb_encoder(model_ref: str, *, cache_dir: str | None = None, tokenizer_dir: str | None = None,
                        device: str | None = None, pooling: str | None = None, normalize: bool | None = None,
                        max_len: int | None = None, batch_size: int = 32, verify: str = "full",
                        whiten: bool | None = None, encoding: EncodingOptions | None = None) -> CachingMtebEncoder:
-    """Resolve the model once (a native checkpoint is verified, ``verify`` its checksum check, and
-    exported); the recipe is the model's sentence-transformers config and its architecture's whitening
-    default (``recipe.resolve_recipe``) unless flags say otherwise, its token count within the model's own
-    limit (``recipe.fit_max_len``). ``encoding``: how each text is encoded and which tensor is pooled
-    (``evaluation.encoding``; default: all tokens, after the final norm)."""
-    resolved = resolve_model(model_ref, cache_dir=cache_dir, tokenizer_dir=tokenizer_dir, verify=verify)
-    recipe = resolve_recipe(resolved.model_dir, pooling=pooling, normalize=normalize, max_len=max_len, whiten=whiten,
-                            limit=model_token_limit(resolved.hf_path))
-    logger.info(describe(recipe))
-    encoder = HFEncoder(resolved, device=device, max_len=recipe.tokens, batch_size=batch_size, encoding=encoding)
-    if recipe.attention:
-        encoder.use_attention(recipe.attention)
-    return CachingMtebEncoder(encoder, recipe, FeatureCache(cache_dir))
+    """mteb's encoder over the ``Embedder`` these options resolve (``Embedder.resolve``: the model once, its
+    recipe within its own token limit); ``encoding``: how each text is encoded (default: all tokens, after the
+    final norm)."""
+    return CachingMtebEncoder(Embedder.resolve(EmbedderOptions(
+        model=str(model_ref), cache_dir=cache_dir, tokenizer_dir=tokenizer_dir, device=device, pooling=pooling,
+        normalize=normalize, max_len=max_len, batch_size=batch_size, verify=verify, whiten=whiten,
+        encoding=encoding or EncodingOptions())))
 
 
 def resolve_mteb_tasks(names: Sequence[str] = (), benchmark: str | None = None) -> list[BuiltTask]:
@@ -163,6 +139,19 @@ def benchmark_tasks(benchmark_dir: str | Path, names: Sequence[str] = (), *, max
     return [build_task(folder, max_test=max_test, seed=seed) for folder in folders]
 
 
+def benchmark_scorer(benchmark_dir: str | Path, *, overwrite: bool = False):
+    """``score(embedder, out_dir, both_readouts) -> summary`` over every task folder of ``benchmark_dir`` (built
+    once, here): ``run_mteb`` writing its results and ``embedder.json`` into ``out_dir``. How ``crossbert-pooler``
+    scores its backbone before and after (``pooler.runner.Scorer``)."""
+    tasks = benchmark_tasks(benchmark_dir)
+
+    def score(embedder: Embedder, out_dir: Path, both_readouts: bool = False) -> dict:
+        return run_mteb(CachingMtebEncoder(embedder), tasks, out_dir, overwrite=overwrite,
+                        benchmark_dir=str(benchmark_dir), both_readouts=both_readouts)
+
+    return score
+
+
 def evaluate_mteb(wrapper: AbsEncoder, tasks: Sequence[BuiltTask], *, reference: dict | None = None,
                   raise_error: bool = False) -> tuple[dict, list]:
     """``mteb.evaluate`` on ``tasks`` (no mteb result cache): the summary dict and mteb's ``TaskResult``s."""
@@ -182,7 +171,7 @@ def evaluate_mteb(wrapper: AbsEncoder, tasks: Sequence[BuiltTask], *, reference:
     summary.update(mteb_version=mteb.__version__, timing={"wall_s": round(time.perf_counter() - wall, 2),
                                                           "cpu_s": round(time.process_time() - cpu, 2)})
     if caching:
-        summary["model"] = model_card(wrapper.model.resolved) | {"recipe": asdict(wrapper.recipe)}
+        summary["model"] = model_card(wrapper.embedder.model) | {"recipe": asdict(wrapper.recipe)}
         summary["timing"].update(wrapper.timing())
     return summary, outcome.task_results
 
@@ -213,5 +202,5 @@ def run_mteb(wrapper: CachingMtebEncoder, tasks: Sequence[BuiltTask], out_dir: s
     summary["benchmark_dir"] = benchmark_dir
     if both_readouts:
         summary["readouts"] = other_readout(wrapper, tasks, summary)
-    write_outputs(results, summary, out_dir)
+    write_outputs(results, summary, out_dir, getattr(wrapper, "embedder", None))
     return summary

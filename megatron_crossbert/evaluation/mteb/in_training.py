@@ -20,8 +20,9 @@ from typing import Callable, Sequence
 import numpy as np
 from mteb.models.abs_encoder import AbsEncoder
 
-from megatron_crossbert.evaluation.mteb.adapter import embed_unique, evaluate_mteb, mteb_model_meta
-from megatron_crossbert.evaluation.mteb.task_folders import MTEB_SPEC, discover_task_folders, is_mteb_spec
+from megatron_crossbert.evaluation.embedder import embed_unique
+from megatron_crossbert.evaluation.mteb.adapter import evaluate_mteb, mteb_model_meta
+from megatron_crossbert.evaluation.tasks.folders import MTEB_SPEC, discover_task_folders, is_mteb_spec
 from megatron_crossbert.evaluation.mteb.tasks import BuiltTask, build_task
 from megatron_crossbert.evaluation.whitening import PerTaskWhitening
 

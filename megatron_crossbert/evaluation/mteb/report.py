@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from megatron_crossbert.evaluation.recipe import EmbeddingRecipe, describe
 from megatron_crossbert.fsutil import atomic_write_text
 from megatron_crossbert.outputs import require_output_dir, writing
+
+if TYPE_CHECKING:
+    from megatron_crossbert.evaluation.embedder import Embedder
 
 SUMMARY_JSON, SUMMARY_MD = "mteb_summary.json", "mteb_summary.md"
 COVERAGE_BENCHMARK = "MTEB(eng, v2)"
@@ -163,9 +166,10 @@ def check_out_dir(out_dir: str | Path, overwrite: bool) -> Path:
     return out_dir
 
 
-def write_outputs(results: Sequence, summary: dict, out_dir: Path) -> None:
-    """Per-task mteb result JSONs, then the summary JSON (strict: no NaN) and markdown, all atomic; a full
-    disk is one line naming ``out_dir``, and a directory this created is removed again."""
+def write_outputs(results: Sequence, summary: dict, out_dir: Path, embedder: Embedder | None = None) -> None:
+    """Per-task mteb result JSONs, the summary JSON (strict: no NaN) and markdown, and what ``embedder`` resolved
+    (``embedder.json``), all atomic; a full disk is one line naming ``out_dir``, and a directory this created is
+    removed again."""
     with writing(out_dir, "the MTEB results", directory=out_dir):
         out_dir.mkdir(parents=True, exist_ok=True)
         for result in (r for r in results if r.task_name not in summary["errors"]):  # no NaN score on disk
@@ -173,3 +177,7 @@ def write_outputs(results: Sequence, summary: dict, out_dir: Path) -> None:
                               json.dumps(result.to_dict(), indent=2, default=str))
         atomic_write_text(out_dir / SUMMARY_JSON, json.dumps(summary, indent=2, default=str, allow_nan=False) + "\n")
         atomic_write_text(out_dir / SUMMARY_MD, summary_markdown(summary))
+        if embedder is not None:
+            from megatron_crossbert.evaluation.embedder import write_embedder_json
+
+            write_embedder_json(embedder, out_dir)

@@ -1,7 +1,7 @@
 """mteb task objects whose data comes from local files, so that mteb itself does the scoring offline.
 
 mteb's built-in tasks download their data from the hub. Offline, two kinds of task objects are fed
-with local rows (``task_folders`` reads them into MTEB's columns):
+with local rows (``tasks/folders.py`` reads them into MTEB's columns):
 
 - **mteb's own registered task** (``mteb.get_task``), when a benchmark folder holds the same data: same
   name (or ``<name>Classification``, mteb's naming), same kind, and the row counts and score / label
@@ -18,7 +18,7 @@ with local rows (``task_folders`` reads them into MTEB's columns):
   a registered task with other data gets a ``-local`` suffix, and the reason goes into the report.
 
 ``--local-task`` specs are ``KIND:NAME:PATH``: ``classification:NAME:DIR`` (split files ``train`` and
-``test`` in DIR) or ``sts:NAME:FILE`` (one file used as the test split); columns as in ``task_folders``.
+``test`` in DIR) or ``sts:NAME:FILE`` (one file used as the test split); columns as in ``tasks/folders.py``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from megatron_crossbert.evaluation.mteb.task_folders import Data, TaskFolder, read_columns, read_task, split_file
+from megatron_crossbert.evaluation.tasks.folders import Data, TaskFolder, read_columns, read_task, split_file
 from megatron_crossbert.evaluation.mteb.text_forms import mteb_text
 
 logger = logging.getLogger(__name__)

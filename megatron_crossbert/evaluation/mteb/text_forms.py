@@ -19,12 +19,12 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Callable
 
-from megatron_crossbert.evaluation.mteb.task_folders import Data
+from megatron_crossbert.evaluation.tasks.folders import Data
 
 SENTEVAL_FORM = "SentEval's form (Moses-tokenised, lowercased)"
 """How the report names the form."""
 TEXT_COLUMNS = ("sentence1", "sentence2", "text")
-"""The MTEB columns that hold text (``task_folders``' names)."""
+"""The MTEB columns that hold text (``tasks/folders.py``' names)."""
 
 
 @lru_cache(maxsize=1)

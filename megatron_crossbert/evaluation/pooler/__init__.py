@@ -7,5 +7,6 @@
   MultipleNegativesRankingLoss on cached pooled backbone features, saved as a sentence-transformers directory
 - ``attention.py``: attention pooling (a learned query over cached token states) + the map, the same loss, saved
   as an ``AttentionPooling`` module
-- ``runner.py``: MTEB before and after, in one report (``crossbert-pooler``)
+- ``runner.py``: the benchmark before and after, in one report (``crossbert-pooler``), scored by the ``Scorer`` it
+  is given (MTEB's, ``mteb.adapter.benchmark_scorer``): nothing here imports ``mteb/``
 """

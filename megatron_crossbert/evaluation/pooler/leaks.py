@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from megatron_crossbert.evaluation.mteb.task_folders import discover_task_folders, read_columns
+from megatron_crossbert.evaluation.tasks.folders import discover_task_folders, read_columns
 from megatron_crossbert.evaluation.pooler.pairs import TextPairs
 
 

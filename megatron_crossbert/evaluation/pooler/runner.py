@@ -1,12 +1,13 @@
 """``crossbert-pooler``'s run: check the pairs, score the frozen model, train the pooler, score it again.
 
-One process, one backbone: its pooled features of every MTEB text and every training text are computed once
-(``CachingMtebEncoder``: the disk cache and an in-process memo), the "before" scores are read from them raw
-and whitened (``adapter.other_readout``), the pooler is trained on them (``train.py``), and the "after"
-scores are the same features through the trained map (``recipe.dense``), which the tests show equal
-``SentenceTransformer(saved dir).encode`` to 1e-6. Attention pooling trains on the pairs' token states
-(``attention.py``) and, since it weighs every text's tokens, is scored by running the saved directory's
-backbone again. The report has both, side by side, with CPU-seconds.
+One process, one backbone, one ``Embedder``: its pooled features of every benchmark text and every training
+text are computed once (the disk cache and an in-process memo), the "before" scores are read from them raw and
+whitened, the pooler is trained on them (``train.py``), and the "after" scores are the same features through the
+trained map (``recipe.dense``, ``Embedder.variant``), which the tests show equal ``SentenceTransformer(saved
+dir).encode`` to 1e-6. Attention pooling trains on the pairs' token states (``attention.py``) and, since it weighs
+every text's tokens, is scored by running the saved directory's backbone again. The scores come from the
+``Scorer`` the run is given (``crossbert-pooler``: MTEB's), which writes ``before/`` and ``after/``, each with its
+``embedder.json``. The report has both, side by side, with CPU-seconds.
 """
 
 from __future__ import annotations
@@ -15,23 +16,28 @@ import json
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Callable
 
-from megatron_crossbert.evaluation.mteb.report import check_out_dir
+from megatron_crossbert.evaluation.embedder import Embedder, EmbedderOptions, embedder_of
 from megatron_crossbert.evaluation.pooler.attention import train_attention_pooler
 from megatron_crossbert.evaluation.pooler.leaks import check_leaks
 from megatron_crossbert.evaluation.pooler.pairs import TextPairs
 from megatron_crossbert.evaluation.pooler.train import PoolerConfig, save_pooler, train_linear_pooler
 from megatron_crossbert.fsutil import atomic_write_text
+from megatron_crossbert.outputs import require_output_dir
 
 REPORT_JSON, REPORT_MD, MODEL_DIR = "pooler_report.json", "pooler_report.md", "model"
+Scorer = Callable[[Embedder, Path, bool], dict]
+"""``score(embedder, out_dir, both_readouts) -> summary``: scores an embedder on the benchmark and writes its results
+into ``out_dir``; the summary as ``crossbert-mteb`` writes it (``tasks`` rows with ``task`` and ``main_score``,
+``average``, ``coverage``; with ``both_readouts`` its ``readouts``). ``crossbert-pooler`` gives MTEB's
+(``mteb.adapter.benchmark_scorer``), so this package imports no other task's."""
 
 
 @dataclass(frozen=True)
 class PoolerRunConfig:
-    """One ``crossbert-pooler`` run."""
+    """One ``crossbert-pooler`` run (the frozen backbone is the ``Embedder`` it is given)."""
 
-    model: str
-    """Native checkpoint, HF directory or sentence-transformers directory (the frozen backbone)."""
     benchmark_dir: str
     """MTEB task folders scored before and after, and the test sets the pairs are checked against."""
     out: str
@@ -40,50 +46,49 @@ class PoolerRunConfig:
     """How the pooler is trained."""
     allow_test_overlap: bool = False
     """Train even when pairs are test pairs (the report is then marked)."""
-    encoder: dict = field(default_factory=dict)
-    """``build_mteb_encoder`` keywords (cache_dir, device, max_len, batch_size, verify, tokenizer_dir)."""
     overwrite: bool = False
     """Replace a report already in ``out``."""
 
 
-def pair_features(wrapper, pairs: TextPairs):
+def pair_features(embedder: Embedder, pairs: TextPairs):
     """Pooled backbone features of the anchors and of the positives (cached like any MTEB text)."""
-    return (wrapper.features(pairs.anchors, task="pooler-pairs", split="anchor"),
-            wrapper.features(pairs.positives, task="pooler-pairs", split="positive"))
+    return (embedder.sentences(pairs.anchors, task="pooler-pairs", split="anchor"),
+            embedder.sentences(pairs.positives, task="pooler-pairs", split="positive"))
 
 
-def pair_states(wrapper, pairs: TextPairs):
+def pair_states(embedder: Embedder, pairs: TextPairs):
     """Token states of the anchors and of the positives (computed once, kept for every epoch)."""
-    return (wrapper.model.token_states(pairs.anchors, desc="pooler-pairs/anchor"),
-            wrapper.model.token_states(pairs.positives, desc="pooler-pairs/positive"))
+    return (embedder.token_states(pairs.anchors, desc="pooler-pairs/anchor"),
+            embedder.token_states(pairs.positives, desc="pooler-pairs/positive"))
 
 
-def train_on_pairs(wrapper, pairs: TextPairs, config: PoolerConfig):
-    """The trained pooling module (None: the backbone's own pooling) and map, on ``wrapper``'s features of
-    ``pairs`` (pooled, or token states for attention pooling), and the log (feature seconds too)."""
+def train_on_pairs(embedder, pairs: TextPairs, config: PoolerConfig):
+    """The trained pooling module (None: the backbone's own pooling) and map, on ``embedder``'s features of
+    ``pairs`` (pooled, or token states for attention pooling), and the log (feature seconds too). ``embedder``: an
+    ``Embedder``, or what reads through one (an mteb encoder)."""
+    embedder = embedder_of(embedder)
     if config.pooling == "attention":
-        (anchors, positives), seconds = timed(pair_states, wrapper, pairs)
+        (anchors, positives), seconds = timed(pair_states, embedder, pairs)
         attention, layer, log = train_attention_pooler(anchors, positives, config)
         return attention, layer, {**log, "pair_features": seconds}
-    (anchors, positives), seconds = timed(pair_features, wrapper, pairs)
+    (anchors, positives), seconds = timed(pair_features, embedder, pairs)
     layer, log = train_linear_pooler(anchors, positives, config)
     return None, layer, {**log, "pair_features": seconds}
 
 
-def after_encoder(before, saved: Path, dense_dir: Path, config: "PoolerRunConfig"):
+def after_embedder(before: Embedder, saved: Path, dense_dir: Path, pooling: str) -> Embedder:
     """What scores the saved directory: ``before``'s cached pooled features through the Dense module, or, for
     attention pooling (which weighs each text's tokens), the saved directory itself, its backbone run again."""
-    from megatron_crossbert.evaluation.mteb.adapter import build_mteb_encoder
-
-    if config.pooler.pooling != "attention":
+    if pooling != "attention":
         return pooled_variant(before, dense_dir)
-    return build_mteb_encoder(str(saved), whiten=False, **config.encoder)
+    return Embedder.resolve(replace(before.options, model=str(saved), whiten=False))
 
 
-def pooled_variant(wrapper, dense_dir: str | Path):
-    """``wrapper``'s backbone and features read through the saved Dense module, raw (the pooler is the readout)."""
-    recipe = replace(wrapper.recipe, dense=(str(dense_dir),), whiten=False, whiten_source="pooler")
-    return wrapper.variant(recipe, name=f"{wrapper.mteb_model_meta.name}+pooler")
+def pooled_variant(embedder, dense_dir: str | Path):
+    """``embedder``'s backbone and features read through the saved Dense module, raw (the pooler is the readout);
+    ``embedder``: an ``Embedder`` or an mteb encoder, and the same kind comes back."""
+    recipe = replace(embedder.recipe, dense=(str(dense_dir),), whiten=False, whiten_source="pooler")
+    return embedder.variant(recipe, name=f"{embedder.name}+pooler")
 
 
 def timed(fn, *args, **kwargs):
@@ -93,24 +98,23 @@ def timed(fn, *args, **kwargs):
     return out, {"wall_s": round(time.perf_counter() - wall, 2), "cpu_s": round(time.process_time() - cpu, 2)}
 
 
-def run_pooler(config: PoolerRunConfig, pairs: TextPairs) -> dict:
-    """Leak check, MTEB before (raw and whitened), training, save, MTEB after; writes and returns the report."""
-    from megatron_crossbert.evaluation.mteb.adapter import benchmark_tasks, build_mteb_encoder, run_mteb
-
-    out = check_out_dir(config.out, config.overwrite)
+def run_pooler(config: PoolerRunConfig, pairs: TextPairs, embedder: Embedder | EmbedderOptions,
+               score: Scorer) -> dict:
+    """Leak check, the benchmark before (raw and whitened), training, save, the benchmark after; writes and returns
+    the report. ``embedder``: the frozen backbone, or the options it is resolved from once ``out`` and the pairs
+    are checked."""
+    out = require_output_dir(config.out, "--out")
     if (out / REPORT_JSON).exists() and not config.overwrite:
         raise FileExistsError(f"{out / REPORT_JSON} exists: pass --overwrite, or choose another --out")
     leaks = check_leaks(pairs, config.benchmark_dir, allow=config.allow_test_overlap)
-    tasks = benchmark_tasks(config.benchmark_dir)
-    before = build_mteb_encoder(config.model, **config.encoder)
-    before_summary, t_before = timed(run_mteb, before, tasks, out / "before", overwrite=config.overwrite,
-                                     benchmark_dir=config.benchmark_dir, both_readouts=True)
+    before = embedder if isinstance(embedder, Embedder) else Embedder.resolve(embedder)
+    before_summary, t_before = timed(score, before, out / "before", True)
     attention, layer, log = train_on_pairs(before, pairs, config.pooler)
-    dense_dir = save_pooler(before.model.resolved.hf_path, before.recipe, layer, out / MODEL_DIR, attention)
-    after = after_encoder(before, out / MODEL_DIR, dense_dir, config)
-    after_summary, t_after = timed(run_mteb, after, tasks, out / "after", overwrite=config.overwrite,
-                                   benchmark_dir=config.benchmark_dir)
-    report = {"config": asdict(config), "pairs": {"source": pairs.source, "count": len(pairs)},
+    dense_dir = save_pooler(before.model.hf_path, before.readout, layer, out / MODEL_DIR, attention)
+    after = after_embedder(before, out / MODEL_DIR, dense_dir, config.pooler.pooling)
+    after_summary, t_after = timed(score, after, out / "after", False)
+    report = {"config": {"model": before.options.model, **asdict(config)},
+              "pairs": {"source": pairs.source, "count": len(pairs)},
               "leaks": leaks.as_dict(), "training": log, "saved": str(out / MODEL_DIR),
               "before": before_summary, "after": after_summary,
               "timing": {"mteb_before": t_before, "pair_features": log["pair_features"], "mteb_after": t_after}}

@@ -1,4 +1,4 @@
-"""Probe inputs of a task's splits, through the feature cache (``evaluation.feature_cache``).
+"""Probe inputs of a task's splits, through the embedder's feature cache (``Embedder.features``).
 
 Features are computed once per (model identity, task, split, side of the pair, pooling, layers,
 max_len, exact texts), so ``--max-train`` subsets and edited data files never hit a stale entry;
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from megatron_crossbert.evaluation.dense_head import apply_dense, l2_normalize
-from megatron_crossbert.evaluation.encoders import HFEncoder, Layers, Pooling
-from megatron_crossbert.evaluation.feature_cache import FeatureCache, texts_digest
+from megatron_crossbert.evaluation.embedder import Embedder
+from megatron_crossbert.evaluation.encoders import Layers
 from megatron_crossbert.evaluation.probing.linear_probes import task_features
 from megatron_crossbert.evaluation.recipe import EmbeddingRecipe
 from megatron_crossbert.evaluation.tasks.data import ProbeTask, Split, TaskSpec
@@ -37,41 +37,27 @@ class TaskFeatures:
     test: np.ndarray
 
 
-def _side_features(encoder: HFEncoder, cache: FeatureCache, texts: list[str], *, task: str, split: str,
-                   side: str, pooling: Pooling, layers: Layers) -> np.ndarray:
-    key = cache.key(model=encoder.identity, task=task, split=split, side=side, pooling=pooling,
-                    layers=layers, max_len=encoder.max_len, texts=texts_digest(texts))
-    return cache.get_or_compute(key, lambda: encoder.embed(
-        texts, pooling=pooling, layers=layers, desc=f"{task}/{split}/{side}"))
+def split_sides(embedder: Embedder, task: ProbeTask, split_name: str, split: Split, layers: Layers) -> Sides:
+    """Pooled features of one split's texts and (pair tasks) second sentences, through the embedder's cache."""
+    def side(texts: list[str], name: str) -> np.ndarray:
+        parts = {"task": task.spec.name, "split": split_name, "side": name, "layers": layers}
+        return embedder.features(texts, parts, layers=layers, desc=f"{task.spec.name}/{split_name}/{name}")
+
+    return side(split.texts, "text"), None if split.pairs is None else side(split.pairs, "pair")
 
 
-def split_sides(encoder: HFEncoder, cache: FeatureCache, task: ProbeTask, split_name: str, split: Split,
-                pooling: Pooling, layers: Layers) -> Sides:
-    """Pooled features of one split's texts and (pair tasks) second sentences, through the cache."""
-    common = dict(task=task.spec.name, split=split_name, pooling=pooling, layers=layers)
-    text = _side_features(encoder, cache, split.texts, side="text", **common)
-    pair = None
-    if split.pairs is not None:
-        pair = _side_features(encoder, cache, split.pairs, side="pair", **common)
-    return text, pair
-
-
-def extract_task_features(encoder: HFEncoder, task: ProbeTask, *, pooling: Pooling = "mean",
-                          layers: Layers = "last", cache: FeatureCache | None = None,
-                          whiten: bool = False, head: EmbeddingRecipe | None = None) -> TaskFeatures:
+def extract_task_features(embedder: Embedder, task: ProbeTask, *, layers: Layers = "last",
+                          whiten: bool = False) -> TaskFeatures:
     """Probe inputs for the task's train and test splits (sentence features from the cache when present),
-    read through ``head``'s modules after pooling (``probe_inputs``)."""
-    return probe_inputs(task.spec, *task_sides(encoder, task, pooling=pooling, layers=layers, cache=cache),
-                        whiten, head)
+    read through the embedder's recipe: its modules after pooling (``probe_inputs``)."""
+    return probe_inputs(task.spec, *task_sides(embedder, task, layers=layers), whiten, embedder.readout)
 
 
-def task_sides(encoder: HFEncoder, task: ProbeTask, *, pooling: Pooling = "mean", layers: Layers = "last",
-               cache: FeatureCache | None = None) -> tuple[Sides, Sides]:
+def task_sides(embedder: Embedder, task: ProbeTask, *, layers: Layers = "last") -> tuple[Sides, Sides]:
     """The pooled backbone features of the task's train and test splits (through the cache): what every
     readout of the task (``probe_inputs``) and the feature statistics are computed from, encoded once."""
-    cache = cache or FeatureCache(None)
-    return (split_sides(encoder, cache, task, "train", task.train, pooling, layers),
-            split_sides(encoder, cache, task, "test", task.test, pooling, layers))
+    return (split_sides(embedder, task, "train", task.train, layers),
+            split_sides(embedder, task, "test", task.test, layers))
 
 
 def sentence_rows(*splits: Sides) -> np.ndarray:

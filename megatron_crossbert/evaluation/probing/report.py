@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from megatron_crossbert.evaluation.recipe import EmbeddingRecipe, describe
 from megatron_crossbert.fsutil import atomic_open, atomic_write_text
 from megatron_crossbert.outputs import writing
+
+if TYPE_CHECKING:
+    from megatron_crossbert.evaluation.embedder import Embedder
 
 _METRIC_LABELS = {"accuracy": "acc", "f1": "F1", "macro_f1": "macro-F1", "matthews": "MCC",
                   "pearson": "Pearson", "spearman": "Spearman"}
@@ -129,9 +133,11 @@ def render_markdown(report: dict) -> str:
     return "\n".join(parts) + "\n"
 
 
-def write_report(report: dict, out_dir: str | Path, stem: str = "probe_results") -> dict[str, Path]:
-    """Write ``<stem>.json`` (strict JSON: no NaN), ``<stem>.md`` and (per-layer runs) ``<stem>_layers.png``,
-    each atomically; a full disk is one line naming ``out_dir`` (``outputs.writing``). Returns the paths."""
+def write_report(report: dict, out_dir: str | Path, stem: str = "probe_results",
+                 embedder: Embedder | None = None) -> dict[str, Path]:
+    """Write ``<stem>.json`` (strict JSON: no NaN), ``<stem>.md``, (per-layer runs) ``<stem>_layers.png`` and what
+    ``embedder`` resolved (``embedder.json``), each atomically; a full disk is one line naming ``out_dir``
+    (``outputs.writing``). Returns the paths."""
     out_dir = Path(out_dir)
     paths = {"json": out_dir / f"{stem}.json", "markdown": out_dir / f"{stem}.md"}
     with writing(out_dir, "the probe report", directory=out_dir):
@@ -139,6 +145,10 @@ def write_report(report: dict, out_dir: str | Path, stem: str = "probe_results")
         atomic_write_text(paths["json"], json.dumps(report, indent=2, default=str, allow_nan=False) + "\n")
         atomic_write_text(paths["markdown"], render_markdown(report))
         plot = plot_layers(report, out_dir / f"{stem}_layers.png")
+        if embedder is not None:
+            from megatron_crossbert.evaluation.embedder import write_embedder_json
+
+            paths["embedder"] = write_embedder_json(embedder, out_dir)
     if plot is not None:
         paths["plot"] = plot
     return paths

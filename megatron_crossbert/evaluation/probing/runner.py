@@ -1,8 +1,8 @@
 """Frozen-encoder probing of a model on a set of tasks (what ``crossbert-probe`` runs).
 
-``run_probing(model_ref, tasks, config)`` resolves the model (native checkpoints are exported to
-HF first), extracts cached features per task, fits one probe per layer (only the last layer unless
-``layers="all"``) and returns a JSON-able report::
+``run_probing(model, tasks, config)`` takes an ``Embedder`` (or resolves one for a model reference: native
+checkpoints are exported to HF first), extracts cached features per task, fits one probe per layer (only the last
+layer unless ``layers="all"``) and returns a JSON-able report::
 
     {"model": {...}, "config": {...},
      "tasks": {name: {"spec", "n_train", "n_test", "metrics", "score", "chosen", "per_layer"?}},
@@ -27,9 +27,9 @@ from typing import Sequence
 
 import numpy as np
 
+from megatron_crossbert.evaluation.embedder import Embedder, EmbedderOptions
 from megatron_crossbert.evaluation.encoding import EncodingOptions
-from megatron_crossbert.evaluation.encoders import HFEncoder, Layers, Pooling, model_card, resolve_model
-from megatron_crossbert.evaluation.feature_cache import FeatureCache
+from megatron_crossbert.evaluation.encoders import Layers, Pooling, model_card
 from megatron_crossbert.evaluation.feature_stats import feature_stats
 from megatron_crossbert.evaluation.probing.features import (TaskFeatures, probe_inputs, sentence_rows,
                                                            task_sides)
@@ -38,8 +38,7 @@ from megatron_crossbert.evaluation.probing.knn_probes import knn_probe
 from megatron_crossbert.evaluation.probing.linear_probes import ProbeConfig, ProbeResult, probe_features
 from megatron_crossbert.evaluation.tasks.metrics import average_scores, finite_or_none
 from megatron_crossbert.evaluation.tasks.data import ProbeTask, find_jsonl_tasks, load_jsonl_task
-from megatron_crossbert.evaluation.recipe import (PROBE_MAX_LEN, EmbeddingRecipe, describe, fit_max_len,
-                                                  model_token_limit, resolve_recipe)
+from megatron_crossbert.evaluation.recipe import PROBE_MAX_LEN, EmbeddingRecipe
 from megatron_crossbert.evaluation.whitening import READOUTS, readout_of
 
 logger = logging.getLogger(__name__)
@@ -82,6 +81,9 @@ class ProbeRunConfig:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"--{name.replace('_', '-')} (ProbeRunConfig.{name}): must be at least 1, got {value}")
+        if self.layers == "all" and self.encoding.hidden_state != "after_final_norm":
+            raise ValueError(f"--layers all reads every layer; --hidden-state {self.encoding.hidden_state} picks one "
+                             "tensor: use --layers last")
 
 
 def collect_tasks(*, glue_dir: str | Path | None = None, glue_tasks: Sequence[str] | None = None,
@@ -152,37 +154,40 @@ def summarize(task_entries: dict[str, dict]) -> dict:
     return summary
 
 
-def run_probing(model_ref: str | Path, tasks: Sequence[ProbeTask], config: ProbeRunConfig | None = None,
-                encoder: HFEncoder | None = None) -> dict:
-    """Probe ``model_ref`` (or an already-built ``encoder``) on ``tasks``; returns the report dict."""
-    config = config or ProbeRunConfig()
-    if encoder is None:
-        resolved = resolve_model(model_ref, cache_dir=config.cache_dir, tokenizer_dir=config.tokenizer_dir,
-                                 verify=config.verify)
-        max_len = fit_max_len(config.max_len, PROBE_MAX_LEN, model_token_limit(resolved.hf_path))
-        encoder = HFEncoder(resolved, device=config.device, max_len=max_len, batch_size=config.batch_size,
-                            encoding=config.encoding)
-    config = replace(config, max_len=encoder.max_len, encoding=encoder.encoding)  # the report says what was used
-    if config.layers == "all" and config.encoding.hidden_state != "after_final_norm":
-        raise ValueError(f"--layers all reads every layer; --hidden-state {config.encoding.hidden_state} picks one "
-                         "tensor: use --layers last")
-    recipe = resolve_recipe(encoder.resolved.model_dir, pooling=config.pooling, max_len=config.max_len,
-                            whiten=config.whiten)
+def probe_embedder(model: str | Path | Embedder, config: ProbeRunConfig) -> Embedder:
+    """``model`` itself when it is an ``Embedder``, else the one ``config`` resolves for it (tokens per text:
+    ``PROBE_MAX_LEN``, or the model's own limit when that is lower)."""
+    if isinstance(model, Embedder):
+        return model
+    return Embedder.resolve(EmbedderOptions(
+        model=str(model), cache_dir=config.cache_dir, tokenizer_dir=config.tokenizer_dir, verify=config.verify,
+        device=config.device, batch_size=config.batch_size, pooling=config.pooling, max_len=config.max_len,
+        default_max_len=PROBE_MAX_LEN, whiten=config.whiten, encoding=config.encoding))
+
+
+def check_layers(config: ProbeRunConfig, recipe: EmbeddingRecipe) -> None:
+    """``--layers all`` reads every layer's pooled features: refused when the model has a trained pooler."""
     if (recipe.dense or recipe.attention) and config.layers == "all":
         raise ValueError(f"--layers all: {recipe.source} has a trained pooler (Dense or AttentionPooling), which "
                          "reads the last layer only; probe it with --layers last")
-    if recipe.attention:
-        encoder.use_attention(recipe.attention)
-    config = replace(config, pooling=recipe.pooling)
-    logger.info(describe(recipe))
-    cache, entries, sentences = FeatureCache(config.cache_dir), {}, []
+
+
+def run_probing(model: str | Path | Embedder, tasks: Sequence[ProbeTask], config: ProbeRunConfig | None = None
+                ) -> dict:
+    """Probe ``model`` (a reference, or an ``Embedder`` already resolved) on ``tasks``; returns the report dict."""
+    config = config or ProbeRunConfig()
+    embedder = probe_embedder(model, config)
+    recipe = embedder.readout
+    check_layers(config, recipe)
+    config = replace(config, max_len=recipe.tokens, encoding=embedder.options.encoding, pooling=recipe.pooling)
+    entries, sentences = {}, []
     for task in tasks:
         task = task.subsample(config.max_train, config.max_test, config.seed)
-        sides = task_sides(encoder, task, pooling=config.pooling, layers=config.layers, cache=cache)
+        sides = task_sides(embedder, task, layers=config.layers)
         entries[task.spec.name] = probe_task(task, sides, config, recipe)
         sentences.append(sentence_rows(*sides))
     stats = asdict(feature_stats(np.concatenate(sentences), seed=config.seed)) if sentences else None
-    return {"model": model_card(encoder.resolved), "config": asdict(config), "recipe": asdict(recipe), "tasks": entries,
+    return {"model": model_card(embedder.model), "config": asdict(config), "recipe": asdict(recipe), "tasks": entries,
             "summary": summarize(entries), "feature_stats": stats}
 
 

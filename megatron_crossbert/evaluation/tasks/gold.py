@@ -1,5 +1,5 @@
 """Gold labels and scores: what a usable column is. Every task reader calls these after building its
-columns (MTEB folders and ``--local-task`` files: ``mteb/task_folders.py``; JSONL tasks:
+columns (MTEB folders and ``--local-task`` files: ``tasks/folders.py``; JSONL tasks:
 ``tasks/data.py``; GLUE TSVs: ``tasks/glue.py``), so a bad file is refused in one line naming the
 file and the row, before any text is encoded, and no NaN can reach a metric or an average.
 

@@ -49,6 +49,9 @@ def test_smoke_run_writes_results(tiny_hf_encoder, glue, tmp_path, capsys):
     assert set(report["tasks"]["CoLA"]["median"]) == {"score", "matthews"}
     assert all(0 <= rte["per_seed"][s]["accuracy"] <= 100 for s in ("0", "1"))
     assert len(list((out / "runs").rglob("seed=*.json"))) == 16
+    record = json.loads((out / "embedder.json").read_text())  # the model alone: fine-tuning reads no pooling
+    assert (record["model"]["form"], record["pooling"], record["identity"]) == (
+        "hf-dir", None, report["model"]["identity"])
     assert "| RTE | accuracy |" in (out / "results.md").read_text() and "| CoLA | matthews |" in capsys.readouterr().out
 
 

@@ -10,7 +10,7 @@ import shutil
 import numpy as np
 import pytest
 
-from megatron_crossbert.evaluation.mteb.task_folders import discover_task_folders, read_columns, read_task
+from megatron_crossbert.evaluation.tasks.folders import discover_task_folders, read_columns, read_task
 from megatron_crossbert.evaluation.mteb.tasks import LocalTaskSpec
 from megatron_crossbert.evaluation.recipe import EmbeddingRecipe, read_sentence_transformers_recipe, resolve_recipe
 from tests.support.synthetic_eval import write_glue_fixture, write_jsonl_task, write_mteb_lite_fixture, write_sts_jsonl
@@ -91,7 +91,7 @@ def test_recipe_comes_from_the_sentence_transformers_config(tmp_path, minilm_dir
 
 
 def test_each_distinct_text_is_encoded_once():
-    from megatron_crossbert.evaluation.mteb.adapter import embed_unique
+    from megatron_crossbert.evaluation.embedder import embed_unique
 
     seen = []
 
@@ -179,6 +179,10 @@ def test_crossbert_mteb_benchmark_dir(tmp_path, tiny_hf_encoder, capsys):
     assert rows["ToySTSA"]["delta"] == pytest.approx(rows["ToySTSA"]["main_score"] - 50.0)
     assert summary["average"] == pytest.approx(np.mean([r["main_score"] for r in rows.values()]))
     assert summary["model"]["recipe"]["source"] == "default" and summary["timing"]["texts_encoded"] > 0
+    record = json.loads((out / "embedder.json").read_text())  # what was resolved, beside the results
+    assert (record["given"], record["model"]["form"], record["pooling"]["source"]) == (
+        str(tiny_hf_encoder), "hf-dir", "default")
+    assert record["feature_cache"] == str(cache / "features") and record["identity"].startswith("hf-dir:")
     result = json.loads((out / "ToySTSA.json").read_text())  # mteb's result format
     assert result["task_name"] == "ToySTSA" and "cosine_spearman" in result["scores"]["test"][0]
     table = capsys.readouterr().out
@@ -193,6 +197,9 @@ def test_crossbert_mteb_benchmark_dir(tmp_path, tiny_hf_encoder, capsys):
                  "--cache-dir", "none", "--out", str(tmp_path / "out_st")]) == 0
     recipe = json.loads((tmp_path / "out_st" / "mteb_summary.json").read_text())["model"]["recipe"]
     assert (recipe["pooling"], recipe["normalize"], recipe["max_len"]) == ("cls", True, 24)
+    record = json.loads((tmp_path / "out_st" / "embedder.json").read_text())
+    assert (record["model"]["form"], record["pooling"]["source"]) == ("sentence-transformers",
+                                                                      str(normalised / "modules.json"))
     assert main(["--model", str(tiny_hf_encoder), "--benchmark-dir", str(bench), "--tasks", "STS99"]) == 2
     assert "no task folder ['STS99']" in capsys.readouterr().err
 

@@ -32,7 +32,7 @@ def test_only_the_text_columns_of_listed_tasks_change():
 def test_the_shared_folders_become_mtebs_text(mteb_lite_dir, name):
     """The registered task is fed SentEval's form of the folder's text, and that form's unique texts per side are
     exactly what mteb ships for the hub copy (the original text has more: case and spacing variants)."""
-    from megatron_crossbert.evaluation.mteb.task_folders import discover_task_folders, read_task
+    from megatron_crossbert.evaluation.tasks.folders import discover_task_folders, read_task
     from megatron_crossbert.evaluation.mteb.tasks import build_task
 
     folder = next(f for f in discover_task_folders(mteb_lite_dir) if f.name == name)

@@ -143,6 +143,13 @@ def test_crossbert_pooler_end_to_end(tmp_path, tiny_hf_encoder, pooling):
     assert report["config"]["pooler"]["pooling"] == pooling
     kinds = [m["type"].rsplit(".", 1)[-1] for m in json.loads((tmp_path / "out" / "model" / "modules.json").read_text())]
     assert kinds[1] == {"mean": "Pooling", "attention": "AttentionPooling"}[pooling] and kinds[2] == "Dense"
+    before, after = (json.loads((tmp_path / "out" / side / "embedder.json").read_text()) for side in ("before", "after"))
+    assert (before["model"]["form"], before["pooling"]["source"]) == ("hf-dir", "default")
+    assert len(after["recipe"]["dense"]) == 1 and not after["recipe"]["whiten"]
+    if pooling == "attention":  # the saved directory itself, its backbone run again
+        assert (after["model"]["form"], after["pooling"]["pooling"]) == ("sentence-transformers", "attention")
+    else:  # the backbone's cached features through the saved Dense module
+        assert after["identity"] == before["identity"] and after["name"] == before["name"] + "+pooler"
     assert mteb_main(["--model", str(tmp_path / "out" / "model"), "--benchmark-dir", str(bench), "--device", "cpu",
                       "--out", str(tmp_path / "again"), "--cache-dir", "none", "--no-both-readouts"]) == 0
     again = json.loads((tmp_path / "again" / "mteb_summary.json").read_text())

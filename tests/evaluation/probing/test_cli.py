@@ -38,6 +38,10 @@ def test_probe_cli_glue_jsonl_and_layer_plot(tiny_hf_encoder, tmp_path):
     assert report["summary"]["glue_tasks"] == ["CoLA", "STS-B"]
     assert (out / "probe_results_layers.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| planted |" in (out / "probe_results.md").read_text()
+    record = json.loads((out / "embedder.json").read_text())  # what was resolved, beside the results
+    assert (record["model"]["form"], record["model"]["why"]) == ("hf-dir", str(tiny_hf_encoder / "config.json"))
+    assert (record["pooling"]["source"], record["recipe"]["max_len"]) == ("default", 16)
+    assert record["identity"].startswith(report["model"]["identity"])
     cached = list((tmp_path / "cache" / "features").glob("*.npy"))
     assert len(cached) == 2 + 4 + 2 * 2  # train+test: CoLA, STS-B (both sides), two JSONL tasks
     assert main(argv) == 0  # second run reads every feature from the cache

@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 import torch
 
+from megatron_crossbert.evaluation.embedder import Embedder, EmbedderOptions
 from megatron_crossbert.evaluation.encoders import HFEncoder, resolve_model
 from megatron_crossbert.evaluation.probing.features import extract_task_features
 from megatron_crossbert.evaluation.probing.runner import ProbeRunConfig, run_probing
-from megatron_crossbert.evaluation.recipe import EmbeddingRecipe, resolve_recipe
+from megatron_crossbert.evaluation.recipe import EmbeddingRecipe
 from megatron_crossbert.evaluation.tasks.data import load_jsonl_task
 from tests.support.synthetic_eval import write_jsonl_task
 
@@ -29,10 +30,7 @@ def pooler_dir(tiny_hf_encoder, tmp_path_factory):
 
 
 def _features(model_dir, task):
-    resolved = resolve_model(str(model_dir))
-    recipe = resolve_recipe(resolved.model_dir, max_len=32)
-    encoder = HFEncoder(resolved, device="cpu", max_len=recipe.tokens)
-    return extract_task_features(encoder, task, pooling=recipe.pooling, head=recipe)
+    return extract_task_features(Embedder.resolve(EmbedderOptions(str(model_dir), device="cpu", max_len=32)), task)
 
 
 def test_probe_features_of_a_pooler_directory_are_its_sentence_transformers_embeddings(
