@@ -8,7 +8,6 @@ import torch
 
 from megatron_crossbert.arch import get_arch
 from megatron_crossbert.architectures.spec import TrainSpec, loss_func, to_device
-from megatron_crossbert.data.datasets.dataset import CrossBertDataset
 from megatron_crossbert.models.crossbert import build_crossbert_model
 
 
@@ -16,7 +15,6 @@ class CrossBertSpec(TrainSpec):
     """Samples carry views; the model reconstructs each view's targets from its visible tokens."""
 
     arch = get_arch("crossbert")
-    dataset_class = CrossBertDataset
 
     def build_model(self, run_cfg, **parts) -> torch.nn.Module:
         return build_crossbert_model(run_cfg, **parts)

@@ -9,7 +9,6 @@ import torch
 
 from megatron_crossbert.arch import get_arch
 from megatron_crossbert.architectures.spec import TrainSpec, loss_func, to_device
-from megatron_crossbert.data.datasets.dataset import BertDataset
 from megatron_crossbert.models.mlm import build_mlm_model
 
 
@@ -17,7 +16,6 @@ class MlmSpec(TrainSpec):
     """Masked-LM samples over the whole sequence; the model returns the per-token LM loss."""
 
     arch = get_arch("mlm")
-    dataset_class = BertDataset
 
     def build_model(self, run_cfg, **parts) -> torch.nn.Module:
         return build_mlm_model(run_cfg, **parts)

@@ -1,6 +1,6 @@
 """The builders table (``arch.REGISTRY``'s names to their parts): one ``TrainSpec`` per architecture, one import per architecture.
 
-Each module here imports its parts (model builder, dataset class, forward step), so a reader follows a run
+Each module here is a ``TrainSpec`` subclass whose methods call its parts (model builder, forward step), so a reader follows a run
 from ``get_train_spec(run_cfg.model.arch)`` to its model. The names and cheap facts are ``arch.REGISTRY``'s;
 this table imports torch, so configs validate without it.
 """

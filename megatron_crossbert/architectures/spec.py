@@ -22,7 +22,7 @@ from megatron_crossbert.arch_rules import SampleLayout, sample_layout
 
 
 class TrainSpec(ABC):
-    """What one architecture builds: its facts, its sample layout, its model, dataset and forward step.
+    """What one architecture builds: its facts, its sample layout, its model and its forward step.
 
     One subclass per architecture (``architectures/<name>.py``) whose methods call its real builders, so a call
     through ``get_train_spec(name)`` is a method call that a reader and an import graph can follow to the model.
@@ -30,8 +30,6 @@ class TrainSpec(ABC):
 
     arch: ClassVar[ArchSpec]
     """The cheap facts (``arch.REGISTRY``)."""
-    dataset_class: ClassVar[type]
-    """The ``MegatronDataset`` class of the real data."""
 
     @property
     def layout(self) -> SampleLayout:

@@ -19,9 +19,10 @@ import torch
 from megatron.core.datasets.blended_dataset import BlendedDataset
 from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
 
-from megatron_crossbert.architectures.registry import TrainSpec, get_train_spec
+from megatron_crossbert.arch import get_arch
+from megatron_crossbert.arch_rules import sample_layout
 from megatron_crossbert.config import RunConfig
-from megatron_crossbert.data.datasets.dataset import CrossBertDatasetConfig
+from megatron_crossbert.data.datasets.dataset import BertDataset, CrossBertDataset, CrossBertDatasetConfig
 from megatron_crossbert.data.datasets.static_masks import StaticCrossBertDataset
 from megatron_crossbert.data.tokenizers.tokenizer import SPECIAL_TOKENS, Tokenizer, run_tokenizer
 
@@ -66,32 +67,33 @@ def _resolve_tokenizer(run_cfg: RunConfig, tokenizer: Tokenizer | None) -> tuple
     return dict(tokenizer.special_ids), tokenizer.vocab_size
 
 
-def make_dataset_config(run_cfg: RunConfig, spec: TrainSpec, tokenizer: Tokenizer | None = None
-                        ) -> CrossBertDatasetConfig:
-    """Translate the run config into megatron's dataset config (plus our packing/masking fields);
-    ``spec``: the run's architecture, whose ``layout.make_sample`` builds every sample."""
+def make_dataset_config(run_cfg: RunConfig, tokenizer: Tokenizer | None = None) -> CrossBertDatasetConfig:
+    """Translate the run config into megatron's dataset config (plus our packing/masking fields); the run's
+    sample layout (``arch_rules.sample_layout``) builds every sample."""
     data, masking = run_cfg.data, run_cfg.masking
     ids, vocab_size = _resolve_tokenizer(run_cfg, tokenizer)
     blend = ([data.static_masks], None) if data.static_masks else data.blend()
     return CrossBertDatasetConfig(
         random_seed=masking.seed, sequence_length=data.seq_length, blend=blend, split=data.split,
-        path_to_cache=data.cache_dir, tokenizer=None, make_sample=spec.layout.make_sample,
+        path_to_cache=data.cache_dir, tokenizer=None, make_sample=sample_layout(run_cfg.model.arch).make_sample,
         cls_id=ids["cls"], sep_id=ids["sep"], mask_id=ids["mask"], eod_id=ids["eod"],
         special_ids=tuple(sorted(set(ids.values()))), vocab_size=vocab_size, masking=masking,
         strip_wrapper_tokens=data.strip_wrapper_tokens, document_mask=data.document_mask)
 
 
-def _dataset_class(run_cfg: RunConfig, spec: TrainSpec) -> type:
-    """The architecture's dataset class (``TrainSpec.dataset_class``), or the static-mask one."""
+def _dataset_class(run_cfg: RunConfig) -> type:
+    """The static-mask dataset when ``data.static_masks`` is set; else the class named after the samples it
+    serves (views: ``CrossBertDataset``; whole sequences: ``BertDataset``), as ``ArchSpec.uses_views`` says."""
+    uses_views = get_arch(run_cfg.model.arch).uses_views
     if run_cfg.data.static_masks:
-        if not spec.arch.uses_views or run_cfg.masking.pin_cls:
+        if not uses_views or run_cfg.masking.pin_cls:
             raise ValueError(f"static_masks hold CrossBERT views without pinned positions; unset "
                              f"data.static_masks for arch={run_cfg.model.arch!r} or masking.pin_cls=True")
         if run_cfg.data.data_path:
             logger.warning("data.static_masks is set: samples come from %s, data.data_path is ignored",
                            run_cfg.data.static_masks)
         return StaticCrossBertDataset
-    return spec.dataset_class
+    return CrossBertDataset if uses_views else BertDataset
 
 
 def build_datasets(run_cfg: RunConfig, train_valid_test_num_samples: tuple[int, int, int],
@@ -102,12 +104,11 @@ def build_datasets(run_cfg: RunConfig, train_valid_test_num_samples: tuple[int, 
     ``make_sample``). Call on every rank; under torch.distributed rank 0 builds (and caches) first,
     then the others.
     """
-    spec = get_train_spec(run_cfg.model.arch)
-    config = make_dataset_config(run_cfg, spec, tokenizer)
+    config = make_dataset_config(run_cfg, tokenizer)
     # fail now, not at the first sample (e.g. pinned positions that do not fit)
     config.make_sample(config.masking, 0, np.zeros(config.sequence_length, dtype=np.int64), config.token_ids)
     sizes = [int(n) if n is not None else None for n in train_valid_test_num_samples]
-    builder = BlendedMegatronDatasetBuilder(_dataset_class(run_cfg, spec), sizes, lambda: True, config)
+    builder = BlendedMegatronDatasetBuilder(_dataset_class(run_cfg), sizes, lambda: True, config)
     train, valid, test = builder.build()
     _require_built(run_cfg, sizes, (train, valid, test))
     _mask_at_fixed_rate(valid)
