@@ -10,7 +10,7 @@ import torch
 
 from megatron_crossbert.architectures.registry import get_train_spec
 from megatron_crossbert.config import RunConfig
-from megatron_crossbert.models.attention_plan import attention_plan
+from megatron_crossbert.models.attention_setup import attention_setup
 from megatron_crossbert.models.specs import require_support, use_transformer_engine
 
 
@@ -19,7 +19,7 @@ def build_model(run_cfg: RunConfig, pre_process: bool = True, post_process: bool
     """The model chunk of this pipeline stage (megatron parallel state must already be initialised).
 
     ``training``: the model will be trained here, so an attention backend that cannot train here is
-    refused (``attention_plan``); evaluation and export of a flex-trained checkpoint run SDPA on a CPU.
+    refused (``attention_setup``); evaluation and export of a flex-trained checkpoint run SDPA on a CPU.
 
     Embedding rows are padded for the run's TP size. bf16/fp8 runs get all-bf16 parameters (the
     optimizer keeps fp32 main weights), so no Float16Module wrapper is needed: inputs are integer ids
@@ -31,7 +31,7 @@ def build_model(run_cfg: RunConfig, pre_process: bool = True, post_process: bool
     common = dict(vocab_size=model_cfg.padded_vocab_size(run_cfg.parallel.tensor_model_parallel_size),
                   max_sequence_length=model_cfg.max_position_embeddings, use_te=use_te,
                   pre_process=pre_process, post_process=post_process,
-                  attention=attention_plan(run_cfg, training=training))
+                  attention=attention_setup(run_cfg, training=training))
     model = get_train_spec(model_cfg.arch).build_model(run_cfg, **common)
     if run_cfg.training.half_precision:
         model = model.bfloat16()          # what megatron's Float16Module would do; norms included

@@ -39,7 +39,7 @@ class TrainSpec(ABC):
     @abstractmethod
     def build_model(self, run_cfg, *, vocab_size: int, max_sequence_length: int, use_te: bool, attention,
                     pre_process: bool, post_process: bool) -> torch.nn.Module:
-        """The model chunk (``attention``: the run's ``models.attention_plan.AttentionPlan``)."""
+        """The model chunk (``attention``: the run's ``models.attention_setup.AttentionSetup``)."""
 
     @abstractmethod
     def forward_step(self, device: torch.device, data_iterator, model):

@@ -4,7 +4,7 @@ The model chunk of a run is built by ``architectures.build.build_model``; README
 This face defines nothing: it re-exports the names callers import from the package.
 """
 
-from megatron_crossbert.models.attention_plan import AttentionPlan, attention_plan
+from megatron_crossbert.models.attention_setup import AttentionSetup, attention_setup
 from megatron_crossbert.models.bert_baseline import BaselineBertModel, bert_encode, build_bert_model
 from megatron_crossbert.models.crossbert import CrossBertModel
 from megatron_crossbert.models.encoder import model_encode
@@ -13,6 +13,6 @@ from megatron_crossbert.models.mlm import MlmModel
 from megatron_crossbert.models.specs import use_transformer_engine
 from megatron_crossbert.models.transformer_config import transformer_config
 
-__all__ = ["AttentionPlan", "BaselineBertModel", "CrossBertModel", "MlmModel", "attention_plan", "bert_encode",
+__all__ = ["AttentionSetup", "BaselineBertModel", "CrossBertModel", "MlmModel", "attention_setup", "bert_encode",
            "build_bert_model", "model_encode", "model_flops_per_sample", "transformer_config",
            "use_transformer_engine"]

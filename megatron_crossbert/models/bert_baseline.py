@@ -26,7 +26,7 @@ from torch import Tensor
 
 from megatron_crossbert.config import RunConfig
 from megatron_crossbert.models.attention_masks import sample_coords
-from megatron_crossbert.models.attention_plan import AttentionPlan
+from megatron_crossbert.models.attention_setup import AttentionSetup
 from megatron_crossbert.models.encode_padding import encode_length_multiple, pad_length
 from megatron_crossbert.models.sparse_head import sparse_lm_loss
 from megatron_crossbert.models.specs import encoder_layer_spec
@@ -43,7 +43,7 @@ class BaselineBertModel(BertModel):
 
     sparse_prediction: bool = True
     """Set by ``build_bert_model`` from ``ModelConfig.sparse_prediction``."""
-    attention: AttentionPlan = AttentionPlan()
+    attention: AttentionSetup = AttentionSetup()
     """Set by ``build_bert_model``: the backend, windows and whether documents are masked."""
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, tokentype_ids: Tensor | None = None,
@@ -77,7 +77,7 @@ class BaselineBertModel(BertModel):
 
 
 def build_bert_model(run_cfg: RunConfig, *, vocab_size: int, max_sequence_length: int, use_te: bool,
-                     attention: AttentionPlan, pre_process: bool = True,
+                     attention: AttentionSetup, pre_process: bool = True,
                      post_process: bool = True) -> BaselineBertModel:
     """``TrainSpec.build_model`` of 'bert': megatron BertModel with the tied LM head (as Megatron-LM builds it).
 

@@ -17,7 +17,7 @@ spec this replaces only ``TEDotProductAttention``: TE keeps its fused LayerNorm+
   and per window, shared by every layer through a small cache keyed on the coordinates tensor;
 - a bool tensor in megatron's convention (True = masked out), e.g. megatron BertModel's own masks.
 
-The backend is resolved once per run (``resolve_backend``, called by ``models.attention_plan``); the
+The backend is resolved once per run (``resolve_backend``, called by ``models.attention_setup``); the
 training loop prints the decision on its first line.
 """
 

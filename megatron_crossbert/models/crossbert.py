@@ -10,7 +10,7 @@ Layout per pipeline stage (decided by ``pre_process`` / ``post_process`` from th
 Both views of a sequence run as separate rows of one batch: ``[b, V, Lv] -> b*V`` sequences of Lv
 tokens, so the pipeline tensor is ``[Lv, b*V, h]``. There is no padding anywhere in pretraining.
 
-Document masks and windows (``attention_plan``): the views' document ids are gathered from the
+Document masks and windows (``attention_setup``): the views' document ids are gathered from the
 sample's ``segments`` exactly as their tokens are, and each attention gets its token coordinates
 (``attention_masks.view_coords``): encoder self-attention over the visible tokens, decoder
 self-attention among the targets, decoder cross-attention from targets to visible tokens.
@@ -27,7 +27,7 @@ from torch import Tensor
 from megatron_crossbert.arch import EncoderFamily, get_encoder
 from megatron_crossbert.config import RunConfig
 from megatron_crossbert.models.attention_masks import view_coords
-from megatron_crossbert.models.attention_plan import AttentionPlan
+from megatron_crossbert.models.attention_setup import AttentionSetup
 from megatron_crossbert.models.encoder import EncoderLanguageModel, LMHead
 from megatron_crossbert.models.rotary import KindRotary
 from megatron_crossbert.models.specs import decoder_block_spec
@@ -39,7 +39,7 @@ class CrossBertModel(EncoderLanguageModel):
 
     def __init__(self, config: TransformerConfig, decoder_config: TransformerConfig, *, family: EncoderFamily,
                  vocab_size: int, max_sequence_length: int, rotary_base: float, use_te: bool,
-                 attention: AttentionPlan, decoder_position_embedding: bool = True,
+                 attention: AttentionSetup, decoder_position_embedding: bool = True,
                  decoder_cross_attention_only: bool = False, pre_process: bool = True,
                  post_process: bool = True) -> None:
         super().__init__(config, family=family, vocab_size=vocab_size, max_sequence_length=max_sequence_length,

@@ -29,7 +29,7 @@ from torch import Tensor
 
 from megatron_crossbert.arch import EncoderFamily
 from megatron_crossbert.models.attention_masks import padding_coords
-from megatron_crossbert.models.attention_plan import AttentionPlan
+from megatron_crossbert.models.attention_setup import AttentionSetup
 from megatron_crossbert.models.encode_padding import encode_length_multiple, pad_length
 from megatron_crossbert.models.rotary import KindRotary
 from megatron_crossbert.models.specs import encoder_block_spec, final_norm
@@ -68,7 +68,7 @@ class EncoderLanguageModel(LanguageModule):
     """Embedding (first stage), this stage's encoder layers, final LayerNorm (last stage), tied vocab."""
 
     def __init__(self, config: TransformerConfig, *, family: EncoderFamily, vocab_size: int,
-                 max_sequence_length: int, rotary_base: float, use_te: bool, attention: AttentionPlan,
+                 max_sequence_length: int, rotary_base: float, use_te: bool, attention: AttentionSetup,
                  pre_process: bool = True, post_process: bool = True) -> None:
         super().__init__(config=config)
         self.pre_process, self.post_process, self.attention = pre_process, post_process, attention

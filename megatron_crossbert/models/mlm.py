@@ -19,7 +19,7 @@ from torch import Tensor
 from megatron_crossbert.arch import EncoderFamily, get_encoder
 from megatron_crossbert.config import RunConfig
 from megatron_crossbert.models.attention_masks import sample_coords
-from megatron_crossbert.models.attention_plan import AttentionPlan
+from megatron_crossbert.models.attention_setup import AttentionSetup
 from megatron_crossbert.models.encoder import EncoderLanguageModel, LMHead
 from megatron_crossbert.models.sparse_head import sparse_lm_loss
 from megatron_crossbert.models.transformer_config import transformer_config
@@ -29,7 +29,7 @@ class MlmModel(EncoderLanguageModel):
     """Encoder + MLM head; per-token LM loss ``[b, L]`` (last stage) or encoder states ``[L, b, h]``."""
 
     def __init__(self, config: TransformerConfig, *, family: EncoderFamily, vocab_size: int,
-                 max_sequence_length: int, rotary_base: float, use_te: bool, attention: AttentionPlan,
+                 max_sequence_length: int, rotary_base: float, use_te: bool, attention: AttentionSetup,
                  pre_process: bool = True, post_process: bool = True) -> None:
         super().__init__(config, family=family, vocab_size=vocab_size, max_sequence_length=max_sequence_length,
                          rotary_base=rotary_base, use_te=use_te, attention=attention, pre_process=pre_process,

@@ -20,7 +20,7 @@ from megatron_crossbert.checkpoint.async_strategy import check_async_writer
 from megatron_crossbert.checkpoint.manager import CheckpointManager, Progress
 from megatron_crossbert.config import RunConfig
 from megatron_crossbert.data.datasets.build import build_datasets
-from megatron_crossbert.models.attention_plan import attention_backend
+from megatron_crossbert.models.attention_setup import attention_backend
 from megatron_crossbert.models.specs import require_support
 from megatron_crossbert.outputs import require_output_dir
 from megatron_crossbert.platform.distributed import check_world_size, launched_world_size
@@ -65,7 +65,7 @@ def build_model_chunk(run_cfg: RunConfig) -> torch.nn.Module:
 def check_support(run_cfg: RunConfig) -> None:
     """Refuse, in one line, what this machine or this job cannot run, before anything is built: fp8 or TE
     layers without CUDA and TE (``models.specs.require_support``), an attention backend that cannot train here
-    (``models.attention_plan.attention_backend``), an async writer that cannot run here
+    (``models.attention_setup.attention_backend``), an async writer that cannot run here
     (``checkpoint.async_strategy``), a launcher's world size that does not fit TP*PP, no data to
     read, and output directories that cannot be directories. It reads and writes nothing, so it runs before
     the save directory's run lock is taken: a refused run leaves no trace there."""

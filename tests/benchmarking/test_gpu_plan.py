@@ -10,7 +10,7 @@ import torch
 from megatron_crossbert.arch import REGISTRY
 from megatron_crossbert.benchmarking.cases import default_cases
 from megatron_crossbert.benchmarking.throughput import select_cases
-from megatron_crossbert.models.attention_plan import attention_backend
+from megatron_crossbert.models.attention_setup import attention_backend
 from tests.benchmarking.test_gpu import gpu_options
 
 

@@ -154,7 +154,7 @@ def test_the_smoke_stage_runs_sdpa_and_compiles_nothing(monkeypatch):
     import torch
 
     from experiments.device_check.stages import smoke_cases
-    from megatron_crossbert.models.attention_plan import attention_backend
+    from megatron_crossbert.models.attention_setup import attention_backend
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # what the backend resolves to on a GPU
     assert {attention_backend(case.run_cfg, training=True)[0] for case in smoke_cases("bf16")} == {"sdpa"}

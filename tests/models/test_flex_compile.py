@@ -100,10 +100,10 @@ def test_a_run_that_resolves_to_flex_registers_its_shapes_when_its_attention_is_
 
     from tests.support.models import tiny_config
 
-    plan_module = importlib.import_module("megatron_crossbert.models.attention_plan")  # the package shadows it
+    plan_module = importlib.import_module("megatron_crossbert.models.attention_setup")  # the package shadows it
     monkeypatch.setattr(plan_module.torch.cuda, "is_available", lambda: True)  # flex is chosen on a GPU only
     run = tiny_config("data.document_mask=true")
-    plan = plan_module.attention_plan(run, training=True)
+    plan = plan_module.attention_setup(run, training=True)
     assert plan.encoder.backend == "flex" and flex_compile._REGISTERED == flex_compile.flex_shapes(run)
     assert torch._dynamo.config.recompile_limit >= len(flex_compile._REGISTERED)
 

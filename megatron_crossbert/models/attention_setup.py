@@ -1,6 +1,6 @@
 """What every attention of one model does: the backend (resolved once, logged), windows, document masks.
 
-``attention_plan(run_cfg, training=...)`` is the one translation of ``model.attention_backend``,
+``attention_setup(run_cfg, training=...)`` is the one translation of ``model.attention_backend``,
 ``model.local_attention``/``global_attn_every_n_layers``/``local_rotary_base`` and
 ``data.document_mask`` into what the model builders need: an ``AttentionOptions`` per stack (encoder,
 decoder: each layer's half window and the backend) and whether the forward passes token coordinates at all.
@@ -20,7 +20,7 @@ from megatron_crossbert.models.flex_compile import flex_shapes, register_flex_sh
 
 
 @dataclass(frozen=True)
-class AttentionPlan:
+class AttentionSetup:
     """The attention of one model: per-stack options, document masks, the local RoPE base."""
 
     encoder: AttentionOptions = field(default_factory=AttentionOptions)
@@ -61,17 +61,17 @@ def attention_backend(run_cfg: RunConfig, *, training: bool) -> tuple[str, str]:
                            attention_dropout=model.attention_dropout, training=training)
 
 
-def attention_plan(run_cfg: RunConfig, *, training: bool) -> AttentionPlan:
-    """The plan of this run; ValueError (one line) when the requested backend cannot train here."""
+def attention_setup(run_cfg: RunConfig, *, training: bool) -> AttentionSetup:
+    """The attention setup of this run; ValueError (one line) when the requested backend cannot train here."""
     model = run_cfg.model
     document_mask = run_cfg.data.document_mask
     backend, why = attention_backend(run_cfg, training=training)
     windows = dict(local_attention=model.local_attention, global_attn_every_n_layers=model.global_attn_every_n_layers)
-    plan = AttentionPlan(
+    setup = AttentionSetup(
         encoder=AttentionOptions(backend, layer_half_windows(model.num_layers, **windows)),
         decoder=AttentionOptions(backend, layer_half_windows(model.decoder_num_layers, **windows)),
         document_mask=document_mask, local_rotary_base=model.local_rotary_base if model.windowed else None,
         why=why)
     if backend == "flex":  # compiled kernels: one per shape, every shape inside Dynamo's limit
         register_flex_shapes(flex_shapes(run_cfg))
-    return plan
+    return setup
