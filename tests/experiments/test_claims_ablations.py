@@ -97,6 +97,18 @@ def test_a_probe_time_row_without_its_checkpoint_waits_in_one_line_per_run(tmp_p
     assert measured == ["dec1", "dec1-half", "xattn"]  # the decoder rows train their own runs
 
 
+def test_a_row_measured_here_is_sealed_without_its_checkpoint(tmp_path, monkeypatch):
+    """A row measured before its process was stopped is sealed by the next one, even where the checkpoint it read
+    is gone: its numbers are on disk."""
+    plan, rows, inputs, out, measured = _fake_rows(tmp_path, monkeypatch, checkpoints=False)
+    row = rows[0]
+    row_path(out, row).parent.mkdir(parents=True)
+    row_path(out, row).write_text(json.dumps({"key": row.key, "cpu_s": 1.0, "wall_s": 2.0}))
+    inputs.records = tmp_path / "records"
+    ablations.measure_rows(plan, rows, inputs, out, ([], []))
+    assert rec.is_sealed(inputs.records, row.key) and row.key not in measured
+
+
 def test_a_sealed_row_comes_back_into_a_fresh_work_dir_as_it_was(tmp_path, monkeypatch):
     monkeypatch.setattr(rec, "data_identity", lambda tokenizer, prefix: {"tokenizer": "t", "dataset": "d"})
     plan, rows, inputs, out, _ = _fake_rows(tmp_path, monkeypatch)

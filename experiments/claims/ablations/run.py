@@ -187,7 +187,7 @@ def measure_rows(plan: Plan, rows: list[Row], inputs: Inputs, out: Path, tasks: 
     signal ends it after the row it stopped (``StudyStopped``). Returns the results."""
     results, waits = collect(plan, rows, out), {}
     for row in filter(lambda row: _to_do(row, out, inputs.records), rows):
-        note = waiting(row)
+        note = None if row_path(out, row).is_file() else waiting(row)  # measured: sealing needs no checkpoint
         if note is not None:
             waits.setdefault(row.model, note)
         elif take_row(plan, row, inputs, out, tasks):
@@ -219,8 +219,8 @@ def run_ablations(plan: Plan, inputs: Inputs) -> dict:
     tasks = (collect_tasks(glue_dir=inputs.glue_dir, glue_tasks=plan.glue_tasks),
              load_mteb_lite(plan, inputs.mteb_lite_dir))
     with stopping():
-        results = measure_rows(plan, rows, inputs, out, tasks)
-    results = collect(plan, rows, out)
+        measure_rows(plan, rows, inputs, out, tasks)
+    results = collect(plan, rows, out)  # with the rows other processes measured meanwhile
     _write_page(inputs, results)
     return results
 
