@@ -16,11 +16,10 @@ from .study.plan import plan_names
 from .study.stopping import StudyStopped
 from megatron_crossbert.cli.errors import add_debug_flag, cli_main
 from megatron_crossbert.platform.threads import limit_threads, thread_count
-from megatron_crossbert.shared_data import default_or_error, find_shared
+from megatron_crossbert.shared_data import default_or_error
 
+from .cli import SHARED, mteb_lite_dir
 from .pipeline import STAGES, ExperimentPaths, run_experiment
-
-SHARED = "of the shared data folder ($CROSSBERT_DATA_DIR, else ../shared/data beside the repository)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -73,21 +72,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _mteb_lite_dir(value: str | None) -> str | None:
-    """The MTEB-lite directory to use, or None ('none', or no default folder: said once)."""
-    if value is None:
-        found = find_shared("mteb_lite")
-        if found is None:
-            print("[claims] no mteb_lite/ in the shared data folder: checkpoints are not scored on "
-                  "MTEB-lite", flush=True)
-        return None if found is None else str(found)
-    if value.lower() == "none":
-        return None
-    if not os.path.isdir(value):
-        raise FileNotFoundError(f"--mteb-lite-dir {value} does not exist")
-    return value
-
-
 def _run_timed(args: argparse.Namespace, corpus: str, glue_dir: str, mteb_lite_dir: str | None) -> int:
     """The equal-FLOPs run in a time budget; exit 1 when an arm failed or was not probed (the result says which)."""
     from .timed import TimedStudy, run_timed
@@ -111,15 +95,15 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     corpus = args.corpus or default_or_error("--corpus", "corpus", "corpus")
     glue_dir = args.glue_dir or default_or_error("--glue-dir", "GLUE folder", "glue")
-    mteb_lite_dir = _mteb_lite_dir(args.mteb_lite_dir)
+    mteb_lite = mteb_lite_dir(args.mteb_lite_dir)
     limit_threads(args.threads)
     os.environ.setdefault("TQDM_DISABLE", "1")  # probe progress bars would flood the experiment log
     if args.train_seconds is not None:
-        return _run_timed(args, corpus, glue_dir, mteb_lite_dir)
+        return _run_timed(args, corpus, glue_dir, mteb_lite)
     probe_dir = args.probe_dir or default_or_error("--probe-dir", "probe task folder", "probe")
     paths = ExperimentPaths(work_dir=args.work_dir, corpus=corpus, glue_dir=glue_dir, probe_dir=probe_dir,
                             results_md=args.results_md, figures_dir=args.figures_dir,
-                            throughput_json=args.throughput_json, mteb_lite_dir=mteb_lite_dir,
+                            throughput_json=args.throughput_json, mteb_lite_dir=mteb_lite,
                             records=args.records)
     try:
         run_experiment(paths, plan_name=args.plan, stages=args.stages, follow=args.follow)

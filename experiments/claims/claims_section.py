@@ -80,10 +80,10 @@ def _schedule(plan: Plan) -> str:
 def _loss_text(plan: Plan, runs: list[RunSpec], work_dir: Path) -> str:
     """Each arm's held-out loss at its last evaluation beside the floors: the unigram entropy and the untrained
     model (the reference run's loss after its one step)."""
-    from .study.data_stage import data_prefix, tokenizer_dir
+    from .study.data_stage import data_prefix, has_dataset, tokenizer_dir
     from .study.floors import unigram_entropy
 
-    if not Path(data_prefix(work_dir) + ".bin").is_file():
+    if not has_dataset(work_dir):
         return "Not measured yet (the data stage has not run)."
     floor = unigram_entropy(data_prefix(work_dir), str(tokenizer_dir(work_dir)))["nats"]
     rows = []

@@ -172,7 +172,7 @@ def _add_cpu(work_dir: Path, name: str, seconds: float) -> dict:
 
 def make_figures(plan: Plan, curves: an.StudyCurves, figures_dir: Path, runs: list[RunSpec] | None = None,
                  work: Path | None = None) -> dict[str, Path | None]:
-    from .study.data_stage import data_prefix, tokenizer_dir
+    from .study.data_stage import data_prefix, has_dataset, tokenizer_dir
     from .study.floors import unigram_entropy
     from .study.plan import flops_per_sample
 
@@ -191,8 +191,7 @@ def make_figures(plan: Plan, curves: an.StudyCurves, figures_dir: Path, runs: li
         "sweep": plots.plot_sweep(sweep, figures_dir / f"claims_size_sweep{suffix}.png"),
     }
     if runs is not None and work is not None:
-        has_data = Path(data_prefix(work) + ".bin").is_file()
-        unigram = unigram_entropy(data_prefix(work), str(tokenizer_dir(work)))["nats"] if has_data else None
+        unigram = unigram_entropy(data_prefix(work), str(tokenizer_dir(work)))["nats"] if has_dataset(work) else None
         figures["held-out loss vs tokens"] = plots.plot_loss_curves(
             an.held_out_losses(plan, runs, work), plan.global_batch * plan.seq_length, unigram,
             figures_dir / f"claims_loss{suffix}.png")

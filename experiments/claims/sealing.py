@@ -18,7 +18,7 @@ from .study.commands import command_log_path, read_command_log
 from .study.data_stage import data_prefix, tokenizer_dir
 from .study.plan import Plan, RunSpec
 from .study.probe_stage import pending
-from .study.train_stage import run_dir
+from .study.train_stage import run_commands, run_dir
 from megatron_crossbert.checkpoint.directories import latest_iteration
 
 STAGES = ("train", "probe")
@@ -28,10 +28,6 @@ STAGES = ("train", "probe")
 def shared_keys(keys: dict, work: Path) -> dict:
     """What every record depends on besides its own run: the data and probe keys, the rebuilt data's identity."""
     return {"data": keys["data"], "probe": keys["probe"], **rec.data_identity(tokenizer_dir(work), data_prefix(work))}
-
-
-def _log_name(run: RunSpec) -> str:
-    return f"train-{run.name}.log"
 
 
 def restore_runs(records: Path, runs: list[RunSpec], work: Path, keys: dict, status: dict) -> dict:
@@ -49,7 +45,7 @@ def restore_runs(records: Path, runs: list[RunSpec], work: Path, keys: dict, sta
             for entry in record.get("commands", []):
                 if entry.get("finished_utc") not in logged:
                     handle.write(json.dumps(entry) + "\n")
-        for stage, seconds in record.get("cpu_seconds", {}).items():
+        for stage, seconds in record.get(rec.CPU_FIELD, {}).items():
             key = f"{CPU_KEY}{stage}:{run.name}"
             if key not in status:
                 added[key] = seconds
@@ -72,7 +68,7 @@ def seal_finished(plan: Plan, runs: list[RunSpec], work: Path, records: Path, ke
     for run in runs:
         if not ready_to_seal(plan, run, work, records):
             continue
-        commands = [entry for entry in read_command_log(work) if Path(entry.get("log", "")).name == _log_name(run)]
+        commands = run_commands(work, run)
         cpu = {stage: status[f"{CPU_KEY}{stage}:{run.name}"] for stage in STAGES
                if f"{CPU_KEY}{stage}:{run.name}" in status}
         probes = sorted((work / "probes" / run.name).glob("iter_*.json"))

@@ -23,6 +23,7 @@ from experiments.claims.study.probe_stage import load_probe_results
 from experiments.claims.study.train_stage import is_complete, valid_losses
 from tests.experiments.test_claims import _write_fixtures
 from tests.experiments.test_claims_resume import PLAN, _kill_when, _status
+from tests.support import REPO_ROOT
 
 
 def _argv(tmp_path, plan_file, work, records) -> list[str]:
@@ -75,9 +76,9 @@ def test_records_of_another_plan_or_other_data_are_refused_in_one_line(tmp_path)
     rec.check_keys(records, {"data": {"vocab_size": 512}, "tokenizer": "xxh3:aa"})
     rec.check_keys(records, {"data": {"vocab_size": 512}, "tokenizer": "xxh3:aa"})  # the same: accepted
     with pytest.raises(ValueError) as err:
-        rec.check_keys(records, {"data": {"vocab_size": 512}, "tokenizer": "xxh3:bb"})
-    assert str(records / "keys.json") in str(err.value) and "tokenizer" in str(err.value)
-    assert "\n" not in str(err.value)
+        rec.check_keys(records, {"data": {"vocab_size": 1024}, "tokenizer": "xxh3:bb"})
+    assert str(records / "keys.json") in str(err.value) and "tokenizer 'xxh3:aa' -> 'xxh3:bb'" in str(err.value)
+    assert "data.vocab_size 512 -> 1024" in str(err.value) and "\n" not in str(err.value)  # the fields, named
     rec.seal(records, "bert-s1", {"lr": 0.001}, {2: 6.5}, [], [], {"train": 3.0})
     with pytest.raises(ValueError, match="bert-s1.json: run bert-s1 was made with another configuration"):
         rec.restore(records, "bert-s1", {"lr": 0.002}, tmp_path / "run", tmp_path / "probes")
@@ -110,3 +111,38 @@ def test_a_config_field_added_since_a_record_was_sealed_is_read_at_its_default(t
     changed["training"]["lr"] = 123.0
     with pytest.raises(ValueError, match="training.lr"):
         rec.restore(records, "bert-s1", changed, tmp_path / "run2", tmp_path / "probes2")
+
+
+def test_committed_records_still_load(tmp_path):
+    """A copy of the study's and the sweep's committed records restores under the current code: the study's CPU
+    seconds by stage, and the sweep's row cost, which its first records kept under ``cpu_seconds``."""
+    from experiments.claims.study.plan import resolve_plan
+    from experiments.claims.study.stage_keys import train_key
+    from experiments.claims.sweep import run as sweep_run
+
+    committed = REPO_ROOT / "experiments" / "claims" / "records"
+    study, sweep = tmp_path / "threshold", tmp_path / "sweep-threshold"
+    shutil.copytree(committed / "threshold", study)
+    shutil.copytree(committed / "sweep-threshold", sweep)
+    plan = resolve_plan("threshold")
+    bert = next(run for run in all_runs(plan) if run.name == "bert-s1")
+    sealed = json.loads((study / "runs" / "bert-s1.json").read_text())
+    restored = rec.restore(study, "bert-s1", train_key(plan, bert), tmp_path / "run", tmp_path / "probes")
+    assert restored[rec.CPU_FIELD] == sealed["cpu_seconds"] and sorted(p.name for p in (tmp_path / "probes").iterdir())
+    rows = sweep_run.load_sweep("threshold")
+    runs = sweep_run.sweep_runs(resolve_plan(rows.plan), rows)
+    out = tmp_path / "sweep-out"
+    sweep_run._restore_rows(sweep, runs, out, json.loads((sweep / "keys.json").read_text()))
+    costs = sweep_run._costs(out)
+    for record in (sweep / "runs").glob("*.json"):
+        old = json.loads(record.read_text())["cpu_seconds"]
+        assert costs[record.stem] == {"wall_s": old["wall_s"], "cpu_s": old["cpu_s"]}, record.name
+
+
+def test_a_row_record_keeps_its_cost_under_cost(tmp_path):
+    """A sweep's or an ablation's row records its wall and CPU seconds as ``cost``; a study run its CPU seconds by
+    stage as ``cpu_seconds``."""
+    row = json.loads(rec.seal(tmp_path, "row", {}, {}, [], [], cost={"wall_s": 2.0, "cpu_s": 1.0}).read_text())
+    run = json.loads(rec.seal(tmp_path, "run", {}, {}, [], [], {"train": 3.0}).read_text())
+    assert row["cost"] == {"wall_s": 2.0, "cpu_s": 1.0} and "cpu_seconds" not in row and rec.cost(row) == row["cost"]
+    assert run["cpu_seconds"] == {"train": 3.0} and "cost" not in run and rec.cost(run) == {}

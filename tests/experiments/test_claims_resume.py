@@ -62,9 +62,10 @@ def _status(work) -> dict:
         return {}
 
 
-def _kill_when(argv: list[str], ready, timeout: float = 240.0) -> None:
-    """Start the study in its own process group and SIGKILL the whole group once ``ready()`` holds."""
-    study = subprocess.Popen([sys.executable, "-m", "experiments.claims", *argv], cwd=REPO_ROOT,
+def _kill_when(argv: list[str], ready, timeout: float = 240.0, module: str = "experiments.claims") -> None:
+    """Start the study (or another command of it: ``module``) in its own process group and SIGKILL the whole
+    group once ``ready()`` holds."""
+    study = subprocess.Popen([sys.executable, "-m", module, *argv], cwd=REPO_ROOT,
                              start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + timeout
     try:

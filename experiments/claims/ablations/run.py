@@ -19,6 +19,11 @@ The decoder runs train through the study's own training stage into ``WORK/ablati
 recorded like the study's, so a changed plan is refused), from the study's tokenizer and data. Every row is one
 JSON under ``WORK/ablations/rows``: rows on disk are skipped, so rerunning the command resumes; ``results.json``
 and the page's ``collapse-ablations`` section are rewritten after every row, each row with its CPU seconds.
+A probe-time row whose study run has no final checkpoint in WORK waits, said in one line per run.
+
+Several processes split the rows: each takes a row's lock file first (``claims_lock``) and passes over a row
+another live process holds. With ``--records DIR`` each row is sealed there once measured (``sealed_rows``), and
+a fresh work dir is seeded from the records, so the ablations span sessions whose machines keep nothing else.
 """
 
 from __future__ import annotations
@@ -27,121 +32,29 @@ import argparse
 import dataclasses
 import json
 import os
-import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from megatron_crossbert.cli.errors import add_debug_flag, cli_main
-from megatron_crossbert.evaluation.encoding import EncodingOptions
+from megatron_crossbert.cli.errors import cli_main
 from megatron_crossbert.fsutil import atomic_write_text
-from megatron_crossbert.platform.threads import limit_threads, thread_count
 from megatron_crossbert.shared_data import default_or_error
 
-from ..plan import main_runs
+from ..cli import add_side_flags, exit_status, mteb_lite_dir, side_args, side_parser
+from ..study import records as rec
+from ..study.claims_lock import claim, release
 from ..study.data_stage import data_prefix, tokenizer_dir
 from ..study.plan import Plan, RunSpec, resolve_plan
-from ..study.stopping import StudyStopped, stopping
-
-SEED = 1
-"""The study seed whose runs are read, and the seed of the decoder runs."""
-VISIBLE_SEED = 1
-"""Seed of the visible subsets of the probe-time visibility rows."""
-PROBED_ARMS = ("crossbert-compl", "bert")
-"""The study arms whose final checkpoints get the probe-time rows."""
-
-
-@dataclass(frozen=True)
-class Reading:
-    """One probe-time reading of a checkpoint: a label and how the encoder is run."""
-
-    label: str
-    encoding: EncodingOptions = field(default_factory=EncodingOptions)
-
-
-READINGS: tuple[Reading, ...] = (
-    Reading("all tokens, after final norm (the study's)"),
-    Reading("50% visible at original positions, after final norm", EncodingOptions(0.5, seed=VISIBLE_SEED)),
-    Reading("all tokens, before final norm", EncodingOptions(hidden_state="before_final_norm")),
-    Reading("all tokens, middle layer", EncodingOptions(hidden_state="middle_layer")),
-)
-
-
-@dataclass(frozen=True)
-class Decoder:
-    """One decoder variant of CrossBERT complementary (its RunSpec's decoder fields)."""
-
-    key: str
-    label: str
-    layers: int = 2
-    width: float = 1.0
-    cross_attention_only: bool = False
-
-
-DECODERS: tuple[Decoder, ...] = (
-    Decoder("dec2", "2 layers (the study's)"),
-    Decoder("dec1", "1 layer", layers=1),
-    Decoder("dec1-half", "1 layer at half width", layers=1, width=0.5),
-    Decoder("xattn", "cross-attention only (1 layer: no self-attention, no MLP)", layers=1, cross_attention_only=True),
-)
-
-
-@dataclass(frozen=True)
-class Row:
-    """One row of the table: a checkpoint (a study run or a decoder run) read one way."""
-
-    key: str
-    """File name of the row's JSON (``rows/<key>.json``)."""
-    group: str
-    """'probe-time' or 'decoder'."""
-    model: str
-    """The run read (its name)."""
-    what: str
-    """What the row changes, in words."""
-    run: RunSpec
-    run_dir: Path
-    """The work dir whose ``runs/<run.name>`` holds the checkpoints."""
-    reading: Reading
-    same_as: str | None = None
-    """The key of the row whose numbers this one shares (the 2-layer decoder row is the study's reading)."""
-
-
-def seed_run(plan: Plan, arm: str) -> RunSpec:
-    """The study's main run of ``arm`` with seed 1 (the plan's only run when it lists no seeds)."""
-    for run in main_runs(plan):
-        if run.name in (f"{arm}-s{SEED}", arm):
-            return run
-    raise ValueError(f"plan {plan.name}: no main run of {arm} with seed {SEED} (main_settings, seeds)")
-
-
-def decoder_run(plan: Plan, decoder: Decoder) -> RunSpec:
-    """CrossBERT complementary's seed-1 main run with ``decoder``'s reconstruction decoder, under its own name."""
-    main = seed_run(plan, "crossbert-compl")
-    return dataclasses.replace(main, name=f"crossbert-compl-{decoder.key}-s{SEED}", decoder_layers=decoder.layers,
-                               decoder_width=decoder.width, decoder_cross_attention_only=decoder.cross_attention_only)
-
-
-def plan_rows(plan: Plan, work: Path, out: Path) -> list[Row]:
-    """Every arm's probe-time rows, then the decoder rows (the 2-layer one pointing at the study's reading)."""
-    rows = []
-    for arm in PROBED_ARMS:
-        run = seed_run(plan, arm)
-        rows += [Row(f"{run.name}--r{i}", "probe-time", run.name, reading.label, run, work, reading)
-                 for i, reading in enumerate(READINGS)]
-    study = f"{seed_run(plan, 'crossbert-compl').name}--r0"
-    for decoder in DECODERS:
-        if decoder.key == "dec2":
-            rows.append(Row("dec2", "decoder", seed_run(plan, "crossbert-compl").name, decoder.label,
-                            seed_run(plan, "crossbert-compl"), work, READINGS[0], same_as=study))
-        else:
-            run = decoder_run(plan, decoder)
-            rows.append(Row(decoder.key, "decoder", run.name, decoder.label, run, out, READINGS[0]))
-    return rows
+from ..study.stopping import stop_requested, stopping
+from ..study.train_stage import checkpoints, run_dir
+from .page import SECTION
+from .rows import SEED, Row, plan_rows, row_path
+from .sealed_rows import restore_rows, seal_row, shared_keys
 
 
 @dataclass
 class Inputs:
-    """The study's work dir and the probe data."""
+    """The study's work dir, the probe data, and where the ablations report and seal their rows."""
 
     work: Path
     """The study's work dir: its tokenizer, data and seed-1 runs are read; ``ablations/`` is written."""
@@ -150,13 +63,13 @@ class Inputs:
     """MTEB-lite folders; None: no MTEB-lite column."""
     results_md: Path | None
     """The page whose ``collapse-ablations`` section is rewritten; None: no page."""
+    records: Path | None = None
+    """The ablations' records (``sealed_rows``); None: the work dir is the only record."""
 
 
-def final_checkpoint(run_dir: Path, run: RunSpec) -> Path | None:
-    """The run's checkpoint at its last step, or None while it has not been trained that far."""
-    from ..study.train_stage import checkpoints
-
-    return next((path for it, path in checkpoints(run_dir, run) if it == run.train_steps), None)
+def final_checkpoint(folder: Path, run: RunSpec) -> Path | None:
+    """The run's checkpoint at its last step in work dir ``folder``, or None while it is not trained that far."""
+    return next((path for it, path in checkpoints(folder, run) if it == run.train_steps), None)
 
 
 def _cpu() -> float:
@@ -187,23 +100,17 @@ def measure(plan: Plan, row: Row, checkpoint: Path, inputs: Inputs, glue: list, 
             "tasks": {name: entry.get("readouts") for name, entry in report["tasks"].items()}}
 
 
-def row_path(out: Path, row: Row) -> Path:
-    return out / "rows" / f"{row.key}.json"
-
-
 def run_row(plan: Plan, row: Row, inputs: Inputs, out: Path, tasks: tuple[list, list]) -> bool:
-    """Train the row's decoder run if it is one (resumable), then measure its final checkpoint; False when the
-    study has not trained the checkpoint a probe-time row reads yet."""
+    """Train the row's decoder run if it is one (resumable), then measure its final checkpoint; False when there
+    is none (a stopped training)."""
     from ..study.train_stage import run_train_stage
 
     start, cpu = time.time(), _cpu()
-    if row.run_dir == out:
+    if row.trained_here:
         run_train_stage(plan, [row.run], out, data_prefix(inputs.work), str(tokenizer_dir(inputs.work)))
     train_cpu = _cpu() - cpu
     checkpoint = final_checkpoint(row.run_dir, row.run)
     if checkpoint is None:
-        print(f"[ablations] {row.key}: {row.run_dir / 'runs' / row.run.name} has no checkpoint at step "
-              f"{row.run.train_steps} yet (train the study first); skipped", flush=True)
         return False
     print(f"[ablations] {row.key}: {row.what}", flush=True)
     record = {"key": row.key, "group": row.group, "model": row.model, "what": row.what, "checkpoint": str(checkpoint),
@@ -236,14 +143,67 @@ def _keys(plan: Plan, rows: list[Row], inputs: Inputs) -> dict[str, dict]:
     """What the ablation dir's outputs depend on: each decoder run's config, and the probe settings and data."""
     from ..study.stage_keys import probe_key, train_key
 
-    keys = {f"train:{row.run.name}": train_key(plan, row.run) for row in rows if row.run_dir != inputs.work}
+    keys = {f"train:{row.run.name}": train_key(plan, row.run) for row in rows if row.trained_here}
     keys["probe"] = probe_key(dataclasses.replace(plan, jsonl_tasks=[]), inputs.glue_dir, "", inputs.mteb_lite_dir)
     return keys
 
 
+def waiting(row: Row) -> str | None:
+    """Why a probe-time row cannot be measured here yet (its study run has no final checkpoint in the study's
+    work dir), in words; None when it can."""
+    if row.trained_here or final_checkpoint(row.run_dir, row.run) is not None:
+        return None
+    folder = run_dir(row.run_dir, row.run)
+    if rec.sealed_record(folder) is not None:
+        return (f"{folder} was restored from the study's records without its checkpoints: its rows wait for a work "
+                "dir that holds them")
+    return f"{folder} is not trained yet (no checkpoint at step {row.run.train_steps}): its rows wait"
+
+
+def _to_do(row: Row, out: Path, records: Path | None) -> bool:
+    """Whether the row is still to measure, or measured here and not sealed yet."""
+    if row.same_as is not None:
+        return False
+    return not row_path(out, row).is_file() or (records is not None and not rec.is_sealed(records, row.key))
+
+
+def take_row(plan: Plan, row: Row, inputs: Inputs, out: Path, tasks: tuple[list, list]) -> bool:
+    """Under the row's lock (another live process holding it: passed over), measure the row unless it is on disk,
+    then seal it when there are records; True when this process measured it."""
+    lock = row_path(out, row).with_suffix(".lock")
+    if not claim(lock):
+        return False
+    try:
+        measured = not row_path(out, row).is_file() and run_row(plan, row, inputs, out, tasks)
+        if inputs.records is not None and row_path(out, row).is_file() and not rec.is_sealed(inputs.records, row.key):
+            seal_row(inputs.records, plan, row, out)
+        return measured
+    finally:
+        release(lock)
+
+
+def measure_rows(plan: Plan, rows: list[Row], inputs: Inputs, out: Path, tasks: tuple[list, list]) -> dict:
+    """Every row still to do, in order, rewriting results.json and the page after each measured one; a stop
+    signal ends it after the row it stopped (``StudyStopped``). Returns the results."""
+    results, waits = collect(plan, rows, out), {}
+    for row in filter(lambda row: _to_do(row, out, inputs.records), rows):
+        note = None if row_path(out, row).is_file() else waiting(row)  # measured: sealing needs no checkpoint
+        if note is not None:
+            waits.setdefault(row.model, note)
+        elif take_row(plan, row, inputs, out, tasks):
+            results = collect(plan, rows, out)
+            _write_page(inputs, results)
+        stop = stop_requested()  # a decoder run saved and returned on the signal: its row is not measured
+        if stop:
+            raise stop
+    for model, note in waits.items():
+        print(f"[ablations] {model}: {note}", flush=True)
+    return results
+
+
 def run_ablations(plan: Plan, inputs: Inputs) -> dict:
-    """Measure every row not on disk yet (training the decoder runs first), rewriting results.json and the page
-    after each; returns the results."""
+    """Restore the sealed rows (with records), then measure every row not on disk yet (training the decoder runs
+    first); returns the results."""
     from megatron_crossbert.evaluation.probing.runner import collect_tasks
 
     from ..study.probe_stage import load_mteb_lite
@@ -252,15 +212,15 @@ def run_ablations(plan: Plan, inputs: Inputs) -> dict:
     out = inputs.work / "ablations"
     rows = plan_rows(plan, inputs.work, out)
     out.mkdir(parents=True, exist_ok=True)
-    claim_work_dir(out, _keys(plan, rows, inputs), ["train", "probe"])
+    keys = _keys(plan, rows, inputs)
+    claim_work_dir(out, keys, ["train", "probe"])
+    if inputs.records is not None:
+        restore_rows(inputs.records, plan, rows, out, shared_keys(keys["probe"], inputs.work))
     tasks = (collect_tasks(glue_dir=inputs.glue_dir, glue_tasks=plan.glue_tasks),
              load_mteb_lite(plan, inputs.mteb_lite_dir))
-    results = collect(plan, rows, out)
     with stopping():
-        for row in rows:
-            if row.same_as is None and not row_path(out, row).is_file() and run_row(plan, row, inputs, out, tasks):
-                results = collect(plan, rows, out)
-                _write_page(inputs, results)
+        measure_rows(plan, rows, inputs, out, tasks)
+    results = collect(plan, rows, out)  # with the rows other processes measured meanwhile
     _write_page(inputs, results)
     return results
 
@@ -273,42 +233,27 @@ def _write_page(inputs: Inputs, results: dict) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m experiments.claims.ablations", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = side_parser("python -m experiments.claims.ablations", __doc__)
     p.add_argument("--plan", default="threshold", metavar="NAME|FILE",
                    help="the study's plan (a named plan or a YAML file; default: threshold)")
-    p.add_argument("--work-dir", required=True,
-                   help="the study's work dir (python -m experiments.claims --plan P --work-dir W): its seed-1 runs "
-                        "are read there, and the ablations write W/ablations/")
     p.add_argument("--glue-dir", default=None, help="glue_data directory (default: glue/ of the shared data folder)")
     p.add_argument("--mteb-lite-dir", default=None,
                    help="MTEB-lite folders (default: mteb_lite/ of the shared data folder; 'none': no MTEB column)")
-    p.add_argument("--results-md", default="docs/results.md",
-                   help="page whose collapse-ablations section is rewritten after every row ('none': no page)")
-    p.add_argument("--threads", type=thread_count, default=None, help="CPU threads of this process and its runs")
-    add_debug_flag(p)
+    add_side_flags(p, "the study's work dir (python -m experiments.claims --plan P --work-dir W): its data and "
+                      "seed-1 runs are read there, and the ablations write W/ablations/", SECTION)
     return p
 
 
 @cli_main
 def main(argv: list[str] | None = None) -> int:
-    from ..__main__ import _mteb_lite_dir
-
     args = build_parser().parse_args(argv)
-    limit_threads(args.threads)
-    os.environ.setdefault("TQDM_DISABLE", "1")
-    plan, work = resolve_plan(args.plan), Path(args.work_dir)
-    if not Path(data_prefix(work) + ".bin").is_file():
-        raise FileNotFoundError(f"--work-dir {work}: no indexed dataset; run python -m experiments.claims --plan "
-                                f"{args.plan} --work-dir {work} first (its data and train stages)")
-    inputs = Inputs(work, args.glue_dir or default_or_error("--glue-dir", "GLUE folder", "glue"),
-                    _mteb_lite_dir(args.mteb_lite_dir),
-                    None if args.results_md.lower() == "none" else Path(args.results_md))
-    try:
-        results = run_ablations(plan, inputs)
-    except StudyStopped as stop:
-        print(f"[ablations] {stop}: rerun the same command to resume", file=sys.stderr, flush=True)
-        return 128 + stop.signum
+    side = side_args(args, f"python -m experiments.claims --plan {args.plan} --work-dir {args.work_dir} (its data "
+                           "and train stages)")
+    inputs = Inputs(side.work, args.glue_dir or default_or_error("--glue-dir", "GLUE folder", "glue"),
+                    mteb_lite_dir(args.mteb_lite_dir), side.page, side.records)
+    return exit_status("ablations", lambda: _summary(run_ablations(resolve_plan(args.plan), inputs), inputs))
+
+
+def _summary(results: dict, inputs: Inputs) -> None:
     done = sum(row["done"] for row in results["rows"])
     print(f"[ablations] {done} of {len(results['rows'])} rows measured: {inputs.work / 'ablations' / 'results.json'}")
-    return 0

@@ -28,7 +28,7 @@ import socket
 import time
 from pathlib import Path
 
-from .stage_keys import key_differences
+from .stage_keys import SHOWN, key_differences
 from megatron_crossbert.content_identity import dataset_fingerprint
 from megatron_crossbert.fsutil import atomic_write_text
 
@@ -36,6 +36,10 @@ SEAL_FILE = "sealed.json"
 """In a work dir's ``runs/<name>/``: the record a restored run is complete by (no checkpoints beside it)."""
 KEYS_FILE = "keys.json"
 SESSIONS_FILE = "sessions.json"
+CPU_FIELD = "cpu_seconds"
+"""A study run's record: its CPU seconds by stage (``train``, ``probe``)."""
+COST_FIELD = "cost"
+"""A row's record (a sweep's, an ablation's): its wall and CPU seconds, ``{wall_s, cpu_s, ...}``."""
 
 
 def _read(path: Path) -> dict:
@@ -61,40 +65,52 @@ def data_identity(tokenizer: Path, prefix: str) -> dict:
 
 
 def check_keys(records: Path, keys: dict) -> None:
-    """Record ``keys`` (first use) or refuse in one line when the records were made with other ones."""
+    """Record ``keys`` (first use) or refuse in one line, naming the fields, when the records were made with other
+    ones (``stage_keys.key_differences``: the one comparison of recorded keys with a plan's)."""
     path = records / KEYS_FILE
     if not path.is_file():
         _write(path, keys)
         return
-    recorded = _read(path)
-    changed = sorted(name for name in set(recorded) | set(keys) if recorded.get(name) != keys.get(name))
+    changed = key_differences(_read(path), keys)
     if changed:
-        raise ValueError(f"{path}: these records were made with another {', '.join(changed)} than this study's; "
-                         "nothing was restored: use another --records for this plan or data")
+        raise ValueError(f"{path}: these records were made with other data or probe settings than this study's "
+                         f"({'; '.join(changed[:SHOWN])}); nothing was restored: use another --records for this "
+                         "plan or data")
 
 
 def seal(records: Path, name: str, key: dict, losses: dict[int, float], probes: list[Path],
-         commands: list[dict], cpu: dict[str, float]) -> Path:
-    """Write ``name``'s record (training key, held-out losses, commands, CPU seconds by stage) and copy its
-    probe JSONs; the record is written last, so a record on disk always has its probes beside it."""
+         commands: list[dict], cpu: dict[str, float] | None = None, cost: dict[str, float] | None = None) -> Path:
+    """Write ``name``'s record (training key, held-out losses, commands, and its CPU seconds by stage (``cpu``,
+    the study's runs) or its whole cost (``cost``: ``wall_s``, ``cpu_s``, ...; a sweep's or an ablation's row))
+    and copy its probe JSONs; the record is written last, so a record on disk always has its probes beside it."""
     folder = records / "probes" / name
     folder.mkdir(parents=True, exist_ok=True)
     for probe in probes:
         shutil.copyfile(probe, folder / probe.name)
     path = records / "runs" / f"{name}.json"
+    spent = {**({} if cpu is None else {CPU_FIELD: cpu}), **({} if cost is None else {COST_FIELD: cost})}
     _write(path, {"name": name, "key": key, "losses": {str(k): v for k, v in sorted(losses.items())},
-                  "probes": sorted(probe.name for probe in probes), "commands": commands, "cpu_seconds": cpu,
+                  "probes": sorted(probe.name for probe in probes), "commands": commands, **spent,
                   "sealed_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
     return path
+
+
+def cost(record: dict) -> dict[str, float]:
+    """A row's ``{wall_s, cpu_s, ...}``; the sweep's first records kept it under ``CPU_FIELD``, read here too."""
+    if COST_FIELD in record:
+        return record[COST_FIELD]
+    legacy = record.get(CPU_FIELD, {})
+    return legacy if "cpu_s" in legacy else {}
 
 
 def is_sealed(records: Path, name: str) -> bool:
     return (records / "runs" / f"{name}.json").is_file()
 
 
-def restore(records: Path, name: str, key: dict, run_folder: Path, probe_folder: Path) -> dict | None:
-    """Seed a work dir with ``name``'s record: its probe JSONs and ``SEAL_FILE`` in ``run_folder``. Returns the
-    record (None when there is none); a record made with another training key is refused in one line."""
+def restore(records: Path, name: str, key: dict, run_folder: Path | None, probe_folder: Path) -> dict | None:
+    """Seed a work dir with ``name``'s record: its probe JSONs, and ``SEAL_FILE`` in ``run_folder`` (None: a row
+    with no run of its own, which reads another run's checkpoint). Returns the record (None when there is none);
+    a record made with another training key is refused in one line."""
     path = records / "runs" / f"{name}.json"
     if not path.is_file():
         return None
@@ -102,13 +118,13 @@ def restore(records: Path, name: str, key: dict, run_folder: Path, probe_folder:
     changed = key_differences(record.get("key", {}), key, config=True)
     if changed:
         raise ValueError(f"{path}: run {name} was made with another configuration than this plan's "
-                         f"({'; '.join(changed[:3])}); nothing was restored: use another --records for this plan")
+                         f"({'; '.join(changed[:SHOWN])}); nothing was restored: use another --records for this plan")
     probe_folder.mkdir(parents=True, exist_ok=True)
     for probe in record.get("probes", []):
         if not (probe_folder / probe).is_file():
             shutil.copyfile(records / "probes" / name / probe, probe_folder / probe)
-    run_folder.mkdir(parents=True, exist_ok=True)
-    if not (run_folder / SEAL_FILE).is_file():
+    if run_folder is not None and not (run_folder / SEAL_FILE).is_file():
+        run_folder.mkdir(parents=True, exist_ok=True)
         _write(run_folder / SEAL_FILE, record)
     return record
 

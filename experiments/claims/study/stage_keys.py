@@ -25,7 +25,8 @@ from megatron_crossbert.fsutil import atomic_write_text
 
 KEYS_FILE = "stage_keys.json"
 SHOWN = 3
-"""Changed stages a refusal lists (a plan change touches every run's key: the first few say what changed)."""
+"""Changed stages or fields a refusal lists (a plan change touches every run's key: the first few say what
+changed)."""
 
 
 def data_key(plan: Plan, corpus: str | Path) -> dict:

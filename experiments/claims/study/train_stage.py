@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from .commands import module_argv, run_logged
+from .commands import module_argv, read_command_log, run_logged
 from .plan import Plan, RunSpec, run_spec_config
 from .claims_lock import claim, release
 from .records import sealed_record
@@ -44,6 +44,16 @@ def is_complete(work_dir: Path, run: RunSpec) -> bool:
     return (done is not None and done >= run.train_steps) or sealed_record(run_dir(work_dir, run)) is not None
 
 
+def log_name(run: RunSpec) -> str:
+    """The run's training log (``logs/<name>.log``), which names its commands in ``commands.jsonl``."""
+    return f"train-{run.name}"
+
+
+def run_commands(work_dir: Path, run: RunSpec) -> list[dict]:
+    """The ``commands.jsonl`` entries that trained ``run`` here (a resumed run has several)."""
+    return [entry for entry in read_command_log(work_dir) if Path(entry.get("log", "")).stem == log_name(run)]
+
+
 def train_run(plan: Plan, run: RunSpec, work_dir: Path, data_prefix: str, tokenizer: str, vocab_size: int) -> None:
     """Write the run's YAML and call crossbert-pretrain (resumes by itself if checkpoints exist)."""
     out = run_dir(work_dir, run)
@@ -51,7 +61,7 @@ def train_run(plan: Plan, run: RunSpec, work_dir: Path, data_prefix: str, tokeni
     config_path = work_dir / "runs" / f"{run.name}.yaml"
     config_path.write_text(yaml.safe_dump(resolved_config(plan, run, work_dir, data_prefix, tokenizer, vocab_size)))
     run_logged(module_argv("megatron_crossbert.cli.pretrain", "--config", str(config_path)), work_dir,
-               f"train-{run.name}")
+               log_name(run))
 
 
 def run_train_stage(plan: Plan, runs: list[RunSpec], work_dir: Path, data_prefix: str, tokenizer: str) -> None:

@@ -13,6 +13,8 @@ from pathlib import Path
 
 from megatron_crossbert.outputs import write_section
 
+SECTION = "recipe-sweep"
+
 NOT_BY_LOSS = ("bert_mask_prob",)
 """Plan fields that change the task a held-out loss measures: rows changing them are not ranked by loss."""
 
@@ -74,4 +76,4 @@ def sweep_text(results: dict) -> str:
 
 
 def write_sweep_section(page: Path, results: dict) -> Path:
-    return write_section(page, "recipe-sweep", sweep_text(results), "python -m experiments.claims.sweep")
+    return write_section(page, SECTION, sweep_text(results), "python -m experiments.claims.sweep")

@@ -20,28 +20,27 @@ import argparse
 import dataclasses
 import json
 import os
-import sys
 import time
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from megatron_crossbert.cli.errors import add_debug_flag, cli_main
+from megatron_crossbert.cli.errors import cli_main
 from megatron_crossbert.fsutil import atomic_write_text
-from megatron_crossbert.platform.threads import limit_threads, thread_count
 
+from ..cli import add_side_flags, exit_status, side_args, side_parser
 from ..study.data_stage import data_prefix, tokenizer_dir
 from ..study.floors import unigram_entropy
 from ..study.plan import ARMS, Plan, RunSpec, arm_run, resolve_plan
 from ..study.stage_keys import claim_work_dir, train_key
-from ..study.stopping import StudyStopped, stop_requested, stopping
+from ..study.stopping import stop_requested, stopping
 from ..study import records as rec
 from ..study.train_stage import is_complete, run_dir, run_train_stage, valid_losses
+from .page import SECTION, write_sweep_section
 
 SWEEP_DIR = Path(__file__).parent.parent / "sweeps"
 CHECKPOINTS = 4
 """Evaluations (and checkpoints) per row: the held-out loss at each quarter of the run."""
-SECTION = "recipe-sweep"
 
 
 @dataclass(frozen=True)
@@ -167,12 +166,10 @@ def run_sweep(sweep: Sweep, data_work_dir: Path, out: Path, page: Path | None, r
             if stop:
                 raise stop
             if records is not None and is_complete(out, run) and not rec.is_sealed(records, run.name):
-                cost = _costs(out).get(run.name, {})
-                rec.seal(records, run.name, train_key(plan, run), valid_losses(out, run), [], [], cost)
+                rec.seal(records, run.name, train_key(plan, run), valid_losses(out, run), [], [],
+                         cost=_costs(out).get(run.name, {}))
             results = collect(sweep, runs, out, floor)
             if page is not None:
-                from .page import write_sweep_section
-
                 write_sweep_section(page, results)
     return results
 
@@ -184,8 +181,8 @@ def _restore_rows(records: Path, runs: list, out: Path, identity: dict) -> None:
     for _, plan, run in runs:
         record = rec.restore(records, run.name, train_key(plan, run), run_dir(out, run), out / "probes" / run.name)
         if record is not None and run.name not in costs:
-            _record_cost(out, run.name, record["cpu_seconds"].get("wall_s", 0.0),
-                         record["cpu_seconds"].get("cpu_s", 0.0))
+            spent = rec.cost(record)
+            _record_cost(out, run.name, spent.get("wall_s", 0.0), spent.get("cpu_s", 0.0))
             costs = _costs(out)
 
 
@@ -233,35 +230,19 @@ def _recipe(plan: Plan) -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m experiments.claims.sweep", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = side_parser("python -m experiments.claims.sweep", __doc__)
     p.add_argument("--sweep", default="threshold", metavar="NAME|FILE",
                    help="a sweep under experiments/claims/sweeps/ or a YAML file (default: threshold)")
-    p.add_argument("--work-dir", required=True,
-                   help="the base plan's study work dir, after its data stage (python -m experiments.claims "
-                        "--plan P --stages data): the sweep reads its tokenizer and data and writes sweep/<name>/")
-    p.add_argument("--results-md", default="docs/results.md",
-                   help="page whose recipe-sweep section is rewritten after every run ('none': no page)")
-    p.add_argument("--records", default=None, metavar="DIR",
-                   help="the sweep's records (small JSON, meant to be committed): each finished row is sealed there "
-                        "and a fresh --work-dir is seeded from it, so a sweep spans sessions (default: none)")
-    p.add_argument("--threads", type=thread_count, default=None, help="CPU threads of this process and its runs")
-    add_debug_flag(p)
+    add_side_flags(p, "the base plan's study work dir, after its data stage (python -m experiments.claims --plan P "
+                      "--stages data): the sweep reads its tokenizer and data and writes sweep/<name>/", SECTION)
     return p
 
 
 @cli_main
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    limit_threads(args.threads)
-    sweep, work = load_sweep(args.sweep), Path(args.work_dir)
-    if not Path(data_prefix(work) + ".bin").is_file():
-        raise FileNotFoundError(f"--work-dir {work}: no indexed dataset; run python -m experiments.claims --plan "
-                                f"{sweep.plan} --work-dir {work} --stages data first")
-    page = None if args.results_md.lower() == "none" else Path(args.results_md)
-    try:
-        run_sweep(sweep, work, work / "sweep" / sweep.name, page, Path(args.records) if args.records else None)
-    except StudyStopped as stop:
-        print(f"[sweep] {stop}: rerun the same command to resume", file=sys.stderr, flush=True)
-        return 128 + stop.signum
-    return 0
+    sweep = load_sweep(args.sweep)
+    side = side_args(args, f"python -m experiments.claims --plan {sweep.plan} --work-dir {args.work_dir} "
+                           "--stages data")
+    return exit_status("sweep", lambda: run_sweep(sweep, side.work, side.work / "sweep" / sweep.name, side.page,
+                                                  side.records))

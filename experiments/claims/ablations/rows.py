@@ -1,0 +1,123 @@
+"""The rows of the collapse ablations: which checkpoint each reads, and how.
+
+Probe-time rows read the final checkpoints of the study's seed-1 runs of CrossBERT complementary and BERT (in the
+study's work dir) four ways (``READINGS``); decoder rows read CrossBERT complementary trained again with a weaker
+reconstruction decoder (``DECODERS``), in the ablations' own work dir. The 2-layer decoder row is the study's own
+reading and shares its numbers. A row's key names its JSON (``rows/<key>.json``) and its record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from megatron_crossbert.evaluation.encoding import EncodingOptions
+
+from ..plan import main_runs
+from ..study.plan import Plan, RunSpec
+
+SEED = 1
+"""The study seed whose runs are read, and the seed of the decoder runs."""
+VISIBLE_SEED = 1
+"""Seed of the visible subsets of the probe-time visibility rows."""
+PROBED_ARMS = ("crossbert-compl", "bert")
+"""The study arms whose final checkpoints get the probe-time rows."""
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One probe-time reading of a checkpoint: a label and how the encoder is run."""
+
+    label: str
+    encoding: EncodingOptions = field(default_factory=EncodingOptions)
+
+
+READINGS: tuple[Reading, ...] = (
+    Reading("all tokens, after final norm (the study's)"),
+    Reading("50% visible at original positions, after final norm", EncodingOptions(0.5, seed=VISIBLE_SEED)),
+    Reading("all tokens, before final norm", EncodingOptions(hidden_state="before_final_norm")),
+    Reading("all tokens, middle layer", EncodingOptions(hidden_state="middle_layer")),
+)
+
+
+@dataclass(frozen=True)
+class Decoder:
+    """One decoder variant of CrossBERT complementary (its RunSpec's decoder fields)."""
+
+    key: str
+    label: str
+    layers: int = 2
+    width: float = 1.0
+    cross_attention_only: bool = False
+
+
+DECODERS: tuple[Decoder, ...] = (
+    Decoder("dec2", "2 layers (the study's)"),
+    Decoder("dec1", "1 layer", layers=1),
+    Decoder("dec1-half", "1 layer at half width", layers=1, width=0.5),
+    Decoder("xattn", "cross-attention only (1 layer: no self-attention, no MLP)", layers=1, cross_attention_only=True),
+)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of the table: a checkpoint (a study run or a decoder run) read one way."""
+
+    key: str
+    """File name of the row's JSON (``rows/<key>.json``)."""
+    group: str
+    """'probe-time' or 'decoder'."""
+    model: str
+    """The run read (its name)."""
+    what: str
+    """What the row changes, in words."""
+    run: RunSpec
+    run_dir: Path
+    """The work dir whose ``runs/<run.name>`` holds the checkpoints."""
+    reading: Reading
+    same_as: str | None = None
+    """The key of the row whose numbers this one shares (the 2-layer decoder row is the study's reading)."""
+
+    @property
+    def trained_here(self) -> bool:
+        """Whether the row trains its own run (a decoder row other than the study's 2 layers)."""
+        return self.group == "decoder" and self.same_as is None
+
+
+def seed_run(plan: Plan, arm: str) -> RunSpec:
+    """The study's main run of ``arm`` with seed 1 (the plan's only run when it lists no seeds)."""
+    for run in main_runs(plan):
+        if run.name in (f"{arm}-s{SEED}", arm):
+            return run
+    raise ValueError(f"plan {plan.name}: no main run of {arm} with seed {SEED} (main_settings, seeds)")
+
+
+def decoder_run(plan: Plan, decoder: Decoder) -> RunSpec:
+    """CrossBERT complementary's seed-1 main run with ``decoder``'s reconstruction decoder, under its own name."""
+    main = seed_run(plan, "crossbert-compl")
+    return dataclasses.replace(main, name=f"crossbert-compl-{decoder.key}-s{SEED}", decoder_layers=decoder.layers,
+                               decoder_width=decoder.width, decoder_cross_attention_only=decoder.cross_attention_only)
+
+
+def plan_rows(plan: Plan, work: Path, out: Path) -> list[Row]:
+    """Every arm's probe-time rows, then the decoder rows (the 2-layer one pointing at the study's reading)."""
+    rows = []
+    for arm in PROBED_ARMS:
+        run = seed_run(plan, arm)
+        rows += [Row(f"{run.name}--r{i}", "probe-time", run.name, reading.label, run, work, reading)
+                 for i, reading in enumerate(READINGS)]
+    study = f"{seed_run(plan, 'crossbert-compl').name}--r0"
+    for decoder in DECODERS:
+        if decoder.key == "dec2":
+            rows.append(Row("dec2", "decoder", seed_run(plan, "crossbert-compl").name, decoder.label,
+                            seed_run(plan, "crossbert-compl"), work, READINGS[0], same_as=study))
+        else:
+            run = decoder_run(plan, decoder)
+            rows.append(Row(decoder.key, "decoder", run.name, decoder.label, run, out, READINGS[0]))
+    return rows
+
+
+def row_path(out: Path, row: Row) -> Path:
+    """The row's measured numbers (one JSON), in the ablations' work dir."""
+    return out / "rows" / f"{row.key}.json"
