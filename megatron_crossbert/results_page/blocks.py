@@ -10,6 +10,7 @@ measurement and the page gets the same text the tool always printed. Markdown is
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field, fields
 from typing import Any, Union
@@ -135,6 +136,11 @@ class PageOrder:
     """The blocks above the first section (the page's title and how to read it)."""
     sections: list[str]
     """Section names, top to bottom."""
+
+
+def measured(value: Any) -> Any:
+    """A cell from a measurement: NaN (nothing measured; JSON has no NaN) becomes ``None``."""
+    return None if isinstance(value, float) and math.isnan(value) else value
 
 
 def table(headers: list[str | Column], rows: list[list[Any]]) -> Table:
