@@ -19,6 +19,9 @@ Number = Union[int, float]
 Cell = Union[Number, str, None, list]
 """A table cell: a number, a list of numbers (shown joined), a string (text or markdown), or ``None``."""
 
+ALIGNS = ("", "left", "right", "center")
+"""A column's alignments (``''``: the renderer's default, left)."""
+
 SECTION_NAME = re.compile(r"[a-z0-9][a-z0-9-]*\Z")
 """A section's name: its mark on the page and its file name under the page's JSON folder."""
 

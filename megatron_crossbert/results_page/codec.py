@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from megatron_crossbert.results_page.blocks import (
-    KIND_OF, KINDS, Block, Column, Heading, PageOrder, Section, Table, block_fields, check_section_name,
+    ALIGNS, KIND_OF, KINDS, Block, Column, Heading, PageOrder, Section, Table, block_fields, check_section_name,
 )
 
 
@@ -56,11 +56,24 @@ def block_from_json(raw: Any, where: str) -> Block:
     return _build(KINDS[kind], fields, where)
 
 
+def _cell_ok(cell: Any) -> bool:
+    """A number, a string, ``None``, or a list of numbers (``None`` among them: not measured)."""
+    if isinstance(cell, list):
+        return all(item is None or isinstance(item, (int, float)) for item in cell)
+    return cell is None or isinstance(cell, (int, float, str))
+
+
 def _check_rows(block: Table, where: str) -> None:
+    for i, column in enumerate(block.columns):
+        if column.align not in ALIGNS:
+            raise ValueError(f"{where}.columns[{i}].align: {column.align!r} is not one of {ALIGNS}")
     for i, row in enumerate(block.rows):
         if not isinstance(row, list) or len(row) != len(block.columns):
             raise ValueError(f"{where}.rows[{i}]: {len(row) if isinstance(row, list) else 'not a list of'} cells "
                              f"for {len(block.columns)} columns")
+        bad = next((j for j, cell in enumerate(row) if not _cell_ok(cell)), None)
+        if bad is not None:
+            raise ValueError(f"{where}.rows[{i}][{bad}]: {row[bad]!r} is not a number, text, null or a list of numbers")
 
 
 def section_from_json(raw: Any, where: str) -> Section:

@@ -12,10 +12,10 @@ from functools import singledispatch
 
 from megatron_crossbert.outputs import section_block
 from megatron_crossbert.results_page.blocks import (
-    Block, Bullets, Cell, Code, Column, Figure, Heading, PageOrder, Paragraph, Section, Table, table,
+    ALIGNS, Block, Bullets, Cell, Code, Column, Figure, Heading, PageOrder, Paragraph, Section, Table, table,
 )
 
-ALIGNMENT = {"": "---", "left": ":---", "right": "---:", "center": ":---:"}
+ALIGNMENT = dict(zip(ALIGNS, ("---", ":---", "---:", ":---:")))
 """Each column alignment's separator cell."""
 
 

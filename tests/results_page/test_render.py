@@ -53,6 +53,8 @@ def test_a_section_round_trips_through_json_with_its_numbers_as_numbers():
     (lambda raw: raw["blocks"][0].update(kind="tabel"), "f.json: blocks[0].kind: 'tabel' is not one of"),
     (lambda raw: raw["blocks"][1]["rows"].append([1]), "f.json: blocks[1].rows[1]: 1 cells for 2 columns"),
     (lambda raw: raw["blocks"][1]["columns"][0].update(width=3), "f.json: blocks[1].columns[0]: "),
+    (lambda raw: raw["blocks"][1]["columns"][0].update(align="middle"), "f.json: blocks[1].columns[0].align: 'middle'"),
+    (lambda raw: raw["blocks"][1]["rows"][0].__setitem__(1, {"x": 1}), "f.json: blocks[1].rows[0][1]: {'x': 1} is not"),
     (lambda raw: raw.pop("written"), "f.json: missing written"),
     (lambda raw: raw.update(name="Claims!"), "f.json: section name 'Claims!'"),
 ])
