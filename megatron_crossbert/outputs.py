@@ -175,14 +175,21 @@ def section_marks(name: str, note: str = "") -> tuple[str, str]:
     return f"<!-- {name}:start{f' ({note})' if note else ''} -->", f"<!-- {name}:end -->"
 
 
+def section_block(name: str, text: str, note: str = "") -> str:
+    """Section ``name`` as it stands on the page: its start mark, a blank line, ``text``, a blank line, its end
+    mark."""
+    start, end = section_marks(name, note)
+    return f"{start}\n\n{text.strip()}\n\n{end}"
+
+
 def write_section(page: str | Path, name: str, text: str, note: str = "") -> Path:
     """Replace section ``name`` of ``page`` with ``text`` (markers included), or append it when the page has
     none; atomic, and the rest of the page is kept byte for byte. A page that does not exist is created."""
     page = Path(page)
-    start, end = section_marks(name, note)
+    end = section_marks(name, note)[1]
     old = page.read_text() if page.is_file() else ""
     head, found, rest = old.partition(f"<!-- {name}:start")
-    block = f"{start}\n\n{text.strip()}\n\n{end}"
+    block = section_block(name, text, note)
     if found and end in rest:
         new = head + block + rest.split(end, 1)[1]
     else:

@@ -1,4 +1,4 @@
-"""The claims study's part of ``docs/results.md``: tables with intervals, figures and one verdict per claim.
+"""The claims study's part of ``docs/results.md`` as blocks: tables with intervals, figures and one verdict per claim.
 
 Every number is read from the study's files (probe JSONs, TensorBoard events, ``commands.jsonl``,
 ``status.json``); the verdict sentences are generated from the intervals (``stats.verdict``), so a claim
@@ -12,7 +12,8 @@ import os
 from pathlib import Path
 
 from megatron_crossbert.arch import get_arch
-from megatron_crossbert.benchmarking.report import fmt, markdown_table
+from megatron_crossbert.benchmarking.report import fmt
+from megatron_crossbert.results_page import Bullets, Column, Figure, Heading, Paragraph, table
 from .study.commands import read_command_log
 from .study.plan import Plan, RunSpec, arm_of, compute_budget_flops, run_flops_per_sample
 from .study.stats import NOT_RESOLVED, Interval, mean_interval, paired_difference, verdict
@@ -36,24 +37,24 @@ def _signed(interval: Interval | None) -> str:
     return f"{interval.mean:+.1f} ± {interval.half_width:.1f}"
 
 
-def _plan_text(plan: Plan, runs: list[RunSpec], work_dir: Path) -> str:
+def _plan_blocks(plan: Plan, runs: list[RunSpec], work_dir: Path) -> list:
     subset = work_dir / "corpus_subset.json"
     corpus = json.loads(subset.read_text()) if subset.is_file() else None
     seed_list = ", ".join(str(s) for s in seeds(plan) if s is not None) or str(plan.seed)
-    lines = [f"- Plan `{plan.name}` (`experiments/claims/plans/{plan.name}.yaml`): L={plan.seq_length}, global batch "
+    lines = [f"Plan `{plan.name}` (`experiments/claims/plans/{plan.name}.yaml`): L={plan.seq_length}, global batch "
              f"{plan.global_batch}, AdamW lr {plan.lr} {_schedule(plan)}, dropout {plan.hidden_dropout:g} (attention "
              f"{plan.attention_dropout:g}), weight decay {plan.weight_decay:g}, BERT selects "
              f"{plan.bert_mask_prob:.0%} of tokens, {plan.precision}, one process; seeds {seed_list} (a seed sets the initialisation, the data order and the masks).",
-             f"- Corpus: {fmt(corpus['bytes'] / 1e6, 1) if corpus else '?'} MB of the corpus (`--corpus`), round-robin "
+             f"Corpus: {fmt(corpus['bytes'] / 1e6, 1) if corpus else '?'} MB of the corpus (`--corpus`), round-robin "
              f"over its sources, split {plan.split} (train/held-out/test); tokenizer: unigram, vocab {plan.vocab_size}.",
-             f"- Probes: frozen encoder, mean-pooled last layer; linear (logistic regression, ridge for STS-B, C by CV "
+             f"Probes: frozen encoder, mean-pooled last layer; linear (logistic regression, ridge for STS-B, C by CV "
              f"on train) and k-NN (cosine, k={plan.probe_knn}) on GLUE {', '.join(plan.glue_tasks)} (train "
              f"subsampled to {fmt(plan.probe_max_train, 0)} rows, {_test_rows(plan)})"
              f"{' and the probe tasks ' + ', '.join(plan.jsonl_tasks) if plan.jsonl_tasks else ''}; MTEB-lite "
              f"({_mteb_folders(work_dir)}; {fmt(plan.mteb_lite_max_test, 0) if plan.mteb_lite_max_test else 'all'} "
              f"test rows each) in both readouts (raw, the paper's, and whitened) from the same features{_pooler(plan)}; "
              f"held-out loss on {plan.eval_iters} batches at every checkpoint.",
-             f"- Budgets: {plan.sample_steps * plan.global_batch} samples; equal compute = BERT's model FLOPs on "
+             f"Budgets: {plan.sample_steps * plan.global_batch} samples; equal compute = BERT's model FLOPs on "
              f"them, {fmt(compute_budget_flops(plan) / 1e12, 2)} TFLOP."]
     rows, seen = [], set()
     for run in runs:
@@ -64,9 +65,9 @@ def _plan_text(plan: Plan, runs: list[RunSpec], work_dir: Path) -> str:
             f"r={run.mask_ratio}, {'2 views' if run.complementary else '1 view'}, decoder {run.decoder_layers}L"
         width = "" if run.decoder_width == 1.0 else f" x{run.decoder_width:g} width"
         rows.append([arm_of(run), run.arch, views + width, run.shape.label, run.train_steps,
-                     fmt(run_flops_per_sample(plan, run) / 1e9, 3), run.group])
-    header = ["arm", "arch", "masking", "encoder", "steps", "GFLOP/sample", "group"]
-    return "\n".join(lines) + "\n\n" + markdown_table(header, rows)
+                     run_flops_per_sample(plan, run) / 1e9, run.group])
+    header = ["arm", "arch", "masking", "encoder", "steps", Column("GFLOP/sample", format=",.3f"), "group"]
+    return [Bullets(lines), table(header, rows)]
 
 
 def _schedule(plan: Plan) -> str:
@@ -77,14 +78,14 @@ def _schedule(plan: Plan) -> str:
             f"{decay['min_lr']:g} over the last {plan.lr_wsd_decay_fraction:.0%} of each run")
 
 
-def _loss_text(plan: Plan, runs: list[RunSpec], work_dir: Path) -> str:
+def _loss_blocks(plan: Plan, runs: list[RunSpec], work_dir: Path) -> list:
     """Each arm's held-out loss at its last evaluation beside the floors: the unigram entropy and the untrained
     model (the reference run's loss after its one step)."""
     from .study.data_stage import data_prefix, has_dataset, tokenizer_dir
     from .study.floors import unigram_entropy
 
     if not has_dataset(work_dir):
-        return "Not measured yet (the data stage has not run)."
+        return [Paragraph("Not measured yet (the data stage has not run).")]
     floor = unigram_entropy(data_prefix(work_dir), str(tokenizer_dir(work_dir)))["nats"]
     rows = []
     for arm, by_seed in an.held_out_losses(plan, runs, work_dir).items():
@@ -93,11 +94,11 @@ def _loss_text(plan: Plan, runs: list[RunSpec], work_dir: Path) -> str:
         below = mean_interval([floor - loss for loss in finals.values()])
         rows.append([arm, ", ".join(map(str, steps)), _text(mean_interval(list(finals.values())), 3),
                      _text(below, 3), ", ".join(f"s{s}: {v:.3f}" for s, v in sorted(finals.items()))])
-    table = markdown_table(["arm", "step", "held-out loss (nats) [95%]", "below unigram [95%]", "per seed"], rows)
-    return (f"The corpus's unigram entropy under the study's tokenizer is **{floor:.3f} nats** (a model that ignores "
+    losses = table(["arm", "step", "held-out loss (nats) [95%]", "below unigram [95%]", "per seed"], rows)
+    return [Paragraph(f"The corpus's unigram entropy under the study's tokenizer is **{floor:.3f} nats** (a model that ignores "
             "context scores this on a masked token); the untrained row is the other floor. BERT's loss is on its "
             "selected tokens (80/10/10), CrossBERT's on every masked position of both views, so the two arms' "
-            "losses are different tasks: compare each with the floors, not with each other.\n\n" + table)
+            "losses are different tasks: compare each with the floors, not with each other."), losses]
 
 
 def _mteb_folders(work_dir: Path) -> str:
@@ -142,7 +143,7 @@ def _sessions_text(records: Path | None, docs_dir: Path) -> str:
             "to a session's end included.")
 
 
-def _cost_text(work_dir: Path, status: dict, docs_dir: Path, records: Path | None = None) -> str:
+def _cost_blocks(work_dir: Path, status: dict, docs_dir: Path, records: Path | None = None) -> list:
     """Wall seconds of every command and CPU-hours of every stage (``status.json``'s ``cpu_seconds:*`` keys), and
     with records the sessions the study took."""
     log = read_command_log(work_dir)
@@ -158,25 +159,24 @@ def _cost_text(work_dir: Path, status: dict, docs_dir: Path, records: Path | Non
             f"; {sum(by_kind.values()) / 3600:.2f} CPU-hours in all.")
     if records is not None:
         parts.append(_sessions_text(records, docs_dir))
+    blocks = [Paragraph(" ".join(parts))]
     notes = (records if records is not None and (records / "NOTES.md").is_file() else work_dir) / "NOTES.md"
     if notes.is_file():
-        parts.append("How the study was driven (`NOTES.md`):\n\n" + notes.read_text().strip())
-    prose = [part for part in parts if not part.startswith("How the study was driven")]
-    driven = [part for part in parts if part.startswith("How the study was driven")]
-    return " ".join(prose) + "".join("\n\n" + part for part in driven)
+        blocks += [Paragraph("How the study was driven (`NOTES.md`):"), Paragraph(notes.read_text().strip())]
+    return blocks
 
 
-def _budget_table(points: dict[str, dict[int, an.Point]], reference: dict[int, an.Point]) -> str:
+def _budget_table(points: dict[str, dict[int, an.Point]], reference: dict[int, an.Point]):
     """Arm x metric, mean ± 95% interval over the seeds; the untrained encoder last."""
     rows = []
     for arm, by_seed in [*points.items(), (REFERENCE, reference)]:
         step = sorted({p.iteration for p in by_seed.values()})
         rows.append([arm, "/".join(str(s) for s in step) or "—", len(by_seed),
                      *[_text(an.cell(by_seed, metric)) for metric in an.METRICS]])
-    return markdown_table(["arm", "step", "seeds", *an.METRICS.values()], rows)
+    return table(["arm", "step", "seeds", *an.METRICS.values()], rows)
 
 
-def _difference_table(points: dict[str, dict[int, an.Point]], reference: dict[int, an.Point]) -> tuple[str, dict]:
+def _difference_table(points: dict[str, dict[int, an.Point]], reference: dict[int, an.Point]) -> tuple:
     """CrossBERT arm minus BERT (and BERT minus untrained), paired by seed, per metric, with verdicts."""
     bert = points.get("bert", {})
     pairs = [(arm, f"{arm} − bert", points[arm], bert) for arm in CHALLENGERS if arm in points]
@@ -186,32 +186,33 @@ def _difference_table(points: dict[str, dict[int, an.Point]], reference: dict[in
         diffs = {metric: an.difference(a, b, metric) for metric in an.METRICS}
         verdicts[arm] = diffs
         rows.append([label, *[f"{_signed(d)} ({_short(verdict(d, 'better', 'worse'))})" for d in diffs.values()]])
-    return markdown_table(["difference", *an.METRICS.values()], rows), verdicts
+    return table(["difference", *an.METRICS.values()], rows), verdicts
 
 
 def _short(text: str) -> str:
     return "n.r." if text == NOT_RESOLVED else text
 
 
-def _claim_one(plan: Plan, curves: an.StudyCurves) -> tuple[str, dict]:
+def _claim_one(plan: Plan, curves: an.StudyCurves) -> tuple[list, dict]:
     parts, found = [], {}
     for budget, title in (("samples", f"Equal samples ({plan.sample_steps * plan.global_batch} sequences)"),
                           ("flops", f"Equal compute (BERT's {fmt(compute_budget_flops(plan) / 1e12, 2)} TFLOP, "
                                     "nearest checkpoint)")):
         points = an.read_budget(plan, curves.main, budget)
-        table, verdicts = _difference_table(points, curves.reference)
+        differences, verdicts = _difference_table(points, curves.reference)
         found[budget] = verdicts
-        parts += [f"#### {title}", "Mean ± 95% interval over the seeds (score 0-100):",
+        parts += [Heading(title, 4), Paragraph("Mean ± 95% interval over the seeds (score 0-100):"),
                   _budget_table(points, curves.reference),
-                  "Paired differences (per seed, then mean ± 95% interval); n.r. = not resolved at this scale:", table]
-    return "\n\n".join(parts), found
+                  Paragraph("Paired differences (per seed, then mean ± 95% interval); n.r. = not resolved at this "
+                            "scale:"), differences]
+    return parts, found
 
 
-def _calibration_text(plan: Plan, curves: an.StudyCurves) -> str:
+def _calibration_blocks(plan: Plan, curves: an.StudyCurves) -> list:
     rows = an.calibration(plan, curves)
     if not rows:
-        return "Not measured yet (BERT's checkpoints and the untrained reference are probed first)."
-    table = markdown_table(["BERT step", "samples", "BERT GLUE linear", "BERT − untrained (paired)", "verdict"],
+        return [Paragraph("Not measured yet (BERT's checkpoints and the untrained reference are probed first).")]
+    calibration = table(["BERT step", "samples", "BERT GLUE linear", "BERT − untrained (paired)", "verdict"],
                            [[r["iteration"], r["samples"], _text(r["bert"]), _signed(r["gap"]),
                              verdict(r["gap"], "beats untrained", "below untrained")] for r in rows])
     first = next((r for r in rows if r["gap"] is not None and r["gap"].low is not None and r["gap"].low > 0), None)
@@ -225,10 +226,10 @@ def _calibration_text(plan: Plan, curves: an.StudyCurves) -> str:
     else:
         found = ("**No budget in this plan gets BERT above the untrained encoder by more than its seed noise** on the "
                  "frozen GLUE average; the largest budget that fits this machine was run and everything is reported.")
-    return table + "\n\n" + found
+    return [calibration, Paragraph(found)]
 
 
-def _efficiency_text(plan: Plan, curves: an.StudyCurves) -> tuple[str, dict]:
+def _efficiency_blocks(plan: Plan, curves: an.StudyCurves) -> tuple[list, dict]:
     rows, found = [], {}
     for arm in CHALLENGERS:
         if arm not in curves.main or "bert" not in curves.main:
@@ -239,16 +240,16 @@ def _efficiency_text(plan: Plan, curves: an.StudyCurves) -> tuple[str, dict]:
                              for s, f in sorted(result["factors"].items())) or "—"
         missed = ", ".join(f"s{s}" for s in result["missed"]) or "none"
         rows.append([arm, per_seed, missed, _factor_text(result["interval"])])
-    text = ("Samples an arm needed to reach its seed's BERT score at the sample budget (frozen GLUE linear average, "
+    text = Paragraph("Samples an arm needed to reach its seed's BERT score at the sample budget (frozen GLUE linear average, "
             "interpolated between checkpoints); factor = BERT's samples / those. The paper claims 2x. A seed whose "
             "curve never reaches BERT's score has no factor (listed); ≥ marks a seed already there at its first "
-            "checkpoint (a lower bound).\n\n")
-    return text + markdown_table(["arm", "factor per seed", "never reached", "geometric mean [95% interval]"], rows), found
+            "checkpoint (a lower bound).")
+    return [text, table(["arm", "factor per seed", "never reached", "geometric mean [95% interval]"], rows)], found
 
 
-def _sweep_text(plan: Plan, curves: an.StudyCurves) -> tuple[str, str]:
+def _sweep_blocks(plan: Plan, curves: an.StudyCurves) -> tuple[list, str]:
     rows = an.sweep_points(plan, curves)
-    table = markdown_table(["encoder", "seeds", *an.METRICS.values()],
+    sizes = table(["encoder", "seeds", *an.METRICS.values()],
                            [[shape.label, len(points), *[_text(an.cell(points, m)) for m in an.METRICS]]
                             for shape, points in rows])
     steps = []
@@ -262,10 +263,10 @@ def _sweep_text(plan: Plan, curves: an.StudyCurves) -> tuple[str, str]:
         overall = "contradicted: a larger encoder scores lower beyond the seed noise"
     else:
         overall = NOT_RESOLVED
-    lines = "\n".join(f"- {label}: {_signed(d)} ({_short(verdict(d, 'rises', 'falls'))})" for label, d in steps)
-    return (f"CrossBERT r=0.5 complementary at three sizes, each after {plan.sweep_steps} steps "
-            f"({plan.sweep_steps * plan.global_batch} samples):\n\n{table}\n\nPaired steps up in size (GLUE linear):\n\n"
-            f"{lines}"), overall
+    lines = [f"{label}: {_signed(d)} ({_short(verdict(d, 'rises', 'falls'))})" for label, d in steps]
+    return [Paragraph(f"CrossBERT r=0.5 complementary at three sizes, each after {plan.sweep_steps} steps "
+                      f"({plan.sweep_steps * plan.global_batch} samples):"), sizes,
+            Paragraph("Paired steps up in size (GLUE linear):"), Bullets(lines)], overall
 
 
 def _factor_text(interval: Interval | None) -> str:
@@ -300,21 +301,16 @@ def _paragraph(name: str, verdicts: dict, metric: str = an.HEADLINE) -> str:
     return "; ".join(parts)
 
 
-def _figures(figures: dict[str, Path | None], docs_dir: Path) -> str:
-    shown = [f"![{key}]({os.path.relpath(path, docs_dir)})" for key, path in figures.items() if path]
-    return "\n\n".join(shown) or "No figures yet."
+def _figures(figures: dict[str, Path | None], docs_dir: Path) -> list:
+    shown = [Figure(os.path.relpath(path, docs_dir), key) for key, path in figures.items() if path]
+    return shown or [Paragraph("No figures yet.")]
 
 
-def claims_section(plan: Plan, runs: list[RunSpec], work_dir: Path, curves: an.StudyCurves,
-                   figures: dict[str, Path | None], docs_dir: Path, status: dict, records: Path | None = None) -> str:
-    """The whole study section: verdicts first, then how they were measured."""
-    claim_one, verdicts = _claim_one(plan, curves)
-    efficiency, factors = _efficiency_text(plan, curves)
-    sweep, scaling = _sweep_text(plan, curves)
+def _verdicts(verdicts: dict, factors: dict, scaling: str) -> list[str]:
+    """One item per claim: its verdict at equal samples and equal compute, from the paired intervals."""
     compl = factors.get("crossbert-compl", {})
-    factor = _factor_text(compl.get("interval"))
-    claims = "\n".join([
-        f"- **Better frozen representations than BERT** (frozen GLUE linear average, CrossBERT complementary − "
+    return [
+        f"**Better frozen representations than BERT** (frozen GLUE linear average, CrossBERT complementary − "
         f"BERT): {_paragraph('crossbert-compl', verdicts)}. Single view: {_paragraph('crossbert-single', verdicts)}. "
         f"Fastest setting: {_paragraph('crossbert-fast', verdicts)}. By readout (complementary − BERT): raw "
         f"(the paper's) {_paragraph('crossbert-compl', verdicts, 'raw_glue_average')}; whitened "
@@ -322,21 +318,33 @@ def claims_section(plan: Plan, runs: list[RunSpec], work_dir: Path, curves: an.S
         f"{_paragraph('crossbert-compl', verdicts, 'raw_mteb_lite_average')}; MTEB-lite whitened "
         f"{_paragraph('crossbert-compl', verdicts, 'whitened_mteb_lite_average')}; MTEB (frozen, pooler trained) "
         f"{_paragraph('crossbert-compl', verdicts, 'mteb_pooler_average')}.",
-        f"- **2x sample efficiency** (complementary): factor {factor}; "
+        f"**2x sample efficiency** (complementary): factor {_factor_text(compl.get('interval'))}; "
         f"{_efficiency_verdict(compl, verdicts['samples'].get('bert', {}).get(an.HEADLINE))}.",
-        f"- **Quality rises monotonically with size**: {scaling}.",
-        f"- **Training helps at all** (BERT − untrained): {_paragraph('bert', verdicts)}."])
+        f"**Quality rises monotonically with size**: {scaling}.",
+        f"**Training helps at all** (BERT − untrained): {_paragraph('bert', verdicts)}."]
+
+
+def claims_section(plan: Plan, runs: list[RunSpec], work_dir: Path, curves: an.StudyCurves,
+                   figures: dict[str, Path | None], docs_dir: Path, status: dict,
+                   records: Path | None = None) -> tuple[Heading, list]:
+    """The whole study section (its title, then its blocks): verdicts first, then how they were measured."""
+    claim_one, verdicts = _claim_one(plan, curves)
+    efficiency, factors = _efficiency_blocks(plan, curves)
+    sweep, scaling = _sweep_blocks(plan, curves)
     states = [f"`{k}`: {v}" for k, v in status.items()
               if isinstance(v, str) and not k.startswith(CPU_KEY) and not v.startswith("done")]
-    return "\n\n".join([
-        "## The paper's claims, with seeds and intervals" + ("" if plan.name == "cpu" else f" (plan `{plan.name}`)"),
-        "### Calibration first: does the MLM baseline beat an untrained encoder?",
-        _calibration_text(plan, curves),
-        "### Held-out loss against its floors", _loss_text(plan, runs, work_dir),
-        "Verdicts (a verdict only where the 95% interval of the paired difference excludes zero):\n\n" + claims,
-        "Stages not done when this page was written: " + ("; ".join(states) if states else "none") + ".",
-        "### What was run", _plan_text(plan, runs, work_dir), _cost_text(work_dir, status, docs_dir, records),
-        "### Claim 1: frozen representations", claim_one,
-        "### Claim 2: sample efficiency", efficiency,
-        "### Claim 3: model size", sweep,
-        "### Figures", _figures(figures, docs_dir)])
+    title = Heading("The paper's claims, with seeds and intervals" + ("" if plan.name == "cpu" else
+                                                                       f" (plan `{plan.name}`)"))
+    return title, [
+        Heading("Calibration first: does the MLM baseline beat an untrained encoder?", 3),
+        *_calibration_blocks(plan, curves),
+        Heading("Held-out loss against its floors", 3), *_loss_blocks(plan, runs, work_dir),
+        Paragraph("Verdicts (a verdict only where the 95% interval of the paired difference excludes zero):"),
+        Bullets(_verdicts(verdicts, factors, scaling)),
+        Paragraph("Stages not done when this page was written: " + ("; ".join(states) if states else "none") + "."),
+        Heading("What was run", 3), *_plan_blocks(plan, runs, work_dir),
+        *_cost_blocks(work_dir, status, docs_dir, records),
+        Heading("Claim 1: frozen representations", 3), *claim_one,
+        Heading("Claim 2: sample efficiency", 3), *efficiency,
+        Heading("Claim 3: model size", 3), *sweep,
+        Heading("Figures", 3), *_figures(figures, docs_dir)]

@@ -1,5 +1,8 @@
 """The claims study's sections of ``docs/results.md``: the claims, and the throughput section it renders.
 
+Both are published as sections (``results_page.publish``): blocks whose tables keep their numbers, stored as
+``docs/results/<name>.json``, then rendered into the page in place.
+
 Every number on the page is read from files the benchmarks wrote (throughput JSON, probe JSONs,
 the command log); nothing is typed in by hand. Stages that did not complete are named as such,
 and the verdict sentences are generated from the numbers, including where CrossBERT loses.
@@ -12,14 +15,14 @@ import time
 from pathlib import Path
 
 from megatron_crossbert.arch import get_arch
-from megatron_crossbert.benchmarking.report import throughput_markdown
+from megatron_crossbert.benchmarking.report import throughput_blocks
+from megatron_crossbert.results_page import Bullets, Code, Heading, Paragraph, Section, publish
 from .study.plan import Plan, RunSpec
-from megatron_crossbert.outputs import write_section
 
 from .analysis import StudyCurves
 
 
-def _targets_text(results: list[dict]) -> str:
+def _targets(results: list[dict]) -> Bullets:
     """The two throughput targets (docs/performance.md, "Throughput against the strongest BERT"), checked against the ratios to the sparse BERT baseline (the
     strongest BERT of the same size), with the dense-head figures beside them so any shrinkage shows."""
     by_name = {r["name"]: r for r in results}
@@ -27,23 +30,23 @@ def _targets_text(results: list[dict]) -> str:
     single, compl = by_name.get("crossbert r=0.5 single"), by_name.get("crossbert r=0.5 compl")
     if single:
         ratio = single["samples_per_s_vs_ref"]
-        lines.append(f"- Single view r=0.5: **{ratio:.3f}x** sparse-BERT samples/s{_spread(single)} (target >= 1.5x, "
+        lines.append(f"Single view r=0.5: **{ratio:.3f}x** sparse-BERT samples/s{_spread(single)} (target >= 1.5x, "
                      f"aim 2x): {'met' if ratio >= 1.5 else 'NOT met'}{_against_dense(single)}.")
     if compl:
         ratio = compl["supervised_tokens_per_s_vs_ref"]
-        lines.append(f"- Complementary r=0.5: **{ratio:.3f}x** sparse-BERT supervised tokens/s (target >= 5x): "
+        lines.append(f"Complementary r=0.5: **{ratio:.3f}x** sparse-BERT supervised tokens/s (target >= 5x): "
                      f"{'met' if ratio >= 5 else 'NOT met'}; {compl['samples_per_s_vs_ref']:.2f}x its samples/s"
                      f"{_spread(compl)}.")
     dense = by_name.get("bert dense")
     if dense:
-        lines.append(f"- The dense-head BERT runs at {dense['samples_per_s_vs_ref']:.2f}x the sparse one's samples/s "
+        lines.append(f"The dense-head BERT runs at {dense['samples_per_s_vs_ref']:.2f}x the sparse one's samples/s "
                      f"(FLOPs predict {dense['predicted_samples_per_s_vs_ref']:.2f}x): ratios against it overstate "
                      f"CrossBERT's advantage by {1 / dense['samples_per_s_vs_ref']:.2f}x.")
     for r in results:  # the CrossBERT rows compared with BERT (the other family has its own reference)
         if get_arch(r["arch"]).uses_views and r.get("reference") == "bert" and r.get("predicted_samples_per_s_vs_ref"):
-            lines.append(f"- {r['name']}: samples/s {r['samples_per_s_vs_ref']:.2f}x sparse BERT measured, "
+            lines.append(f"{r['name']}: samples/s {r['samples_per_s_vs_ref']:.2f}x sparse BERT measured, "
                          f"{r['predicted_samples_per_s_vs_ref']:.2f}x predicted by model FLOPs.")
-    return "\n".join(lines)
+    return Bullets(lines)
 
 
 def _spread(row: dict) -> str:
@@ -85,23 +88,23 @@ def _flop_predictions() -> str:
             "real shapes would be as below; only `crossbert-bench gpu-check` on the H200 can measure them:\n" + "\n".join(lines))
 
 
-def _throughput_section(throughput_jsons: list[Path]) -> str:
+def _throughput_blocks(throughput_jsons: list[Path]) -> list:
     if not throughput_jsons:
-        return "## Training-step throughput\n\n**Not run yet** (no `benchmarks/out/throughput.json`)."
-    parts = ["## Training-step throughput"]
+        return [Paragraph("**Not run yet** (no `benchmarks/out/throughput.json`).")]
+    blocks = []
     for path in throughput_jsons:
         report = json.loads(path.read_text())
-        parts += [f"Command: `crossbert-bench throughput` (options `{json.dumps(report['meta']['options'])}`), "
-                  f"started {report['meta']['started_utc']}.", throughput_markdown(report),
-                  _targets_text(report["results"])]
-    parts.append(_flop_predictions())
+        blocks += [Paragraph(f"Command: `crossbert-bench throughput` (options `{json.dumps(report['meta']['options'])}`), "
+                             f"started {report['meta']['started_utc']}."), *throughput_blocks(report),
+                   _targets(report["results"])]
+    blocks.append(Paragraph(_flop_predictions()))
     profiles = [json.loads(path.read_text()).get("profile") for path in throughput_jsons]
     if profiles[0]:
-        from megatron_crossbert.benchmarking.profile import profile_markdown
+        from megatron_crossbert.benchmarking.profile import profile_table
 
-        parts += ["Where one step's time goes at the first shape (ms and share of the step; see "
-                  "`benchmarking/profile.py`):", profile_markdown(profiles[0])]
-    return "\n\n".join(parts)
+        blocks += [Paragraph("Where one step's time goes at the first shape (ms and share of the step; see "
+                             "`benchmarking/profile.py`):"), profile_table(profiles[0])]
+    return blocks
 
 
 THROUGHPUT_MARK = "throughput"
@@ -118,24 +121,25 @@ def claims_mark(plan: Plan) -> str:
 def write_results_page(path: Path, *, plan: Plan, runs: list[RunSpec], work_dir: Path, curves: StudyCurves,
                        figures: dict[str, Path | None], status: dict, throughput_jsons: list[Path],
                        caveats: list[str], records: Path | None = None) -> Path:
-    """Write this study's sections of the results page: the claims from ``work_dir`` and, when
+    """Publish this study's sections of the results page: the claims from ``work_dir`` and, when
     ``throughput_jsons`` are given, the throughput section. Every other section of the page (another tool's,
-    another plan's, or text by hand) is left byte for byte (``outputs.write_section``)."""
+    another plan's, or text by hand) is left byte for byte (``results_page.publish``)."""
     from .claims_section import claims_section, shown_path
 
-    generated = (f"Generated by the claims study (`python -m experiments.claims`, plan `{plan.name}`) at "
-                 f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} from the files the runs wrote. Everything in "
-                 "this section was measured on a CPU-only machine with 2 cores: tiny encoders, one CPU thread a run. "
-                 "No GPU has run this study.")
+    written = time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())
     kept = f" --records {shown_path(records, path.parent)}" if records else ""
-    reproduce = ("Reproduce (from the repository root, venv active):\n\n```\n"
-                 f"python -m experiments.claims --plan {plan.name}{kept} --threads 1   # resumable; rerun to continue\n"
-                 "crossbert-bench throughput --threads 1 --profile      # -> benchmarks/out/throughput.json\n"
-                 "```")
-    heading, _, claims = claims_section(plan, runs, work_dir, curves, figures, path.parent, status,
-                                          records).partition("\n\n")
+    command = f"python -m experiments.claims --plan {plan.name}{kept}"
+    generated = (f"Generated by the claims study (`python -m experiments.claims`, plan `{plan.name}`) at {written} "
+                 "from the files the runs wrote. Everything in this section was measured on a CPU-only machine with "
+                 "2 cores: tiny encoders, one CPU thread a run. No GPU has run this study.")
+    reproduce = Code(f"{command} --threads 1   # resumable; rerun to continue\n"
+                     "crossbert-bench throughput --threads 1 --profile      # -> benchmarks/out/throughput.json")
+    title, claims = claims_section(plan, runs, work_dir, curves, figures, path.parent, status, records)
     if throughput_jsons:
-        write_section(path, THROUGHPUT_MARK, _throughput_section(throughput_jsons),
-                      note="written by the claims study's report from crossbert-bench throughput JSON")
-    body = [heading, generated, reproduce, claims, "### Caveats\n\n" + "\n".join(f"- {c}" for c in caveats)]
-    return write_section(path, claims_mark(plan), "\n\n".join(body), note="written by python -m experiments.claims")
+        shown = ", ".join(str(shown_path(p, path.parent)) for p in throughput_jsons)
+        publish(path, Section(THROUGHPUT_MARK, Heading("Training-step throughput"),
+                              f"written by {command} (its report, from {shown})", written,
+                              _throughput_blocks(throughput_jsons)))
+    blocks = [Paragraph(generated), Paragraph("Reproduce (from the repository root, venv active):"), reproduce,
+              *claims, Heading("Caveats", 3), Bullets(caveats)]
+    return publish(path, Section(claims_mark(plan), title, f"written by {command}", written, blocks))

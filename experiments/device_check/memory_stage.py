@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from megatron_crossbert.results_page import Column, Table, render_blocks
+
 from .plan import DeviceCheckConfig
 from .stage_io import keep_row
 
@@ -47,19 +49,25 @@ def compare(name: str, predicted: dict, measured: dict) -> dict:
             "peak_ratio": predicted["peak_bytes"] / peak if peak else None, "method": measured.get("method")}
 
 
+def _mib(name: str) -> Column:
+    return Column(name, "right", ",.1f", scale=1 / 2 ** 20)
+
+
+MEMORY_COLUMNS = [Column("arm"), _mib("predicted step MiB"), _mib("measured step MiB"),
+                  Column("predicted / measured", "right", ".2f"), _mib("predicted peak MiB"), _mib("measured peak MiB"),
+                  Column("predicted / measured", "right", ".2f")]
+"""The comparison's columns: cells hold bytes and ratios, shown in MiB."""
+
+
+def memory_table(rows: list[dict]) -> Table:
+    """The table of ``compare`` rows."""
+    keys = ("step_bytes", "measured_step_bytes", "step_ratio", "peak_bytes", "measured_peak_bytes", "peak_ratio")
+    return Table(MEMORY_COLUMNS, [[r["name"], *[r[key] for key in keys]] for r in rows])
+
+
 def memory_rows(rows: list[dict]) -> str:
-    """The markdown table of ``compare`` rows (MiB)."""
-    def mib(value) -> str:
-        return "—" if value is None else f"{value / 2 ** 20:,.1f}"
-
-    def ratio(value) -> str:
-        return "—" if value is None else f"{value:.2f}"
-
-    lines = ["| arm | predicted step MiB | measured step MiB | predicted / measured | predicted peak MiB | "
-             "measured peak MiB | predicted / measured |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    lines += [f"| {r['name']} | {mib(r['step_bytes'])} | {mib(r['measured_step_bytes'])} | {ratio(r['step_ratio'])} "
-              f"| {mib(r['peak_bytes'])} | {mib(r['measured_peak_bytes'])} | {ratio(r['peak_ratio'])} |" for r in rows]
-    return "\n".join(lines)
+    """The markdown table of ``compare`` rows (MiB), as the stage prints it."""
+    return render_blocks([memory_table(rows)])
 
 
 def _measure(case) -> dict:

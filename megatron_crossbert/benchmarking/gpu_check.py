@@ -26,7 +26,9 @@ import torch
 
 from megatron_crossbert.benchmarking.choices import GPU_CHECK_PRECISIONS
 from megatron_crossbert.platform.peak import Peak, measure_gemm_peak, mfu_peak
-from megatron_crossbert.benchmarking.report import fmt, markdown_table, throughput_markdown, write_json
+from megatron_crossbert.results_page.blocks import Column, Table, measured
+from megatron_crossbert.results_page.render import render_blocks
+from megatron_crossbert.benchmarking.report import fmt, throughput_markdown, write_json
 from megatron_crossbert.benchmarking.throughput import ThroughputOptions, run_throughput
 
 GPU_CHECK_ROWS = ("bert dense", "crossbert r=0.5 single", "crossbert r=0.5 compl", "crossbert r=0.75 compl",
@@ -88,11 +90,18 @@ def add_predicted_ratios(report: dict) -> dict:
     return report
 
 
-RATIO_HEADERS = ["shape", "model", "samples/s", "MFU", "MFU attention-adjusted", "× sparse MLM measured",
-                 "× sparse MLM FLOP-predicted", "measured / predicted", "× dense MLM measured"]
+RATIO_COLUMNS = [
+    Column("shape"), Column("model"), Column("samples/s", format=",.1f"),
+    Column("MFU", format=",.1f", scale=100, suffix="%"), Column("MFU attention-adjusted", format=",.1f", scale=100, suffix="%"),
+    Column("× sparse MLM measured", format=",.2f", suffix="x"), Column("× sparse MLM FLOP-predicted", format=",.2f", suffix="x"),
+    Column("measured / predicted", format=",.2f"), Column("× dense MLM measured", format=",.2f", suffix="x")]
+"""The throughput-claim table's columns (cells hold the measured values)."""
+RATIO_HEADERS = [column.name for column in RATIO_COLUMNS]
+_RATIO_KEYS = ("samples_per_s", "mfu", "mfu_attention_adjusted", "samples_per_s_vs_ref",
+               "predicted_samples_per_s_vs_ref", "measured_over_predicted", "samples_per_s_vs_dense")
 
 
-def ratio_rows(payload: dict) -> list[list[str]]:
+def ratio_rows(payload: dict) -> list[list]:
     """One row per (shape, model) of a gpu-check payload: the throughput-claim table."""
     rows = []
     for run in payload.get("runs", []):
@@ -100,19 +109,18 @@ def ratio_rows(payload: dict) -> list[list[str]]:
         if run.get("partial"):
             label += f" (stopped after {run['report']['meta']['rounds_timed']} rounds)"
         if "error" in run:
-            rows.append([label, f"FAILED: {run['error']}", *["—"] * (len(RATIO_HEADERS) - 2)])
+            rows.append([label, f"FAILED: {run['error']}", *[None] * (len(RATIO_COLUMNS) - 2)])
             continue
-        for r in run["report"]["results"]:
-            rows.append([label, r["name"], fmt(r["samples_per_s"], 1), fmt(r.get("mfu"), 1, 100, "%"),
-                         fmt(r.get("mfu_attention_adjusted"), 1, 100, "%"),
-                         fmt(r.get("samples_per_s_vs_ref"), 2, suffix="x"),
-                         fmt(r.get("predicted_samples_per_s_vs_ref"), 2, suffix="x"),
-                         fmt(r.get("measured_over_predicted"), 2), fmt(r.get("samples_per_s_vs_dense"), 2, suffix="x")])
+        rows += [[label, r["name"], *[measured(r.get(key)) for key in _RATIO_KEYS]] for r in run["report"]["results"]]
     return rows
 
 
+def ratio_table(payload: dict) -> Table:
+    return Table(RATIO_COLUMNS, ratio_rows(payload))
+
+
 def ratio_markdown(payload: dict) -> str:
-    return markdown_table(RATIO_HEADERS, ratio_rows(payload))
+    return render_blocks([ratio_table(payload)])
 
 
 def _one(options: GpuCheckOptions, size: str, precision: str, impl: str, peak_tflops: float, on_rows) -> dict:

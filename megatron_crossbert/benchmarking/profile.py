@@ -26,6 +26,8 @@ from contextlib import contextmanager
 import torch
 
 from megatron_crossbert.benchmarking.step import StepRunner
+from megatron_crossbert.results_page.blocks import Column, Table
+from megatron_crossbert.results_page.render import render_blocks
 
 COMPONENTS = ("embedding", "encoder", "decoder", "lm_head", "output_layer")
 
@@ -130,13 +132,15 @@ def profile_step(runner: StepRunner, batch: dict, repeats: int = 2, clock: str =
     return {"step_s": total, "seconds": parts, "share": {k: v / total for k, v in parts.items()}}
 
 
-def profile_markdown(profiles: dict[str, dict]) -> str:
+def profile_table(profiles: dict[str, dict]) -> Table:
     """One row per model, one column per component/phase (ms, with the share of the step)."""
     order = list(COMPONENTS) + ["optimizer", "other"]
     keys = sorted({key for prof in profiles.values() for key in prof["seconds"]},
                   key=lambda k: (order.index(k.split(".")[0]) if k.split(".")[0] in order else 99, k))
-    lines = ["| model | step ms | " + " | ".join(keys) + " |", "|" + " --- |" * (len(keys) + 2)]
-    for name, prof in profiles.items():
-        cells = [f"{prof['seconds'].get(k, 0) * 1e3:.0f} ({prof['share'].get(k, 0) * 100:.0f}%)" for k in keys]
-        lines.append(f"| {name} | {prof['step_s'] * 1e3:.0f} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    rows = [[name, prof["step_s"], *[f"{prof['seconds'].get(k, 0) * 1e3:.0f} ({prof['share'].get(k, 0) * 100:.0f}%)"
+                                     for k in keys]] for name, prof in profiles.items()]
+    return Table([Column("model"), Column("step ms", format=".0f", scale=1e3), *map(Column, keys)], rows)
+
+
+def profile_markdown(profiles: dict[str, dict]) -> str:
+    return render_blocks([profile_table(profiles)])

@@ -9,6 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from megatron_crossbert.fsutil import atomic_write_text
+from megatron_crossbert.results_page.blocks import Block, Column, Paragraph, Table, measured
+from megatron_crossbert.results_page.render import markdown_table as render_table
+from megatron_crossbert.results_page.render import render_blocks
 
 
 def fmt(value: Any, digits: int = 2, scale: float = 1.0, suffix: str = "") -> str:
@@ -21,38 +24,41 @@ def fmt(value: Any, digits: int = 2, scale: float = 1.0, suffix: str = "") -> st
 
 
 def markdown_table(headers: list[str], rows: list[list[Any]]) -> str:
-    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join(" --- " for _ in headers) + "|"]
-    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
-    return "\n".join(lines)
+    """Console and report tables: the results page's renderer (``results_page.render``), so a table prints the
+    same here and on the page."""
+    return render_table(headers, rows)
 
 
-THROUGHPUT_HEADERS = ["model", "encoder", "step CPU ms", "step wall ms", "samples/s", "× sparse MLM",
-                      "× sparse MLM (FLOPs)", "× dense MLM", "input tok/s", "supervised tok/s",
-                      "× sparse MLM (supervised)", "step peak mem MB", "params M", "GFLOP/sample", "TFLOP/s", "MFU"]
+def _col(name: str, digits: int, scale: float = 1.0, suffix: str = "") -> Column:
+    """A numeric column shown as :func:`fmt` shows a number."""
+    return Column(name, format=f",.{digits}f", scale=scale, suffix=suffix)
 
 
-def _median_ms(values: list[float] | None) -> str:
-    return fmt(statistics.median(values) * 1e3 if values else None, 0)
+THROUGHPUT_COLUMNS = [
+    Column("model"), Column("encoder"), _col("step CPU ms", 0, 1e3), _col("step wall ms", 0, 1e3),
+    _col("samples/s", 2), _col("× sparse MLM", 2, suffix="x"), _col("× sparse MLM (FLOPs)", 2, suffix="x"),
+    _col("× dense MLM", 2, suffix="x"), _col("input tok/s", 0), _col("supervised tok/s", 0),
+    _col("× sparse MLM (supervised)", 2, suffix="x"), _col("step peak mem MB", 0, 1 / 2**20), _col("params M", 2, 1e-6),
+    _col("GFLOP/sample", 2, 1e-9), _col("TFLOP/s", 3), _col("MFU", 1, 100, "%")]
+"""The throughput table's columns: each cell holds the measured value (seconds, bytes, a fraction)."""
+THROUGHPUT_HEADERS = [column.name for column in THROUGHPUT_COLUMNS]
 
 
-def throughput_rows(results: list[dict]) -> list[list[str]]:
-    rows = []
-    for r in results:
-        rows.append([
-            r["name"], r.get("encoder", "classic"), _median_ms(r.get("cpu_step_s")), _median_ms(r.get("wall_step_s")),
-            fmt(r["samples_per_s"]), fmt(r.get("samples_per_s_vs_ref"), 2, suffix="x"),
-            fmt(r.get("predicted_samples_per_s_vs_ref"), 2, suffix="x"),
-            fmt(r.get("samples_per_s_vs_dense"), 2, suffix="x"), fmt(r["input_tokens_per_s"], 0),
-            fmt(r["supervised_tokens_per_s"], 0), fmt(r.get("supervised_tokens_per_s_vs_ref"), 2, suffix="x"),
-            fmt(r.get("peak_step_bytes"), 0, 1 / 2**20), fmt(r.get("num_parameters"), 2, 1e-6),
-            fmt(r.get("model_flops_per_sample"), 2, 1e-9), fmt(r.get("achieved_tflops"), 3),
-            fmt(r.get("mfu"), 1, 100, "%"),
-        ])
-    return rows
+def _median(values: list[float] | None) -> float | None:
+    return statistics.median(values) if values else None
 
 
-def throughput_markdown(report: dict) -> str:
-    """The stdout/docs table plus the facts needed to read it (shape, device, methods)."""
+def throughput_rows(results: list[dict]) -> list[list[Any]]:
+    """One row per model: the measurements themselves (``THROUGHPUT_COLUMNS`` says how each is shown)."""
+    keys = ["samples_per_s", "samples_per_s_vs_ref", "predicted_samples_per_s_vs_ref", "samples_per_s_vs_dense",
+            "input_tokens_per_s", "supervised_tokens_per_s", "supervised_tokens_per_s_vs_ref", "peak_step_bytes",
+            "num_parameters", "model_flops_per_sample", "achieved_tflops", "mfu"]
+    return [[r["name"], r.get("encoder", "classic"), _median(r.get("cpu_step_s")), _median(r.get("wall_step_s")),
+             *[measured(r.get(key)) for key in keys]] for r in results]
+
+
+def throughput_blocks(report: dict) -> list[Block]:
+    """The facts needed to read the table (shape, device, methods), the table, then how it was measured."""
     meta = report["meta"]
     shape = meta["shape"]
     header = (f"Throughput on {meta['device']} ({meta['device_name']}, {meta['torch_threads']} torch threads, "
@@ -69,7 +75,12 @@ def throughput_markdown(report: dict) -> str:
              f"against the clock named above; both clocks' medians are shown. Decoder rows: 'dec h/2' = decoder "
              f"width h/2 (heads halved), '1L' = 1 decoder layer.\nTiming: {meta['timing']}.\n"
              f"Memory: {meta['memory_method']}.\nData: {meta['data']}.")
-    return "\n\n".join([header, markdown_table(THROUGHPUT_HEADERS, throughput_rows(report["results"])), notes])
+    return [Paragraph(header), Table(THROUGHPUT_COLUMNS, throughput_rows(report["results"])), Paragraph(notes)]
+
+
+def throughput_markdown(report: dict) -> str:
+    """The stdout table of ``crossbert-bench throughput`` (the page shows the same blocks)."""
+    return render_blocks(throughput_blocks(report))
 
 
 def write_json(path: str | Path, payload: dict) -> Path:

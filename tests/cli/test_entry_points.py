@@ -14,7 +14,7 @@ from tests.support import REPO_ROOT
 
 SCRIPTS = ("crossbert-train-tokenizer", "crossbert-preprocess", "crossbert-preprocess-datatrove", "crossbert-merge",
            "crossbert-pretrain", "crossbert-convert-hf", "crossbert-probe", "crossbert-mteb", "crossbert-pooler",
-           "crossbert-finetune", "crossbert-bench", "crossbert-plan", "crossbert-demo")
+           "crossbert-finetune", "crossbert-bench", "crossbert-plan", "crossbert-results", "crossbert-demo")
 
 
 def test_console_scripts_point_at_callable_mains():

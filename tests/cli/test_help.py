@@ -17,7 +17,7 @@ import pytest
 
 PARSERS = ["megatron_crossbert.cli." + name for name in
            ("bench", "convert_hf", "finetune", "merge", "mteb", "plan", "pooler", "preprocess", "preprocess_datatrove",
-            "pretrain", "probe", "train_tokenizer")] + [
+            "pretrain", "probe", "results", "train_tokenizer")] + [
     "crossbert_demo.cli", "experiments.device_check.cli", "experiments.claims.__main__"]
 DEFAULT = re.compile(r"\bdefault\b", re.IGNORECASE)
 

@@ -17,7 +17,7 @@ import yaml
 
 from experiments.claims.__main__ import main as claims_main
 from experiments.claims.ablations import run as ablations
-from experiments.claims.ablations.page import ablations_text
+from experiments.claims.ablations.page import ablations_section
 from experiments.claims.ablations.rows import plan_rows, row_path
 from experiments.claims.ablations.run import main
 from experiments.claims.ablations.sealed_rows import restore_rows, seal_row
@@ -25,6 +25,7 @@ from experiments.claims.study import records as rec
 from experiments.claims.study.commands import read_command_log
 from experiments.claims.study.plan import resolve_plan
 from experiments.claims.study.stopping import StudyStopped
+from megatron_crossbert.results_page.render import render_section
 from tests.experiments.test_claims import _write_fixtures
 from tests.experiments.test_claims_resume import _kill_when
 from tests.support import REPO_ROOT
@@ -40,7 +41,7 @@ def test_help_says_what_it_reads_and_writes(capsys):
 def test_the_page_shows_unmeasured_rows_and_names_no_cause_yet():
     rows = [{"key": "crossbert-compl-s1--r0", "group": "probe-time", "model": "crossbert-compl-s1",
              "what": "all tokens", "done": False}]
-    text = ablations_text({"plan": "p", "seed": 1, "rows": rows, "written_utc": "now"})
+    text = render_section(ablations_section({"plan": "p", "seed": 1, "rows": rows, "written_utc": "now"}))
     assert "not measured yet" in text and "once the study's CrossBERT reading" in text
 
 

@@ -13,6 +13,7 @@ from experiments.claims.ablations.run import main as ablations_main
 from experiments.claims.study.data_stage import data_prefix
 from experiments.claims.study.stopping import StudyStopped
 from experiments.claims.sweep.run import main as sweep_main
+from megatron_crossbert.results_page import render_blocks
 
 
 def _half_dataset(work):
@@ -33,13 +34,13 @@ def test_a_side_command_refuses_a_work_dir_without_both_dataset_files(tmp_path, 
 
 
 def test_the_study_page_reads_half_a_dataset_as_none(tmp_path):
-    from experiments.claims.claims_section import _loss_text
+    from experiments.claims.claims_section import _loss_blocks
     from experiments.claims.plan import all_runs
     from experiments.claims.study.plan import resolve_plan
 
     plan = resolve_plan("smoke")
     work = _half_dataset(tmp_path / "work")
-    assert _loss_text(plan, all_runs(plan), work).startswith("Not measured yet")
+    assert render_blocks(_loss_blocks(plan, all_runs(plan), work)).startswith("Not measured yet")
 
 
 def test_a_stopped_side_command_exits_with_128_plus_the_signal_and_says_how_to_resume(capsys):

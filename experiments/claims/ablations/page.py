@@ -10,24 +10,29 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from megatron_crossbert.outputs import write_section
+from megatron_crossbert.results_page import Column, Heading, Paragraph, Section, Table, publish
 
 SECTION = "collapse-ablations"
 
 
-def _number(value, digits: int = 1) -> str:
-    return "—" if value is None else f"{value:.{digits}f}"
+COLUMNS = [Column("model"), Column("change"), *[Column(name, "right", ".1f") for name in (
+    "GLUE raw", "GLUE whitened", "MTEB-lite raw", "effective rank / dim")], Column("mean cosine", "right", ".3f"),
+    Column("CPU-min", "right", ".1f")]
+"""The table's columns: scores 0-100, the effective rank (over the feature dimension), CPU time in minutes."""
 
 
-def _row_line(row: dict) -> str:
+def _rank(row: dict) -> float | str | None:
+    """The effective rank, with ' / dim' where the row knows its feature dimension."""
+    rank = row["effective_rank"]
+    return f"{'—' if rank is None else f'{rank:.1f}'} / {row['dim']}" if "dim" in row else rank
+
+
+def _row(row: dict) -> list:
     if not row["done"]:
-        return f"| {row['model']} | {row['what']} | not measured yet | — | — | — | — | — |"
-    cpu = row.get("cpu_s", 0.0) / 60
-    dim = f" / {row['dim']}" if "dim" in row else ""
-    cost = "(the study's reading, first row)" if row.get("same_as") else f"{cpu:.1f}"
-    return (f"| {row['model']} | {row['what']} | {_number(row['glue_raw'])} | {_number(row['glue_whitened'])} | "
-            f"{_number(row['mteb_raw'])} | {_number(row['effective_rank'])}{dim} | {_number(row['mean_cosine'], 3)} | "
-            f"{cost} |")
+        return [row["model"], row["what"], "not measured yet", None, None, None, None, None]
+    cost = "(the study's reading, first row)" if row.get("same_as") else row.get("cpu_s", 0.0) / 60
+    return [row["model"], row["what"], row["glue_raw"], row["glue_whitened"], row["mteb_raw"], _rank(row),
+            row["mean_cosine"], cost]
 
 
 def strongest(rows: list[dict], baseline_key: str) -> tuple[dict, dict] | None:
@@ -62,29 +67,28 @@ def cause_text(rows: list[dict]) -> str:
             "One seed per row: read differences of a few points as noise.")
 
 
-def ablations_text(results: dict) -> str:
+def ablations_section(results: dict) -> Section:
     rows = results["rows"]
-    out = [f"### CrossBERT's raw-feature collapse: ablations (plan `{results['plan']}`, seed {results['seed']})", "",
-           "Each row changes one thing. Probe-time rows read the study's final checkpoints another way (a seeded "
-           "random half of each text's tokens visible at their original positions, CrossBERT's training input; "
-           "the tensor before the encoder's final norm; a middle layer); decoder rows train CrossBERT "
-           "complementary again at the same steps with a weaker reconstruction decoder. GLUE is the frozen "
-           "linear probe's average (raw: pooled features as they are; whitened: PCA-whitened); effective rank "
-           "(Roy & Vetterli) and mean pairwise cosine (uncentred) are those of the pooled features. A visible half "
-           "pools half as many tokens, which by itself lowers the mean cosine: BERT's same row is the control.", "",
-           "| model | change | GLUE raw | GLUE whitened | MTEB-lite raw | effective rank / dim | mean cosine | "
-           "CPU-min |", "|---|---|---:|---:|---:|---:|---:|---:|"]
-    for group in ("probe-time", "decoder"):
-        out += [_row_line(row) for row in rows if row["group"] == group]
     cpu = sum(row.get("cpu_s", 0.0) for row in rows)
     done = sum(row["done"] for row in rows)
-    out += ["", cause_text(rows), "",
-            f"{done} of {len(rows)} rows measured; {cpu / 3600:.2f} CPU-hours (decoder rows include their training; "
-            f"results.json written {results['written_utc']}).",
-            "", f"Reproduce: `python -m experiments.claims.ablations --plan {results['plan']} --work-dir WORK` "
-                "(WORK: the study's work dir; resumable)."]
-    return "\n".join(out)
+    blocks = [Paragraph(
+        "Each row changes one thing. Probe-time rows read the study's final checkpoints another way (a seeded "
+        "random half of each text's tokens visible at their original positions, CrossBERT's training input; "
+        "the tensor before the encoder's final norm; a middle layer); decoder rows train CrossBERT "
+        "complementary again at the same steps with a weaker reconstruction decoder. GLUE is the frozen "
+        "linear probe's average (raw: pooled features as they are; whitened: PCA-whitened); effective rank "
+        "(Roy & Vetterli) and mean pairwise cosine (uncentred) are those of the pooled features. A visible half "
+        "pools half as many tokens, which by itself lowers the mean cosine: BERT's same row is the control."),
+        Table(COLUMNS, [_row(row) for group in ("probe-time", "decoder") for row in rows if row["group"] == group]),
+        Paragraph(cause_text(rows)),
+        Paragraph(f"{done} of {len(rows)} rows measured; {cpu / 3600:.2f} CPU-hours (decoder rows include their "
+                  f"training; results.json written {results['written_utc']})."),
+        Paragraph(f"Reproduce: `python -m experiments.claims.ablations --plan {results['plan']} --work-dir WORK` "
+                  "(WORK: the study's work dir; resumable).")]
+    title = Heading(f"CrossBERT's raw-feature collapse: ablations (plan `{results['plan']}`, seed {results['seed']})", 3)
+    return Section(SECTION, title, f"written by python -m experiments.claims.ablations --plan {results['plan']}",
+                   results["written_utc"], blocks)
 
 
 def write_ablations_section(page: Path, results: dict) -> Path:
-    return write_section(page, SECTION, ablations_text(results), "python -m experiments.claims.ablations")
+    return publish(page, ablations_section(results))
