@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Usage: scripts/device_check.sh prepare [--no-wheels] [--limit-mib 64]   (here: fills .device_carry/, prints the plan and calls)
-#        scripts/device_check.sh plan [--measured OUT/device_check.json]   (the plan's arithmetic: a failed start,
+# Usage: scripts/device_check.sh prepare [--no-wheels] [--limit-mib 64]   (here: fills .device_carry/, prints the program and calls)
+#        scripts/device_check.sh program [--measured OUT/device_check.json]   (the program's arithmetic: a failed start,
 #                                   start-ups, idle, close, compiles, overruns, the reserve, what falls outside the window)
 #        scripts/device_check.sh run [--stages smoke gpu_check attention memory claims] [--compile-s S] [--toy]
 #        scripts/device_check.sh render DEVICE_CHECK.json... [--results-md docs/results.md]

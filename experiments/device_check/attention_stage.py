@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from .plan import DeviceCheckConfig
+from .program import DeviceCheckConfig
 from .stage_io import keep_row
 
 LONG = dict(seq_length=8192, batch=1, heads=12, head_dim=64, repeats=5)

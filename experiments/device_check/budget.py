@@ -1,22 +1,22 @@
-"""The device plan's arithmetic: every cost of the 15-minute window, each call's total, the rerun reserve, and
+"""The device program's arithmetic: every cost of the 15-minute window, each call's total, the rerun reserve, and
 what falls outside the window.
 
 Counted, worst case: a failed H100 start before the H200 fallback (1-2 minutes, once, before the first
 machine); for every call a fresh machine's start-up (a later call's warm machine may have gone), the warm idle
 after it (the machine stays held ``IDLE_S``) and the close when it goes back; inside each call's ``timeout_s``
 the install margin, every stage's compiles (at the estimated or measured seconds per shape) and its overrun past
-its budget (``plan.STAGE_OVERRUN_S``: the driver's backstop when a stage's own alarm cannot fire inside a C
+its budget (``program.STAGE_OVERRUN_S``: the driver's backstop when a stage's own alarm cannot fire inside a C
 call). No machine starts with under 4 minutes left, so call 1 must leave that for one rerun; later calls fire
 in order while they fit what is left, and those that do not are printed as outside the window (each needs a
-window of its own). ``plan_lines`` is what ``prepare`` and ``plan`` print; ``DevicePlan.fits`` and
-``DevicePlan.outside`` are what the tests check.
+window of its own). ``program_lines`` is what ``prepare`` and ``program`` print; ``DeviceProgram.fits`` and
+``DeviceProgram.outside`` are what the tests check.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .plan import CALLS, COMPILE_S_PER_SHAPE, INSTALL_MARGIN_S, STAGE_OVERRUN_S, call_timeout_s, stage
+from .program import CALLS, COMPILE_S_PER_SHAPE, INSTALL_MARGIN_S, STAGE_OVERRUN_S, call_timeout_s, stage
 
 SESSION_S = 15 * 60
 """Device time of one session, every start-up, failed start, idle wait, close and call together."""
@@ -37,8 +37,8 @@ RERUN_RESERVE_S = 4 * 60
 
 
 @dataclass(frozen=True)
-class CallPlan:
-    """One device call of the plan."""
+class ProgramCall:
+    """One device call of the program."""
 
     number: int
     """1-based call number."""
@@ -54,10 +54,10 @@ class CallPlan:
 
 
 @dataclass(frozen=True)
-class DevicePlan:
+class DeviceProgram:
     """The calls and the session arithmetic."""
 
-    calls: tuple[CallPlan, ...]
+    calls: tuple[ProgramCall, ...]
     """Every call in order."""
     compile_s: float = COMPILE_S_PER_SHAPE
     """Seconds counted per compiled shape (the estimate, or what call 1 measured)."""
@@ -69,7 +69,7 @@ class DevicePlan:
         """Device time left once a failed start and call 1 (start-up, command, idle, close) are spent."""
         return self.session_s - FAILED_START_S - self.calls[0].cost_s
 
-    def later(self) -> tuple[list[CallPlan], list[CallPlan]]:
+    def later(self) -> tuple[list[ProgramCall], list[ProgramCall]]:
         """(calls after the first that fit what is left, in order; those that fall outside the window)."""
         left, inside, outside = self.after_first_s, [], []
         for call in self.calls[1:]:
@@ -81,11 +81,11 @@ class DevicePlan:
         return inside, outside
 
     @property
-    def outside(self) -> list[CallPlan]:
+    def outside(self) -> list[ProgramCall]:
         return self.later()[1]
 
     def problems(self) -> list[str]:
-        """Every rule the plan breaks (none: it fits)."""
+        """Every rule the program breaks (none: it fits)."""
         first, found = self.calls[0], []
         if first.timeout_s > FIRST_CALL_LIMIT_S:
             found.append(f"call 1 takes {first.timeout_s} s, over its cap of {FIRST_CALL_LIMIT_S} s")
@@ -112,9 +112,9 @@ def measured_compile_s(payload: dict, source: str) -> float:
     return float(value)
 
 
-def device_plan(calls: tuple[tuple[str, ...], ...] = CALLS, compile_s: float = COMPILE_S_PER_SHAPE) -> DevicePlan:
-    """The plan of ``calls`` (default: every stage's ``call``) with compiles at ``compile_s`` each."""
-    return DevicePlan(tuple(CallPlan(number, stages, call_timeout_s(stages, compile_s))
+def device_program(calls: tuple[tuple[str, ...], ...] = CALLS, compile_s: float = COMPILE_S_PER_SHAPE) -> DeviceProgram:
+    """The program of ``calls`` (default: every stage's ``call``) with compiles at ``compile_s`` each."""
+    return DeviceProgram(tuple(ProgramCall(number, stages, call_timeout_s(stages, compile_s))
                             for number, stages in enumerate(calls, 1)), compile_s)
 
 
@@ -124,39 +124,39 @@ def _stage_line(name: str, compile_s: float) -> str:
             f"compiles x {compile_s:g} s; stops itself inside it, ended at most {STAGE_OVERRUN_S} s past it")
 
 
-def _call_lines(call: CallPlan, when: str, compile_s: float) -> list[str]:
+def _call_lines(call: ProgramCall, when: str, compile_s: float) -> list[str]:
     return [f"  call {call.number} ({when}): {call.cost_s} s = start-up {START_UP_S} + timeout_s {call.timeout_s} "
             f"+ idle {IDLE_S} + close {CLOSE_S}; timeout_s = {INSTALL_MARGIN_S} s install and import check + "
             f"stages with their overruns",
             *(_stage_line(name, compile_s) for name in call.stages)]
 
 
-def _outside_lines(plan: DevicePlan, left: int) -> list[str]:
+def _outside_lines(program: DeviceProgram, left: int) -> list[str]:
     return [f"  OUTSIDE THE WINDOW: call {call.number} ({', '.join(call.stages)}) needs {call.cost_s} s, {left} s "
             f"are left; it needs a window of its own ({FAILED_START_S} + {call.cost_s} = "
-            f"{FAILED_START_S + call.cost_s} s of {plan.session_s})" for call in plan.outside]
+            f"{FAILED_START_S + call.cost_s} s of {program.session_s})" for call in program.outside]
 
 
-def plan_lines(plan: DevicePlan | None = None) -> list[str]:
-    """The printed plan: every cost of the window, each call's stages and sums, the reserve, what falls outside
+def program_lines(program: DeviceProgram | None = None) -> list[str]:
+    """The printed program: every cost of the window, each call's stages and sums, the reserve, what falls outside
     the window, and whether it all fits."""
-    plan = plan or device_plan()
-    source = "the estimate" if plan.compile_s == COMPILE_S_PER_SHAPE else "measured"
-    lines = [f"Device plan: {plan.session_s} s of device time, every cost counted at its worst; compiles at "
-             f"{plan.compile_s:g} s per shape ({source}; call 1's gpu_check measures it: `plan --measured "
+    program = program or device_program()
+    source = "the estimate" if program.compile_s == COMPILE_S_PER_SHAPE else "measured"
+    lines = [f"Device program: {program.session_s} s of device time, every cost counted at its worst; compiles at "
+             f"{program.compile_s:g} s per shape ({source}; call 1's gpu_check measures it: `program --measured "
              f"OUT/device_check.json`); call 1 at most {FIRST_CALL_LIMIT_S} s; {RERUN_RESERVE_S} s kept for one "
              f"rerun.", f"  a failed H100 start before the H200 fallback: {FAILED_START_S} s (once)"]
-    lines += _call_lines(plan.calls[0], "at once", plan.compile_s)
-    lines.append(f"  after call 1: {plan.session_s} - {FAILED_START_S} - {plan.calls[0].cost_s} = "
-                 f"{plan.after_first_s} s left (reserve {RERUN_RESERVE_S} s)")
-    inside, _ = plan.later()
+    lines += _call_lines(program.calls[0], "at once", program.compile_s)
+    lines.append(f"  after call 1: {program.session_s} - {FAILED_START_S} - {program.calls[0].cost_s} = "
+                 f"{program.after_first_s} s left (reserve {RERUN_RESERVE_S} s)")
+    inside, _ = program.later()
     for call in inside:
-        lines += _call_lines(call, "only if call 1 needs no rerun", plan.compile_s)
-    left = plan.after_first_s - sum(call.cost_s for call in inside)
+        lines += _call_lines(call, "only if call 1 needs no rerun", program.compile_s)
+    left = program.after_first_s - sum(call.cost_s for call in inside)
     if inside:
         lines.append(f"  then {left} s spare")
-    lines += _outside_lines(plan, left)
-    problems = plan.problems()
+    lines += _outside_lines(program, left)
+    problems = program.problems()
     lines.append("  FITS the 15 minutes with the rerun reserve." if not problems
                  else "  DOES NOT FIT: " + "; ".join(problems))
     return lines

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from megatron_crossbert.shared_data import default_or_error
 
-from .plan import CALLS, CARRY_LIMIT_BYTES, COMPILE_S_PER_SHAPE, DEFAULT_CARRY_DIR, GLUE_TASKS, call_timeout_s
+from .program import CALLS, CARRY_LIMIT_BYTES, COMPILE_S_PER_SHAPE, DEFAULT_CARRY_DIR, GLUE_TASKS, call_timeout_s
 
 DEVICE_WHEELS = ("megatron-core", "nltk", "defusedxml", "xxhash", "mteb", "datasets", "dill", "multiprocess",
                  "pydantic", "pydantic-core", "annotated-types", "typing-inspection", "pytrec-eval-terrier", "polars",
@@ -182,10 +182,10 @@ def prepare(options: PrepareOptions) -> dict:
 
 def prepare_summary(result: dict) -> str:
     """What ``prepare`` prints: sizes, then each device call's exact ``run`` arguments as JSON."""
-    from .budget import plan_lines
+    from .budget import program_lines
 
     lines = [f"carry folder {result['carry_dir']}: {result['carry_bytes'] / 2**20:.1f} MiB "
              f"({result['data_files']} data files, wheels {result['wheels'] or 'not downloaded'}); checkout "
              f"{result['checkout_bytes'] / 2**20:.1f} MiB; travels {result['travel_bytes'] / 2**20:.1f} MiB of "
-             f"{result['limit_bytes'] / 2**20:.0f} MiB", "", *plan_lines(), "", *calls_lines(result["calls"])]
+             f"{result['limit_bytes'] / 2**20:.0f} MiB", "", *program_lines(), "", *calls_lines(result["calls"])]
     return "\n".join(lines)

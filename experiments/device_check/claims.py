@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from .plan import DeviceCheckConfig, module_env
+from .program import DeviceCheckConfig, module_env
 from .stage_io import partial_path
 
 STOP_GRACE_S = 5

@@ -1,8 +1,8 @@
 """device_check: prepare the carry folder here, run the stages on the device, render the results.
 
     prepare   (CPU machine) wheels + data into the git-ignored carry folder, size guard, prints the
-              device plan's arithmetic and the exact device `run` arguments (command, carry, timeout_s)
-    plan      the device plan alone: start-ups, a failed start, idle, close, compiles, stage budgets and
+              device program's arithmetic and the exact device `run` arguments (command, carry, timeout_s)
+    program      the device program alone: start-ups, a failed start, idle, close, compiles, stage budgets and
               overruns, call totals, the rerun reserve, what falls outside the window (--measured: with
               the compile time call 1 measured, and the later calls' `run` arguments)
     run       (device, or --toy on the CPU) the stages, each under its budget; JSON + markdown in $OUT
@@ -18,7 +18,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from .plan import (
+from .program import (
     CARRY_LIMIT_BYTES,
     COMPILE_S_PER_SHAPE,
     DEFAULT_CARRY_DIR,
@@ -48,8 +48,8 @@ def _add_compile_s(parser) -> None:
                              f"{COMPILE_S_PER_SHAPE:g}; call 1's gpu_check measures it)")
 
 
-def _add_plan(sub) -> None:
-    p = sub.add_parser("plan", help="print the device plan's arithmetic, what falls outside the window, and "
+def _add_program(sub) -> None:
+    p = sub.add_parser("program", help="print the device program's arithmetic, what falls outside the window, and "
                                     "whether it fits (exit 1 if not)")
     _add_compile_s(p)
     p.add_argument("--measured", default=None, metavar="DEVICE_CHECK_JSON",
@@ -90,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = parser.add_subparsers(dest="command_name", required=True)
     _add_prepare(sub)
-    _add_plan(sub)
+    _add_program(sub)
     _add_run(sub)
     _add_render(sub)
     return parser
@@ -105,17 +105,17 @@ def prepare_command(args) -> int:
     return 0
 
 
-def plan_command(args) -> int:
-    from .budget import device_plan, measured_compile_s, plan_lines
+def program_command(args) -> int:
+    from .budget import device_program, measured_compile_s, program_lines
     from .carry import calls_lines, device_calls
 
     compile_s = args.compile_s
     if args.measured:
         compile_s = measured_compile_s(json.loads(Path(args.measured).read_text()), args.measured)
-    plan = device_plan(compile_s=compile_s)
-    print("\n".join(plan_lines(plan) + ([""] + calls_lines(device_calls(compile_s=compile_s)) if args.measured
+    program = device_program(compile_s=compile_s)
+    print("\n".join(program_lines(program) + ([""] + calls_lines(device_calls(compile_s=compile_s)) if args.measured
                                        else [])))
-    return 0 if plan.fits else 1
+    return 0 if program.fits else 1
 
 
 def run_command(args) -> int:
@@ -144,7 +144,7 @@ def render_command(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    handlers = {"prepare": prepare_command, "plan": plan_command, "run": run_command, "render": render_command}
+    handlers = {"prepare": prepare_command, "program": program_command, "run": run_command, "render": render_command}
     try:
         return handlers[args.command_name](args)
     except (OSError, ValueError, subprocess.CalledProcessError) as err:

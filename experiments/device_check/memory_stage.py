@@ -18,7 +18,7 @@ from pathlib import Path
 
 from megatron_crossbert.results_page import Column, Table, render_blocks
 
-from .plan import DeviceCheckConfig
+from .program import DeviceCheckConfig
 from .stage_io import keep_row
 
 DEVICE_SIZE, TOY_SIZE = "claims", "tiny"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from megatron_crossbert.benchmarking.report import write_json
 
-from .plan import KILL_GRACE_S, DeviceCheckConfig, module_env, stage
+from .program import KILL_GRACE_S, DeviceCheckConfig, module_env, stage
 from .report import device_check_markdown
 from .stage_io import partial_path, read_partial, tail_lines, write_stage_config
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from megatron_crossbert.fsutil import atomic_write_text
 
-from .plan import DeviceCheckConfig
+from .program import DeviceCheckConfig
 
 
 def tail_lines(text: str, lines: int = 30) -> str:

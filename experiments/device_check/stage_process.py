@@ -18,7 +18,7 @@ import time
 import traceback
 from pathlib import Path
 
-from .plan import config_from_dict, stage
+from .program import config_from_dict, stage
 from .stage_io import log_tails, read_partial
 
 STOP_MARGIN_S = 10
@@ -57,7 +57,7 @@ def _over_budget(record: dict, work_dir: Path, name: str, seconds: int) -> None:
 
 
 def run_stage_process(name: str, config_path: str, result_path: str, budget_s: str | None = None) -> int:
-    """Run one stage within ``budget_s`` (default: its plan budget) and write ``{"ok", "seconds", "result" |
+    """Run one stage within ``budget_s`` (default: its registered budget) and write ``{"ok", "seconds", "result" |
     "error"}`` to ``result_path``."""
     config = config_from_dict(json.loads(Path(config_path).read_text()))
     work = Path(config.work_dir)

@@ -17,7 +17,7 @@ import sys
 import threading
 from pathlib import Path
 
-from .plan import REPO_ROOT, DeviceCheckConfig
+from .program import REPO_ROOT, DeviceCheckConfig
 from .stage_io import keep_row, partial_path, save_partial, tail_lines
 
 
@@ -159,7 +159,7 @@ def _flag_words(options: dict) -> list[str]:
 def compile_s_per_shape(report: dict, cases: list) -> float | None:
     """Seconds one compiled flex shape cost in this run: the first warm-up round's time beyond a timed step,
     over the distinct shapes the run's models compile (``flex_compile``); None where nothing was compiled or
-    no warm-up ran. The device plan's per-compile constant is set from it (``budget``)."""
+    no warm-up ran. The device program's per-compile constant is set from it (``budget``)."""
     from megatron_crossbert.models.flex_compile import union_flex_shapes
 
     shapes, seconds = len(union_flex_shapes(case.run_cfg for case in cases)), report["meta"].get("compile_s")

@@ -1,6 +1,6 @@
 """The GPU validation script (scripts/device_check.sh) before any GPU is spent on it.
 
-Cheapest first: the device plan's arithmetic and the prepare side (wheel pins, data copy, the
+Cheapest first: the device program's arithmetic and the prepare side (wheel pins, data copy, the
 64 MiB size guard, the printed device calls) on a throw-away git repo; then a stage that overruns
 its budget is killed while the next stage still runs; then the whole ``run --toy`` dry run (every
 stage at toy size on the CPU, through the shell script) and the results renderer on its JSON.
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.device_check import carry, plan
+from experiments.device_check import carry, program
 from experiments.device_check.cli import main
 from megatron_crossbert.arch import REGISTRY
 from megatron_crossbert.benchmarking.cases import SETTINGS
@@ -36,7 +36,7 @@ def _sentence(rng: random.Random, n: int = 10) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(n))
 
 
-def write_shared_data(root: Path, tasks: tuple[str, ...] = plan.GLUE_TASKS) -> Path:
+def write_shared_data(root: Path, tasks: tuple[str, ...] = program.GLUE_TASKS) -> Path:
     """A shared-data layout: two gzipped JSONL corpus sources, GLUE ``tasks`` (random text) and MTEB-lite
     folders (``synthetic_eval.write_mteb_lite_fixture``)."""
     from tests.support.synthetic_eval import write_mteb_lite_fixture
@@ -77,15 +77,15 @@ def _git_repo(root: Path, ignore: str = ".device_carry/\n") -> Path:
 
 def test_device_calls_fit_the_device_limits():
     calls = carry.device_calls()
-    assert [stage for call in plan.CALLS for stage in call] == list(plan.STAGE_NAMES)
-    assert plan.CALLS == (("smoke", "gpu_check", "attention"), ("memory",), ("claims",))
+    assert [stage for call in program.CALLS for stage in call] == list(program.STAGE_NAMES)
+    assert program.CALLS == (("smoke", "gpu_check", "attention"), ("memory",), ("claims",))
     assert calls[0]["timeout_s"] <= 7 * 60  # call 1, compiles included
     assert 120 + 90 + calls[0]["timeout_s"] + 30 + 10 + 4 * 60 <= 15 * 60  # failed start, start-up, idle, close
-    for call, stages in zip(calls, plan.CALLS):
-        assert call["carry"] == [plan.DEFAULT_CARRY_DIR] and len(call["command"]) <= 2000
+    for call, stages in zip(calls, program.CALLS):
+        assert call["carry"] == [program.DEFAULT_CARRY_DIR] and len(call["command"]) <= 2000
         assert call["command"].endswith(f"run --stages {' '.join(stages)} 2>&1")
     with pytest.raises(ValueError, match="unknown stage"):
-        plan.DeviceCheckConfig(stages=["smoke", "fp8"])
+        program.DeviceCheckConfig(stages=["smoke", "fp8"])
 
 
 def test_driver_and_script_answer_help():
@@ -159,14 +159,14 @@ def test_the_claims_stage_runs_the_claims_study_as_a_command_within_its_budget(t
     from experiments.device_check.claims import claims_argv
 
     shared = write_shared_data(tmp_path / "shared", tasks=TOY_TASKS)
-    config = plan.DeviceCheckConfig(toy=True, work_dir=str(tmp_path / "work"), corpus=str(shared / "corpus"),
+    config = program.DeviceCheckConfig(toy=True, work_dir=str(tmp_path / "work"), corpus=str(shared / "corpus"),
                                     glue_dir=str(shared / "glue"), mteb_lite_dir=str(tmp_path / "absent"),
-                                    claims=plan.ClaimsSettings(seeds=[7], probe_max_train=30))
-    argv = claims_argv(config, tmp_path / "result.json", plan.stage("claims").budget(config.toy))
+                                    claims=program.ClaimsSettings(seeds=[7], probe_max_train=30))
+    argv = claims_argv(config, tmp_path / "result.json", program.stage("claims").budget(config.toy))
     assert argv[1:3] == ["-m", "experiments.claims"]
     args = build_parser().parse_args(argv[3:])
     assert (args.plan, args.dry_run, args.seeds, args.probe_max_train, args.mteb_lite_dir) == ("toy", True, [7], 30, "none")
-    assert args.time_budget == plan.stage("claims").toy_budget_s and args.work_dir == str(tmp_path / "work" / "claims")
+    assert args.time_budget == program.stage("claims").toy_budget_s and args.work_dir == str(tmp_path / "work" / "claims")
 
 
 def test_the_device_plan_is_the_claims_studys_h200_plan_at_the_benchmarks_claims_shape():
@@ -180,8 +180,8 @@ def test_the_device_plan_is_the_claims_studys_h200_plan_at_the_benchmarks_claims
          size["vocab_size"], size["micro_batch_size"])  # calibration measures the arms at this shape
 
 
-def _toy_config(tmp_path: Path, shared: Path, stages: list[str]) -> plan.DeviceCheckConfig:
-    return plan.DeviceCheckConfig(toy=True, stages=stages, out_dir=str(tmp_path / "out"),
+def _toy_config(tmp_path: Path, shared: Path, stages: list[str]) -> program.DeviceCheckConfig:
+    return program.DeviceCheckConfig(toy=True, stages=stages, out_dir=str(tmp_path / "out"),
                                   work_dir=str(tmp_path / "work"), corpus=str(shared / "corpus"),
                                   glue_dir=str(shared / "glue"), command="test")
 
@@ -190,8 +190,8 @@ def _toy_config(tmp_path: Path, shared: Path, stages: list[str]) -> plan.DeviceC
 def test_a_stage_past_its_budget_is_killed_and_the_next_still_runs(tmp_path, monkeypatch):
     from experiments.device_check import runner
 
-    real = plan.DeviceCheckConfig.budget
-    monkeypatch.setattr(plan.DeviceCheckConfig, "budget", lambda self, name: 1 if name == "smoke" else real(self, name))
+    real = program.DeviceCheckConfig.budget
+    monkeypatch.setattr(program.DeviceCheckConfig, "budget", lambda self, name: 1 if name == "smoke" else real(self, name))
     config = _toy_config(tmp_path, write_shared_data(tmp_path / "shared"), ["smoke", "gpu_check"])
     payload = runner.run_device_check(config)
     smoke, check = payload["stages"]["smoke"], payload["stages"]["gpu_check"]
@@ -214,7 +214,7 @@ def test_toy_dry_run_of_every_stage_and_its_results_section(tmp_path):
             "--probe-max-train", "30", "--seeds", "1234"]
     done = subprocess.run(argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
-    assert len(list(out.iterdir())) <= plan.OUT_FILE_LIMIT
+    assert len(list(out.iterdir())) <= program.OUT_FILE_LIMIT
     payload = json.loads((out / "device_check.json").read_text())
     assert payload["meta"]["toy"] and payload["meta"]["command"].startswith("scripts/device_check.sh run --toy")
     smoke = payload["stages"]["smoke"]["result"]
@@ -289,12 +289,12 @@ def test_a_stage_killed_between_rows_keeps_every_row_before_the_kill(tmp_path, n
     from experiments.device_check.runner import stage_record
     from experiments.device_check.stage_io import partial_path, write_stage_config
 
-    config = plan.DeviceCheckConfig(toy=True, stages=[name], out_dir=str(tmp_path / "out"),
+    config = program.DeviceCheckConfig(toy=True, stages=[name], out_dir=str(tmp_path / "out"),
                                     work_dir=str(tmp_path / "work"))
     partial = partial_path(Path(config.work_dir), name)
     argv = [sys.executable, "-c", PAUSE_AFTER_WRITES, name, str(write_stage_config(config, tmp_path / "c.json")),
             str(tmp_path / "result.json"), "300", str(writes), str(partial)]
-    proc = subprocess.Popen(argv, cwd=REPO_ROOT, env=plan.module_env(OMP_NUM_THREADS="1"), text=True,
+    proc = subprocess.Popen(argv, cwd=REPO_ROOT, env=program.module_env(OMP_NUM_THREADS="1"), text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     output = []
     for line in proc.stdout:

@@ -20,7 +20,7 @@ RESERVED: dict[str, tuple[str, ...]] = {
 """Each reserved word and its owner (path prefixes)."""
 
 EXCEPTIONS: dict[str, tuple[str, ...]] = {
-    "plan": ("experiments/claims/", "experiments/device_check/"),
+    "plan": ("experiments/claims/",),
     "pooler": ("experiments/claims/",),
 }
 """Known exceptions, each with its planned name in docs/glossary.md."""

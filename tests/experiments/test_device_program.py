@@ -1,4 +1,4 @@
-"""The device plan's arithmetic, a stage's own deadline, streamed stage logs and the carried wheels' check.
+"""The device program's arithmetic, a stage's own deadline, streamed stage logs and the carried wheels' check.
 
 All cheap and CPU-only: what would waste a 15-minute GPU window if it were wrong (a plan that does not fit,
 a killed stage with an empty log, a wheel clash found minutes late) is checked here first.
@@ -14,72 +14,72 @@ from pathlib import Path
 
 import pytest
 
-from experiments.device_check import budget, plan, stage_process, wheel_check
+from experiments.device_check import budget, program, stage_process, wheel_check
 from experiments.device_check.stages import stream_command
 from tests.support import REPO_ROOT
 
 
 def test_the_plan_counts_every_cost_of_the_window_and_prints_what_falls_outside():
-    device = budget.device_plan()
+    device = budget.device_program()
     assert device.fits, device.problems()
     first = device.calls[0]
     assert first.stages == ("smoke", "gpu_check", "attention") and first.timeout_s <= budget.FIRST_CALL_LIMIT_S
-    assert first.timeout_s == plan.INSTALL_MARGIN_S + sum(plan.stage(s).budget(False) + plan.STAGE_OVERRUN_S
+    assert first.timeout_s == program.INSTALL_MARGIN_S + sum(program.stage(s).budget(False) + program.STAGE_OVERRUN_S
                                                           for s in first.stages)
     held = budget.START_UP_S + first.timeout_s + budget.IDLE_S + budget.CLOSE_S
     assert device.after_first_s == 900 - budget.FAILED_START_S - held >= budget.RERUN_RESERVE_S
     inside, outside = device.later()
     assert [c.stages for c in inside] == [("memory",)] and [c.stages for c in outside] == [("claims",)]
-    text = "\n".join(budget.plan_lines(device))
+    text = "\n".join(budget.program_lines(device))
     assert text.endswith("FITS the 15 minutes with the rerun reserve.")
     for cost in (f"a failed H100 start before the H200 fallback: {budget.FAILED_START_S} s",
                  f"start-up {budget.START_UP_S} + timeout_s {first.timeout_s} + idle {budget.IDLE_S} + close "
-                 f"{budget.CLOSE_S}", f"ended at most {plan.STAGE_OVERRUN_S} s past it",
+                 f"{budget.CLOSE_S}", f"ended at most {program.STAGE_OVERRUN_S} s past it",
                  "OUTSIDE THE WINDOW: call 3 (claims)"):
         assert cost in text, cost
-    done = subprocess.run([sys.executable, "-m", "experiments.device_check", "plan"], cwd=REPO_ROOT,
+    done = subprocess.run([sys.executable, "-m", "experiments.device_check", "program"], cwd=REPO_ROOT,
                           capture_output=True, text=True)
     assert done.returncode == 0 and "FITS" in done.stdout and "compiles x" in done.stdout
 
 
 def test_a_plan_without_the_reserve_is_refused_by_its_arithmetic():
-    everything = budget.device_plan((plan.STAGE_NAMES,))  # all stages in one call: over 7 minutes, no reserve
+    everything = budget.device_program((program.STAGE_NAMES,))  # all stages in one call: over 7 minutes, no reserve
     problems = everything.problems()
     assert not everything.fits and any("over its cap" in p for p in problems)
     assert any("under the rerun reserve" in p for p in problems)
-    assert budget.plan_lines(everything)[-1].strip().startswith("DOES NOT FIT")
+    assert budget.program_lines(everything)[-1].strip().startswith("DOES NOT FIT")
 
 
 def test_the_compile_time_call_1_measured_sets_the_plan_and_the_later_calls(tmp_path):
-    slow = budget.device_plan(compile_s=40)
-    assert slow.calls[0].timeout_s == budget.device_plan().calls[0].timeout_s + 9 * 20  # 9 compiles, 20 s more each
+    slow = budget.device_program(compile_s=40)
+    assert slow.calls[0].timeout_s == budget.device_program().calls[0].timeout_s + 9 * 20  # 9 compiles, 20 s more each
     assert not slow.fits
     results = tmp_path / "device_check.json"
     results.write_text(json.dumps({"stages": {"gpu_check": {"result": {"compile_s_per_shape": 12.5}}}}))
-    done = subprocess.run([sys.executable, "-m", "experiments.device_check", "plan", "--measured", str(results)],
+    done = subprocess.run([sys.executable, "-m", "experiments.device_check", "program", "--measured", str(results)],
                           cwd=REPO_ROOT, capture_output=True, text=True)
     assert done.returncode == 0 and "compiles at 12.5 s per shape (measured" in done.stdout
     calls = [json.loads(line.split(". ", 1)[1]) for line in done.stdout.splitlines() if line[:3] in ("1. ", "2. ")]
     assert calls[1]["command"].endswith("run --stages memory --compile-s 12.5 2>&1")
-    assert calls[0]["timeout_s"] == budget.device_plan(compile_s=12.5).calls[0].timeout_s
+    assert calls[0]["timeout_s"] == budget.device_program(compile_s=12.5).calls[0].timeout_s
     results.write_text(json.dumps({"stages": {"gpu_check": {"ok": False}}}))
-    done = subprocess.run([sys.executable, "-m", "experiments.device_check", "plan", "--measured", str(results)],
+    done = subprocess.run([sys.executable, "-m", "experiments.device_check", "program", "--measured", str(results)],
                           cwd=REPO_ROOT, capture_output=True, text=True)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and str(results) in done.stderr
 
 
 def test_a_run_counts_its_stage_budgets_at_its_compile_time():
-    config = plan.DeviceCheckConfig(stages=["gpu_check"], compile_s_per_shape=30)
-    assert config.budget("gpu_check") == plan.stage("gpu_check").run_s + 7 * 30
-    assert plan.DeviceCheckConfig(toy=True).budget("gpu_check") == plan.stage("gpu_check").toy_budget_s
+    config = program.DeviceCheckConfig(stages=["gpu_check"], compile_s_per_shape=30)
+    assert config.budget("gpu_check") == program.stage("gpu_check").run_s + 7 * 30
+    assert program.DeviceCheckConfig(toy=True).budget("gpu_check") == program.stage("gpu_check").toy_budget_s
     with pytest.raises(ValueError, match="compile_s_per_shape must be > 0"):
-        plan.DeviceCheckConfig(compile_s_per_shape=0)
+        program.DeviceCheckConfig(compile_s_per_shape=0)
 
 
 def test_every_stage_is_one_registration():
-    for spec in plan.STAGES:
+    for spec in program.STAGES:
         assert callable(stage_process.stage_function(spec.name)), spec.entry
-    assert [spec.call for spec in plan.STAGES] == sorted(spec.call for spec in plan.STAGES)
+    assert [spec.call for spec in program.STAGES] == sorted(spec.call for spec in program.STAGES)
 
 
 def test_a_stage_stops_itself_inside_its_budget_and_keeps_its_partial_result(tmp_path, monkeypatch):
@@ -95,7 +95,7 @@ def test_a_stage_stops_itself_inside_its_budget_and_keeps_its_partial_result(tmp
 
     monkeypatch.setattr(stage_process, "stage_function", lambda name: slow_stage)
     monkeypatch.setattr(stage_process, "STOP_MARGIN_S", 0)
-    config = plan.DeviceCheckConfig(toy=True, stages=["smoke"], out_dir=str(tmp_path / "out"),
+    config = program.DeviceCheckConfig(toy=True, stages=["smoke"], out_dir=str(tmp_path / "out"),
                                     work_dir=str(tmp_path / "work"))
     config_path = tmp_path / "config.json"
     from experiments.device_check.stage_io import write_stage_config
@@ -147,7 +147,7 @@ def test_the_gpu_check_stage_budgets_a_compile_for_every_shape_it_makes():
 
     cases = [case for size in DEVICE_GPU_CHECK["sizes"]
              for case in select_cases(ThroughputOptions(size=size, precision="bf16", only=list(GPU_CHECK_ROWS)))]
-    assert plan.stage("gpu_check").compiles >= len(union_flex_shapes(case.run_cfg for case in cases)) == 7
+    assert program.stage("gpu_check").compiles >= len(union_flex_shapes(case.run_cfg for case in cases)) == 7
 
 
 def test_the_smoke_stage_runs_sdpa_and_compiles_nothing(monkeypatch):
@@ -158,7 +158,7 @@ def test_the_smoke_stage_runs_sdpa_and_compiles_nothing(monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # what the backend resolves to on a GPU
     assert {attention_backend(case.run_cfg, training=True)[0] for case in smoke_cases("bf16")} == {"sdpa"}
-    assert plan.stage("smoke").compiles == 0
+    assert program.stage("smoke").compiles == 0
 
 
 def _alive(pid: int) -> bool:
@@ -207,7 +207,7 @@ def test_the_attention_stage_budgets_a_compile_for_each_kernel_shape():
     from experiments.device_check.attention_stage import kernel_rows
 
     shapes = {(s["batch"], s["heads"], s["seq_length"], s["head_dim"]) for _, s, _ in kernel_rows(toy=False)}
-    assert plan.stage("attention").compiles >= len(shapes) == 2
+    assert program.stage("attention").compiles >= len(shapes) == 2
     assert (32, 12, 512, 64) in shapes  # BERT-base: flex against the dense-mask SDPA classic configs run
 
 

@@ -42,7 +42,7 @@ GLUE_TASKS = ("CoLA", "SST-2", "MRPC", "STS-B", "RTE")
 COMPILE_S_PER_SHAPE = 20.0
 """Seconds one compiled shape costs on the GPU (a cold flex forward + backward and its block mask, inductor):
 an estimate, the number every stage's compile allowance is counted in. Call 1's gpu_check measures the real
-one (``compile_s_per_shape`` in its result); ``plan --measured`` and ``run --compile-s`` then count with it."""
+one (``compile_s_per_shape`` in its result); ``program --measured`` and ``run --compile-s`` then count with it."""
 STAGE_OVERRUN_S = 2 * KILL_GRACE_S
 """How long a stage can run past its budget: its own alarm cannot fire inside a C call (a kernel, a compile), so
 the driver's backstop ends it, SIGTERM then SIGKILL, each waited ``KILL_GRACE_S``."""
@@ -68,7 +68,7 @@ class StageSpec:
     toy_budget_s: float
     """Limit for the CPU dry run: only a guard against hangs (2 shared cores can be 10x slow under load)."""
     summary: str
-    """What it checks, for the printed plan and the report."""
+    """What it checks, for the printed program and the report."""
 
     def budget(self, toy: bool, compile_s: float = COMPILE_S_PER_SHAPE) -> float:
         """Wall-clock limit: on the device its work plus its compiles at ``compile_s`` each (the stage stops
@@ -119,9 +119,9 @@ class ClaimsSettings:
     """Wall time all arms' training together should take; sets the shared FLOPs budget (of the claims stage's
     work, the rest is the tokenizer, preprocessing, calibration, the trainers' start-ups, probes and MTEB-lite)."""
     seeds: list[int] | None = None
-    """Seeds in order (None: the plan's); each after the first runs only if the previous one's time still fits."""
+    """Seeds in order (None: the claims study's h200 plan's); each after the first runs only if the previous one's time still fits."""
     probe_max_train: int | None = None
-    """Train rows per probe task (None: the plan's; the dev sets are always used in full on the device)."""
+    """Train rows per probe task (None: the claims study's h200 plan's; the dev sets are always used in full on the device)."""
     probe_workers: int = 4
     """Processes probing checkpoints in parallel (sklearn is CPU-bound; the device has 16 cores)."""
 
