@@ -2,7 +2,7 @@
 
     prepare   (CPU machine) wheels + data into the git-ignored carry folder, size guard, prints the
               device program's arithmetic and the exact device `run` arguments (command, carry, timeout_s)
-    program      the device program alone: start-ups, a failed start, idle, close, compiles, stage budgets and
+    program   the device program alone: start-ups, a failed start, idle, close, compiles, stage budgets and
               overruns, call totals, the rerun reserve, what falls outside the window (--measured: with
               the compile time call 1 measured, and the later calls' `run` arguments)
     run       (device, or --toy on the CPU) the stages, each under its budget; JSON + markdown in $OUT
