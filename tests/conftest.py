@@ -1,5 +1,6 @@
 """Shared fixtures: deterministic seeds, clean process groups, free ports, and the session-wide
-corpora and tokenizers (each built once per session, never per module)."""
+corpora and tokenizers (each built once per session, never per module). Under pytest-xdist (``-n``) each
+worker computes with one thread and the dearest files are handed out first."""
 
 from __future__ import annotations
 
@@ -17,22 +18,59 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+"""pytest-xdist's name of this worker (gw0, gw1, ...); None in a plain run."""
+
+if XDIST_WORKER:  # `-n N`: N workers share the cores, so each computes with one thread, and so do its children
+    from megatron_crossbert.platform.threads import limit_threads
+
+    limit_threads(1)
+else:
+    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+TORCH_THREADS = torch.get_num_threads()
+"""Every test starts with this many torch threads, whatever the test before it set (an in-process CLI without
+``--threads`` sets one per core)."""
+
+
+COST_OF_MARK = {"e2e": 60, "multirank": 20, "slow": 10}
+"""A test's rough cost in seconds by its costliest marker (any other test: 1), to hand out files dearest first."""
+
+
+def _file_cost(items) -> dict[str, int]:
+    """Each file's rough cost: the sum of its tests' ``COST_OF_MARK``."""
+    cost: dict[str, int] = {}
+    for item in items:
+        marks = [COST_OF_MARK[name] for name in COST_OF_MARK if item.get_closest_marker(name)]
+        cost[item.nodeid.split("::")[0]] = cost.get(item.nodeid.split("::")[0], 0) + max(marks, default=1)
+    return cost
+
+
+def pytest_configure(config):
+    """Under xdist, workers take files in the order collected (below: dearest first), not xdist's own order of
+    most tests first, which leaves a file of one long test to the end, when the other workers are idle."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
 
 def pytest_collection_modifyitems(items):
-    """Every 2-rank and end-to-end test is slow too, so ``pytest -m "not slow"`` is the quick loop."""
+    """Every 2-rank and end-to-end test is slow too, so ``pytest -m "not slow"`` is the quick loop. Under xdist
+    the dearest files run first, so the last files handed out are short and the workers finish together."""
     for item in items:
         if item.get_closest_marker("multirank") or item.get_closest_marker("e2e"):
             item.add_marker(pytest.mark.slow)
+    if XDIST_WORKER:
+        cost = _file_cost(items)
+        items.sort(key=lambda item: -cost[item.nodeid.split("::")[0]])  # stable: a file keeps its order
 
 
 @pytest.fixture(autouse=True)
-def _reset_seeds_and_groups():
+def _reset_seeds_threads_and_groups():
     random.seed(0)
     np.random.seed(0)
     torch.manual_seed(0)
     yield
+    torch.set_num_threads(TORCH_THREADS)
     if "megatron.core" in sys.modules:  # pure-function tests never pay for importing megatron
         from megatron_crossbert.platform import destroy
 

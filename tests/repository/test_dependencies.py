@@ -5,6 +5,7 @@ non-editable ``pip install`` (no source checkout behind it) that still gives a w
 from __future__ import annotations
 
 import ast
+import os
 import shutil
 import site
 import subprocess
@@ -63,12 +64,13 @@ def test_plain_pip_install_gives_a_working_crossbert_demo(tmp_path):
                              capture_output=True, text=True, timeout=600)
     assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
     assert (purelib / "crossbert_demo" / "cli.py").is_file() and not (purelib / "experiments").exists()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # a checkout on it would win over the install
     done = subprocess.run([str(venv / "bin" / "crossbert-demo"), "--help"], capture_output=True, text=True,
-                          timeout=300, cwd=tmp_path)
+                          timeout=300, cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.startswith("usage: crossbert-demo") and "--seq-length" in done.stdout
     where = subprocess.run([str(venv / "bin" / "python"), "-c", "import crossbert_demo, megatron_crossbert; "
                             "print(crossbert_demo.__file__, megatron_crossbert.__file__)"],
-                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
+                           capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
     assert where.stdout.split() == [str(purelib / "crossbert_demo" / "__init__.py"),
                                     str(purelib / "megatron_crossbert" / "__init__.py")], where.stderr
