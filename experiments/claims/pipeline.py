@@ -18,7 +18,7 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .study.plan import Plan, RunSpec, compute_budget_flops, resolve_plan
+from .study.plan import Plan, RunSpec, arm_of, compute_budget_flops, reference_run, resolve_plan
 from .study.stopping import StudyStopped, stop_requested, stopping
 from megatron_crossbert.fsutil import pid_start_time, process_is_alive
 
@@ -194,7 +194,7 @@ def make_figures(plan: Plan, curves: an.StudyCurves, figures_dir: Path, runs: li
         unigram = unigram_entropy(data_prefix(work), str(tokenizer_dir(work)))["nats"] if has_dataset(work) else None
         figures["held-out loss vs tokens"] = plots.plot_loss_curves(
             an.held_out_losses(plan, runs, work), plan.global_batch * plan.seq_length, unigram,
-            figures_dir / f"claims_loss{suffix}.png")
+            figures_dir / f"claims_loss{suffix}.png", reference=arm_of(reference_run(plan, None)))
     return figures
 
 

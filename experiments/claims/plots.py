@@ -94,25 +94,31 @@ def plot_loss_vs_probe(curves: dict[str, dict[int, list[Point]]], out: Path) -> 
     return _save(plt, fig, ax, out, "Frozen GLUE (linear) vs held-out loss, checkpoint by checkpoint", METRICS[HEADLINE])
 
 
+def _loss_band(by_seed: dict[int, dict[int, float]]) -> tuple[list[int], list]:
+    """(steps, intervals): every step any seed evaluated, over the seeds that reached it, so a seed still training
+    neither hides nor truncates the others' curve (one seed: its value, no band)."""
+    steps = sorted({step for curve in by_seed.values() for step in curve})
+    return steps, [mean_interval([curve[step] for curve in by_seed.values() if step in curve]) for step in steps]
+
+
 def plot_loss_curves(losses: dict[str, dict[int, dict[int, float]]], tokens_per_step: int, unigram: float | None,
-                     out: Path) -> Path | None:
-    """Held-out loss against training tokens per arm (mean over seeds, 95% band), with the unigram entropy and
-    the untrained model's loss (the reference's one evaluation) as floors."""
-    arms = {arm: by_seed for arm, by_seed in losses.items() if any(len(curve) > 1 for curve in by_seed.values())}
+                     out: Path, reference: str | None = None) -> Path | None:
+    """Held-out loss against training tokens per arm (mean over the seeds at each step, 95% band), with the
+    unigram entropy and the untrained model's loss as floors: ``reference`` names the untrained arm, whose one
+    evaluation per seed is the floor and never a curve."""
+    arms = {arm: by_seed for arm, by_seed in losses.items() if arm != reference}
     if not arms:
         return None
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for arm, by_seed in arms.items():
         label, color, marker = STYLES.get(arm, (arm, None, "x"))
-        steps = sorted(set.intersection(*(set(curve) for curve in by_seed.values())))
-        bands = [mean_interval([curve[step] for curve in by_seed.values()]) for step in steps]
+        steps, bands = _loss_band(by_seed)
         x = [step * tokens_per_step / 1e6 for step in steps]
         ax.plot(x, [b.mean for b in bands], marker=marker, markersize=3, color=color, label=label)
         ax.fill_between(x, [b.low if b.low is not None else b.mean for b in bands],
                         [b.high if b.high is not None else b.mean for b in bands], color=color, alpha=0.15)
-    untrained = [loss for arm, by_seed in losses.items() if arm not in arms
-                 for curve in by_seed.values() for loss in curve.values()]
+    untrained = [loss for curve in losses.get(reference, {}).values() for loss in curve.values()]
     if untrained:
         ax.axhline(sum(untrained) / len(untrained), color="tab:green", linestyle="--", linewidth=1, label="untrained")
     if unigram is not None:
