@@ -10,10 +10,13 @@ at its default.
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
+from experiments.claims.plan import all_runs
 from experiments.claims.study import records as rec
+from tests.support import REPO_ROOT
 
 
 def test_records_of_another_plan_or_other_data_are_refused_in_one_line(tmp_path):
