@@ -17,6 +17,7 @@ from megatron_crossbert.results_page import Bullets, Column, Figure, Heading, Pa
 from .study.commands import read_command_log
 from .study.plan import Plan, RunSpec, arm_of, compute_budget_flops, run_flops_per_sample
 from .study.stats import NOT_RESOLVED, Interval, mean_interval, paired_difference, verdict
+from .study.train_stage import finished_runs
 
 from . import analysis as an
 from .plan import CPU_KEY, seeds
@@ -88,7 +89,7 @@ def _loss_blocks(plan: Plan, runs: list[RunSpec], work_dir: Path) -> list:
         return [Paragraph("Not measured yet (the data stage has not run).")]
     floor = unigram_entropy(data_prefix(work_dir), str(tokenizer_dir(work_dir)))["nats"]
     rows = []
-    for arm, by_seed in an.held_out_losses(plan, runs, work_dir).items():
+    for arm, by_seed in an.held_out_losses(plan, finished_runs(work_dir, runs), work_dir).items():
         finals = {seed: losses[max(losses)] for seed, losses in by_seed.items()}
         steps = sorted({max(losses) for losses in by_seed.values()})
         below = mean_interval([floor - loss for loss in finals.values()])

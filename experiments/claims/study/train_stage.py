@@ -54,6 +54,12 @@ def run_commands(work_dir: Path, run: RunSpec) -> list[dict]:
     return [entry for entry in read_command_log(work_dir) if Path(entry.get("log", "")).stem == log_name(run)]
 
 
+def finished_runs(work_dir: Path, runs: list[RunSpec]) -> list[RunSpec]:
+    """The runs trained to their steps (or restored sealed): the page's tables read these alone, so a seed still
+    training is never averaged with finished ones as if it were final (its curve is on the figures)."""
+    return [run for run in runs if is_complete(work_dir, run)]
+
+
 def train_run(plan: Plan, run: RunSpec, work_dir: Path, data_prefix: str, tokenizer: str, vocab_size: int) -> None:
     """Write the run's YAML and call crossbert-pretrain (resumes by itself if checkpoints exist)."""
     out = run_dir(work_dir, run)
