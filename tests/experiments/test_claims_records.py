@@ -94,3 +94,15 @@ def test_a_row_record_keeps_its_cost_under_cost(tmp_path):
     run = json.loads(rec.seal(tmp_path, "run", {}, {}, [], [], {"train": 3.0}).read_text())
     assert row["cost"] == {"wall_s": 2.0, "cpu_s": 1.0} and "cpu_seconds" not in row and rec.cost(row) == row["cost"]
     assert run["cpu_seconds"] == {"train": 3.0} and "cost" not in run and rec.cost(run) == {}
+
+
+def test_working_sessions_are_counted_by_boot_and_by_pauses_on_a_kept_machine():
+    def entry(start: str, updated: str, boot: str = "b1") -> tuple[str, dict]:
+        return f"2026-12-07T{start}Z vm 1", {"boot": boot, "updated_utc": f"2026-12-07T{updated}Z", "cpu_seconds": 1.0}
+
+    one = dict([entry("00:00:00", "02:00:00"), entry("01:00:00", "01:00:05")])  # a trainer reports once, at its start
+    assert rec.count_sessions(one) == 1
+    kept = {**one, **dict([entry("02:45:00", "03:00:00")])}  # the same boot, after a 45-minute pause
+    assert rec.count_sessions(kept) == 2 and rec.count_sessions(dict([entry("02:10:00", "02:20:00")]) | one) == 1
+    assert rec.count_sessions(one | dict([entry("02:05:00", "02:06:00", boot="b2")])) == 2  # a new machine
+    assert rec.count_sessions({}) == 0

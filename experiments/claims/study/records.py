@@ -21,6 +21,7 @@ many sessions and CPU-hours the study took, restarted work included.
 
 from __future__ import annotations
 
+import calendar
 import json
 import os
 import shutil
@@ -154,11 +155,33 @@ def _boot_id() -> str:
         return socket.gethostname()
 
 
+SESSION_GAP_S = 30 * 60
+"""A pause longer than this with no study process started or reporting begins a new working session: a machine
+can be kept across sessions (the same boot), so boots alone undercount them."""
+
+
+def _utc(stamp: str) -> float:
+    return calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ"))
+
+
+def count_sessions(sessions: dict) -> int:
+    """Working sessions over ``sessions.json``'s entries: a new one at each new machine boot, or after a pause of
+    more than ``SESSION_GAP_S`` since every earlier process last reported."""
+    spans = sorted((_utc(key.split(" ", 1)[0]), _utc(entry["updated_utc"]), entry.get("boot", key))
+                   for key, entry in sessions.items())
+    count, last_seen, last_boot = 0, None, None
+    for start, updated, boot in spans:
+        if last_seen is None or boot != last_boot or start - last_seen > SESSION_GAP_S:
+            count += 1
+            last_seen = start
+        last_seen, last_boot = max(last_seen, updated), boot
+    return count
+
+
 def sessions_summary(records: Path) -> dict:
-    """``{"sessions", "invocations", "cpu_hours"}`` over ``sessions.json``: machine boots, processes, and every
-    process's CPU (restarted work included)."""
+    """``{"sessions", "invocations", "cpu_hours"}`` over ``sessions.json``: working sessions (``count_sessions``),
+    processes, and every process's CPU (restarted work included)."""
     path = records / SESSIONS_FILE
     sessions = _read(path) if path.is_file() else {}
     cpu = sum(entry["cpu_seconds"] for entry in sessions.values())
-    boots = {entry.get("boot", key) for key, entry in sessions.items()}
-    return {"sessions": len(boots), "invocations": len(sessions), "cpu_hours": cpu / 3600}
+    return {"sessions": count_sessions(sessions), "invocations": len(sessions), "cpu_hours": cpu / 3600}
