@@ -106,6 +106,19 @@ class StudyCurves:
     reference: dict[int, Point]
     """{seed: the untrained encoder's point}."""
 
+    def of_runs(self, plan: Plan, runs: list[RunSpec]) -> StudyCurves:
+        """These curves restricted to ``runs`` (the page's tables read the finished runs), no file read again."""
+        keep = {(arm_of(run), plan.seed if run.seed is None else run.seed) for run in runs}
+
+        def pick(curves: dict[str, dict[int, list[Point]]]) -> dict[str, dict[int, list[Point]]]:
+            kept = {arm: {seed: points for seed, points in by_seed.items() if (arm, seed) in keep}
+                    for arm, by_seed in curves.items()}
+            return {arm: by_seed for arm, by_seed in kept.items() if by_seed}
+
+        references = {plan.seed if run.seed is None else run.seed for run in runs if run.group == "reference"}
+        return StudyCurves(pick(self.main), pick(self.sweep),
+                           {seed: point for seed, point in self.reference.items() if seed in references})
+
 
 def load_curves(plan: Plan, runs: list[RunSpec], work_dir: Path) -> StudyCurves:
     refs = arm_curves(plan, runs, work_dir, "reference")

@@ -200,14 +200,11 @@ def make_figures(plan: Plan, curves: an.StudyCurves, figures_dir: Path, runs: li
 
 def _report(plan: Plan, runs: list[RunSpec], work: Path, paths: ExperimentPaths) -> None:
     from .results_page import write_results_page
-
     from .study.train_stage import finished_runs
 
     curves = an.load_curves(plan, runs, work)  # every probe JSON and event file read once per page
     figures = make_figures(plan, curves, Path(paths.figures_dir), runs, work)
-    finished = finished_runs(work, runs)
-    if len(finished) < len(runs):  # the tables compare finished runs; the figures show every curve so far
-        curves = an.load_curves(plan, finished, work)
+    curves = curves.of_runs(plan, finished_runs(work, runs))  # the tables compare finished runs; figures show all
     throughput = [Path(path) for path in paths.throughput_json if Path(path).is_file()]
     status = {k: v for k, v in _load_status(work).items() if k != "report"}
     write_results_page(Path(paths.results_md), plan=plan, runs=runs, work_dir=work, curves=curves, figures=figures,
