@@ -12,8 +12,9 @@ from tests.support.models import MLM_ARCHS, build, tiny_config
 ARCH_OVERRIDES = {"crossbert": (), **MLM_ARCHS}
 
 
-def _decay_by_name(arch: str) -> dict[str, float]:
-    """{parameter name: the weight decay its optimizer group applies once the run's scheduler has set it}."""
+def _decay_by_name(arch: str) -> tuple[dict[str, float], dict[str, int]]:
+    """{parameter name: the weight decay its optimizer group applies once the run's scheduler has set it} and
+    {parameter name: its number of dimensions}, of one model."""
     cfg = tiny_config("training.weight_decay=0.1", *ARCH_OVERRIDES[arch])
     model = build(cfg)
     ddp = wrap_ddp(model, cfg)
@@ -25,13 +26,12 @@ def _decay_by_name(arch: str) -> dict[str, float]:
         for group in optimizer.param_groups:
             for param in group["params"]:
                 decay[names[id(param)]] = group["weight_decay"]
-    return decay
+    return decay, {name: param.dim() for name, param in model.named_parameters()}
 
 
 @pytest.mark.parametrize("arch", sorted(ARCH_OVERRIDES))
 def test_norms_and_biases_get_no_weight_decay_and_matrices_get_the_configured_one(arch):
-    decay = _decay_by_name(arch)
-    shapes = {name: param.dim() for name, param in build(tiny_config(*ARCH_OVERRIDES[arch])).named_parameters()}
+    decay, shapes = _decay_by_name(arch)
     undecayed = {name for name, wd in decay.items() if wd == 0.0}
     assert undecayed == {name for name, dim in shapes.items() if dim == 1 or name.endswith(".bias")}
     assert {decay[name] for name in shapes if name not in undecayed} == {0.1}
