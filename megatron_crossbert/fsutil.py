@@ -33,15 +33,29 @@ _OWNER = r"\.tmp-(?P<host>[A-Za-z0-9_.]+)-(?P<pid>\d+)-(?P<start>\d+)"
 """How a temporary name records its writer (see :func:`temp_sibling`)."""
 
 
+def _stat_fields(pid: int) -> list[str]:
+    """``/proc/PID/stat`` from its third field on (after the command name, which may hold spaces); [] if
+    unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
 def pid_start_time(pid: int) -> str:
     """The pid's start time in clock ticks since boot (``/proc/PID/stat`` field 22); '' if unknown.
 
     A pid with its start time names one process for the life of the machine (pids are reused)."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return ""
+    fields = _stat_fields(pid)
+    return fields[19] if len(fields) > 19 else ""
+
+
+def pid_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a live process and of its children it has reaped (``/proc/PID/stat`` fields
+    14-17); 0.0 if unknown. A parent's ``os.times()`` counts a child only once the child is reaped."""
+    fields = _stat_fields(pid)
+    return sum(int(tick) for tick in fields[11:15]) / os.sysconf("SC_CLK_TCK") if len(fields) > 14 else 0.0
 
 
 def process_is_alive(pid: int, start_time: str) -> bool:

@@ -18,6 +18,7 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .study.commands import heartbeat, running_child_cpu
 from .study.plan import Plan, RunSpec, arm_of, compute_budget_flops, reference_run, resolve_plan
 from .study.stopping import StudyStopped, stop_requested, stopping
 from megatron_crossbert.fsutil import pid_start_time, process_is_alive
@@ -123,9 +124,10 @@ def _save_status(work_dir: Path, status: dict) -> None:
 
 
 def _cpu_seconds() -> float:
-    """User + system CPU seconds of this process and its finished children (the training processes)."""
+    """User + system CPU seconds of this process, its finished children and the one running now (the training
+    processes)."""
     times = os.times()
-    return times.user + times.system + times.children_user + times.children_system
+    return times.user + times.system + times.children_user + times.children_system + running_child_cpu()
 
 
 _STARTED = time.time()
@@ -145,7 +147,8 @@ def _run_stage(name: str, fn, work_dir: Path, records: str | None = None) -> boo
     start, cpu = time.time(), _cpu_seconds()
     _save_status(work_dir, {name: "running", RUNNER_KEY + name: _runner()})
     try:
-        fn()
+        with heartbeat(lambda: _note_session(records)):
+            fn()
         ok, state = True, f"done ({time.time() - start:.0f}s this invocation)"
     except StudyStopped as stop:
         _save_status(work_dir, {name: stop.state, **_add_cpu(work_dir, name, _cpu_seconds() - cpu)})

@@ -14,7 +14,11 @@ import os
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Callable, Iterator
+
+from megatron_crossbert.fsutil import pid_cpu_seconds
 
 
 _RENDEZVOUS_VARS = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK")
@@ -28,6 +32,30 @@ _child: subprocess.Popen | None = None
 
 def running_child() -> subprocess.Popen | None:
     return _child
+
+
+HEARTBEAT_S = 300.0
+"""While a command runs, the registered heartbeat is called this often (seconds)."""
+
+_heartbeat: Callable[[], None] | None = None
+
+
+@contextmanager
+def heartbeat(fn: Callable[[], None]) -> Iterator[None]:
+    """Call ``fn`` every ``HEARTBEAT_S`` while a command of this block runs: the study records the CPU its
+    training child has used so far, which a session's hard end (killing the child unreaped) would otherwise lose."""
+    global _heartbeat
+    previous, _heartbeat = _heartbeat, fn
+    try:
+        yield
+    finally:
+        _heartbeat = previous
+
+
+def running_child_cpu() -> float:
+    """CPU seconds of the command running now (its reaped children included); 0 when none runs."""
+    child = _child
+    return pid_cpu_seconds(child.pid) if child is not None else 0.0
 
 
 class StageError(RuntimeError):
@@ -64,11 +92,15 @@ def run_logged(argv: list[str], work_dir: Path, log_name: str, env: dict | None 
 
 
 def _wait(child: subprocess.Popen) -> int:
-    """The child's exit status, waited for as ``running_child()``."""
+    """The child's exit status, waited for as ``running_child()``, with the heartbeat between waits."""
     global _child
     _child = child
     try:
-        return child.wait()
+        while True:
+            try:
+                return child.wait(timeout=HEARTBEAT_S if _heartbeat else None)
+            except subprocess.TimeoutExpired:
+                _heartbeat()
     finally:
         _child = None
 
