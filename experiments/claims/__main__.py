@@ -13,12 +13,12 @@ import os
 import sys
 
 from .study.plan import plan_names
-from .study.stopping import StudyStopped
+from .study.stopping import StudyStopped, exit_after
 from megatron_crossbert.cli.errors import add_debug_flag, cli_main
 from megatron_crossbert.platform.threads import limit_threads, thread_count
 from megatron_crossbert.shared_data import default_or_error
 
-from .cli import SHARED, mteb_lite_dir
+from .cli import SHARED, add_exit_duration_flag, mteb_lite_dir
 from .pipeline import STAGES, ExperimentPaths, run_experiment
 
 
@@ -68,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "subsampled dev sets")
     timed.add_argument("--result-json", default=None,
                        help="the timed run's result, rewritten after every step (default: WORK_DIR/timed.json)")
+    add_exit_duration_flag(p)
     add_debug_flag(p)
     return p
 
@@ -97,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     glue_dir = args.glue_dir or default_or_error("--glue-dir", "GLUE folder", "glue")
     mteb_lite = mteb_lite_dir(args.mteb_lite_dir)
     limit_threads(args.threads)
+    exit_after(args.exit_duration_in_mins)
     os.environ.setdefault("TQDM_DISABLE", "1")  # probe progress bars would flood the experiment log
     if args.train_seconds is not None:
         return _run_timed(args, corpus, glue_dir, mteb_lite)

@@ -21,7 +21,7 @@ from megatron_crossbert.platform.threads import limit_threads, thread_count
 from megatron_crossbert.shared_data import find_shared
 
 from .study.data_stage import has_dataset
-from .study.stopping import StudyStopped
+from .study.stopping import StudyStopped, duration_minutes, exit_after
 
 SHARED = "of the shared data folder ($CROSSBERT_DATA_DIR, else ../shared/data beside the repository)"
 
@@ -57,7 +57,15 @@ def add_side_flags(p: argparse.ArgumentParser, work_help: str, section: str) -> 
                         "and a fresh --work-dir is seeded from it, so the command spans sessions whose machines do "
                         "not keep the work dir; rows sealed there are never run again (default: none)")
     p.add_argument("--threads", type=thread_count, default=None, help="CPU threads of this process and its runs")
+    add_exit_duration_flag(p)
     add_debug_flag(p)
+
+
+def add_exit_duration_flag(p: argparse.ArgumentParser) -> None:
+    """``--exit-duration-in-mins`` (Megatron-LM's name), for every command of the study (``stopping.exit_after``)."""
+    p.add_argument("--exit-duration-in-mins", type=duration_minutes, default=None, metavar="MINUTES",
+                   help="stop as on SIGTERM after this many minutes (the running trainer saves its checkpoint; the "
+                        "same command resumes): end before a working session's or a job's hard limit")
 
 
 @dataclass(frozen=True)
@@ -76,6 +84,7 @@ def side_args(args: argparse.Namespace, data_command: str) -> SideArgs:
     """Threads limited, progress bars off, and the work dir checked for the data stage's dataset (both files);
     ``data_command`` is the command that builds it, named in the error."""
     limit_threads(args.threads)
+    exit_after(args.exit_duration_in_mins)
     os.environ.setdefault("TQDM_DISABLE", "1")
     work = Path(args.work_dir)
     if not has_dataset(work):

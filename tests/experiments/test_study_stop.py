@@ -26,6 +26,9 @@ except ImportError:  # a version without stop handling: the signal's default act
     StudyStopped = KeyboardInterrupt
 
 work = Path(sys.argv[1])
+if len(sys.argv) > 2:  # --exit-duration-in-mins
+    from experiments.claims.study.stopping import exit_after
+    exit_after(float(sys.argv[2]))
 child = "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(0)); time.sleep(60)"
 try:
     with stopping():
@@ -70,3 +73,16 @@ def test_a_stage_whose_process_was_killed_is_reported_interrupted(tmp_path):
 
     state = _load_status(tmp_path)["train:toy"]
     assert state.startswith(f"interrupted: its process ({study.pid}) ended"), state
+
+
+def test_exit_duration_stops_the_study_as_sigterm_does_once_the_minutes_pass(tmp_path):
+    """``--exit-duration-in-mins``: the study stops itself at the deadline; its trainer finishes (saves) first."""
+    start = time.time()
+    study = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path), "0.05"], cwd=REPO_ROOT, timeout=120,
+                           capture_output=True, text=True)
+    assert study.returncode == 128 + signal.SIGTERM, study.stderr
+    assert time.time() - start < 50  # not the child's 60 s sleep: the deadline (3 s) ended it
+    assert "--exit-duration-in-mins 0.05 reached" in study.stdout
+    assert _status(tmp_path)["train:toy"] == "stopped by SIGTERM (rerun the command to resume)"
+    log = [json.loads(line) for line in (tmp_path / "commands.jsonl").read_text().splitlines()]
+    assert log[-1]["exit_code"] == 0 and log[-1]["seconds"] < 50

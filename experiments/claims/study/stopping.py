@@ -16,6 +16,8 @@ rerun of the same command resumes.
 
 from __future__ import annotations
 
+import argparse
+import os
 import signal
 import threading
 from contextlib import contextmanager
@@ -75,3 +77,30 @@ def stopping() -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def exit_after(minutes: float | None) -> None:
+    """Send this process SIGTERM ``minutes`` from now (Megatron-LM's ``--exit-duration-in-mins``): under
+    :func:`stopping` the running trainer then saves its checkpoint and the study stops as on a batch system's time
+    limit, so a working session that ends at a known hour loses no training. None: never."""
+    if minutes is None:
+        return
+
+    def _fire() -> None:
+        print(f"[claims] --exit-duration-in-mins {minutes:g} reached: stopping as on SIGTERM", flush=True)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    timer = threading.Timer(minutes * 60, _fire)
+    timer.daemon = True
+    timer.start()
+
+
+def duration_minutes(value: str) -> float:
+    """``--exit-duration-in-mins``'s type: a positive number of minutes."""
+    try:
+        minutes = float(value)
+    except ValueError:
+        minutes = float("nan")
+    if not minutes > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of minutes, got {value!r}")
+    return minutes
