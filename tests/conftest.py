@@ -66,11 +66,21 @@ def pytest_collection_modifyitems(items):
 
 @pytest.fixture(autouse=True)
 def _reset_seeds_threads_and_groups():
+    """Seeds before each test; after it, torch's threads, the pools' thread variables (an in-process CLI given
+    ``--threads`` sets them for its children) and the process groups as they were."""
+    from megatron_crossbert.platform.threads import POOL_VARIABLES
+
+    pools = {name: os.environ.get(name) for name in POOL_VARIABLES}
     random.seed(0)
     np.random.seed(0)
     torch.manual_seed(0)
     yield
     torch.set_num_threads(TORCH_THREADS)
+    for name, value in pools.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
     if "megatron.core" in sys.modules:  # pure-function tests never pay for importing megatron
         from megatron_crossbert.platform import destroy
 

@@ -8,9 +8,11 @@
   background thread samples the process RSS (psutil) every ~2 ms during the step; the reported
   value is peak RSS minus the RSS just before the step, i.e. the transient memory of the step
   (activations, gradients not yet folded into buffers, temporary GEMM workspaces). For RSS to
-  follow live tensors, glibc must not recycle freed blocks inside its heap: before measuring (and
-  after all timing is done) we pin glibc's mmap threshold at 64 KiB with ``mallopt`` (every larger
-  block is then mmapped and unmapped on free) and ``malloc_trim`` the heap. Persistent parameters
+  follow live tensors, glibc must not recycle freed blocks inside its heap: while measuring (after
+  all timing is done) we pin glibc's mmap threshold at 64 KiB with ``mallopt`` (every larger
+  block is then mmapped and unmapped on free) and ``malloc_trim`` the heap; afterwards the heap goes
+  back to glibc's settled policy, so the rest of the process does not fault in every block afresh
+  (that costs a training step ten times its system time). Persistent parameters
   and optimizer state are reported separately from parameter counts. Sampling can miss very short
   peaks, so treat CPU numbers as indications (±10-20%).
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import threading
 import time
+from contextlib import contextmanager
 
 import torch
 
@@ -56,19 +59,44 @@ class _RssSampler:
         self.peak_rss = max(self.peak_rss, self._proc.memory_info().rss)
 
 
-def _make_rss_track_tensors() -> None:
-    """Pin glibc's mmap threshold (M_MMAP_THRESHOLD = -3) and return freed heap pages to the OS."""
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+"""glibc's ``mallopt`` parameters."""
+
+PINNED_MMAP_THRESHOLD = 64 * 1024
+"""While measuring: every block over this is mmapped and unmapped on free, so RSS follows live tensors."""
+
+SETTLED_MMAP_THRESHOLD = 32 * 1024 * 1024
+"""After measuring: glibc's ceiling of its dynamic mmap threshold on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX), where
+the default policy settles once a process has freed large blocks; its trim threshold is then twice that. Any
+``mallopt`` call ends the dynamic policy for good, so this is the nearest thing to handing it back."""
+
+
+def _libc():
+    """glibc through ctypes, or None where there is no C library with ``mallopt`` (then nothing is pinned)."""
     import ctypes
     import ctypes.util
 
     name = ctypes.util.find_library("c")
-    if not name:
+    libc = ctypes.CDLL(name) if name else None
+    return libc if libc is not None and hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None
+
+
+@contextmanager
+def rss_tracks_tensors():
+    """Pin glibc's mmap threshold for the block (``PINNED_MMAP_THRESHOLD``) and return freed heap pages to the
+    OS, then settle it again (``SETTLED_MMAP_THRESHOLD``): pinned, every later allocation over 64 KiB of this
+    process (a test worker, a benchmark going on to its next rows) would be a fresh mmap and page faults."""
+    libc = _libc()
+    if libc is None:
+        yield lambda: None
         return
-    libc = ctypes.CDLL(name)
-    if hasattr(libc, "mallopt"):
-        libc.mallopt(-3, 64 * 1024)
-    if hasattr(libc, "malloc_trim"):
-        libc.malloc_trim(0)
+    libc.mallopt(M_MMAP_THRESHOLD, PINNED_MMAP_THRESHOLD)
+    libc.malloc_trim(0)
+    try:
+        yield lambda: libc.malloc_trim(0)
+    finally:
+        libc.mallopt(M_MMAP_THRESHOLD, SETTLED_MMAP_THRESHOLD)
+        libc.mallopt(M_TRIM_THRESHOLD, 2 * SETTLED_MMAP_THRESHOLD)
 
 
 def measure_step_memory(step_fn, device: torch.device) -> dict:
@@ -81,11 +109,11 @@ def measure_step_memory(step_fn, device: torch.device) -> dict:
         torch.cuda.synchronize(device)
         peak = torch.cuda.max_memory_allocated(device)
         return {"peak_step_bytes": peak - before, "peak_allocated_bytes": peak, "method": CUDA_METHOD}
-    _make_rss_track_tensors()
-    step_fn()  # one step under the new allocation policy, so lazily-created state already exists
-    _make_rss_track_tensors()
-    with _RssSampler() as sampler:
-        step_fn()
+    with rss_tracks_tensors() as trim:
+        step_fn()  # one step under the pinned allocation policy, so lazily-created state already exists
+        trim()
+        with _RssSampler() as sampler:
+            step_fn()
     return {"peak_step_bytes": sampler.peak_rss - sampler.start_rss, "peak_rss_bytes": sampler.peak_rss,
             "method": CPU_METHOD}
 

@@ -1,6 +1,8 @@
 """Smoke tests for ``crossbert-bench``: each benchmark runs at a tiny size and writes valid JSON.
 
-No timing assertions (2 shared CPU cores make timings meaningless here).
+No timing assertions (2 shared CPU cores make timings meaningless here). The in-process calls compute with
+``--threads 1`` where the benchmark has it: left out, torch takes one thread per core beside the other test
+workers and spins on them.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from megatron_crossbert.cli.bench import main
 @pytest.mark.slow
 def test_throughput_tiny_writes_json(tmp_path, capsys):
     out = tmp_path / "tp.json"
-    assert main(["throughput", "--size", "tiny", "--steps", "1", "--warmup", "1", "--profile",
+    assert main(["throughput", "--size", "tiny", "--threads", "1", "--steps", "1", "--warmup", "1", "--profile",
                  "--attention-backend", "megatron", "--no-document-mask", "--out", str(out)]) == 0
     report = json.loads(out.read_text())
     names = [r["name"] for r in report["results"]]
@@ -41,8 +43,8 @@ def test_throughput_tiny_writes_json(tmp_path, capsys):
     table = capsys.readouterr().out
     assert "| model |" in table and "× sparse MLM" in table and "step CPU ms | step wall ms" in table
     only = tmp_path / "only.json"
-    assert main(["throughput", "--size", "tiny", "--steps", "1", "--warmup", "0", "--only", "crossbert r=0.5 single",
-                 "--out", str(only)]) == 0
+    assert main(["throughput", "--size", "tiny", "--threads", "1", "--steps", "1", "--warmup", "0",
+                 "--only", "crossbert r=0.5 single", "--out", str(only)]) == 0
     assert [r["name"] for r in json.loads(only.read_text())["results"]] == ["bert", "crossbert r=0.5 single",
                                                                            "mlm-modern"]
     assert main(["throughput", "--size", "tiny", "--only", "crossbert r=0.9", "--out", str(only)]) == 2
@@ -80,8 +82,8 @@ def test_gpu_check_degrades_without_cuda(tmp_path):
 @pytest.mark.slow
 def test_checkpoint_bench_tiny_writes_json_and_table(tmp_path, capsys):
     out = tmp_path / "ckpt.json"
-    assert main(["checkpoint", "--sizes", "tiny", "--repeats", "1", "--work-dir", str(tmp_path / "work"),
-                 "--out", str(out)]) == 0
+    assert main(["checkpoint", "--threads", "1", "--sizes", "tiny", "--repeats", "1",
+                 "--work-dir", str(tmp_path / "work"), "--out", str(out)]) == 0
     report = json.loads(out.read_text())
     cases = {(c["state"], c["mode"], c["format"]): c for c in report["sizes"][0]["cases"]}
     assert len(cases) == 5 and report["sizes"][0]["num_parameters"] > 0
