@@ -1,6 +1,6 @@
 """megatron-crossbert: CrossBERT text-encoder pretraining on megatron-core."""
 
-from megatron_crossbert.eager_fusions import install as _install_eager_fusions
+from megatron_crossbert.platform.eager_fusions import install as _install_eager_fusions
 
 __version__ = "0.1.0"
 

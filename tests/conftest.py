@@ -82,14 +82,14 @@ def _reset_seeds_threads_and_groups():
         else:
             os.environ[name] = value
     if "megatron.core" in sys.modules:  # pure-function tests never pay for importing megatron
-        from megatron_crossbert.platform import destroy
+        from megatron_crossbert.platform.distributed import destroy
 
         destroy()
 
 
 @pytest.fixture
 def free_port() -> int:
-    from megatron_crossbert.platform import free_port as _free_port
+    from megatron_crossbert.platform.distributed import free_port as _free_port
 
     return _free_port()
 
@@ -136,7 +136,7 @@ def tiny_checkpoint(tmp_path_factory, indexed_corpus) -> Path:
     """A checkpoint root of a 2-step CrossBERT run on ``indexed_corpus`` (``support.training.tiny_config``),
     saved at steps 1 and 2 (``iter_0000001``, ``iter_0000002``, ``latest``). Read-only: copy it first to
     damage or resume it."""
-    from megatron_crossbert import platform
+    from megatron_crossbert.platform import distributed as platform
     from megatron_crossbert.training import train
     from tests.support.training import tiny_config
 

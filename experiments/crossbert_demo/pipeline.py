@@ -171,7 +171,7 @@ def demo_run_config(opts: DemoOptions, data_prefix: str, tokenizer_dir: Path, sa
 
 def save_initial_checkpoint(run_cfg: RunConfig, root: Path) -> Path:
     """The untrained model at the training seed, as a model-only checkpoint (the probe baseline)."""
-    from megatron_crossbert import platform
+    from megatron_crossbert.platform import distributed as platform
     from megatron_crossbert.checkpoint.save import save_model_only
     from megatron_crossbert.architectures.build import build_model
 
@@ -211,7 +211,7 @@ class DemoStopped(RuntimeError):
 
 
 def pretrain_stage(run_cfg: RunConfig) -> dict:
-    from megatron_crossbert import platform
+    from megatron_crossbert.platform import distributed as platform
     from megatron_crossbert.training import train
 
     try:

@@ -110,7 +110,7 @@ def kernel_row(mask: str, sizes: dict, half: int, toy: bool) -> dict:
     """One mask and shape: flex and sdpa timings and memory, and flex's relative error against sdpa."""
     import torch
 
-    from megatron_crossbert import platform
+    from megatron_crossbert.platform import distributed as platform
 
     device = platform.device()
     dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
@@ -148,7 +148,7 @@ def mfu_run(backend: str, toy: bool) -> dict:
 def run_attention(config: DeviceCheckConfig) -> dict:
     """The stage: the MFU runs (nothing compiles), then the kernel rows; every row kept as it is measured;
     ``ok`` when flex matches SDPA in every kernel row."""
-    from megatron_crossbert import platform
+    from megatron_crossbert.platform import distributed as platform
     from megatron_crossbert.config import ParallelConfig
 
     platform.initialize(ParallelConfig(), 0)

@@ -75,7 +75,7 @@ def _measure(case) -> dict:
     from megatron_crossbert.benchmarking.batches import make_batches
     from megatron_crossbert.benchmarking.memory import measure_step_memory
     from megatron_crossbert.benchmarking.step import build_runner
-    from megatron_crossbert.platform import device
+    from megatron_crossbert.platform.distributed import device
 
     runner = build_runner(case, device())
     first, second = make_batches(case, 2, device(), seed=0)
@@ -88,7 +88,7 @@ def run_memory(config: DeviceCheckConfig) -> dict:
     others still run."""
     from megatron_crossbert.benchmarking.cases import default_cases
     from megatron_crossbert.config import ParallelConfig
-    from megatron_crossbert.platform import initialize
+    from megatron_crossbert.platform.distributed import initialize
 
     initialize(ParallelConfig(), 1234)
     precision = "fp32" if config.toy else "bf16"

@@ -73,7 +73,7 @@ def collective_check() -> dict:
     import torch
     import torch.distributed as dist
 
-    from megatron_crossbert.platform import device
+    from megatron_crossbert.platform.distributed import device
 
     value = torch.full((4,), 2.0, device=device())
     dist.all_reduce(value)
@@ -101,7 +101,7 @@ def train_steps(case, steps: int) -> dict:
     """``steps`` real optimizer steps of one case; every loss must be finite."""
     from megatron_crossbert.benchmarking.batches import make_batches
     from megatron_crossbert.benchmarking.step import build_runner
-    from megatron_crossbert.platform import device
+    from megatron_crossbert.platform.distributed import device
 
     runner = build_runner(case, device())
     batches = make_batches(case, steps, device(), seed=0)
@@ -114,7 +114,7 @@ def run_smoke(config: DeviceCheckConfig) -> dict:
     """Stage smoke, cheapest answers first (CUDA facts, the all-reduce, each arch's steps, saved as they come,
     then the GPU tests); ``ok`` only if the GPU tests pass, the all-reduce is right and every arch trains."""
     from megatron_crossbert.config import ParallelConfig
-    from megatron_crossbert.platform import initialize
+    from megatron_crossbert.platform.distributed import initialize
 
     work = Path(config.work_dir)
     result = {"cuda": cuda_facts(), "train_steps": []}

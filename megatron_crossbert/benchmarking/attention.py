@@ -115,7 +115,7 @@ def run_case(case: dict) -> dict:
     """One (L, mask, backend) case in this process; returns its row."""
     import torch
 
-    from megatron_crossbert import platform
+    from megatron_crossbert.platform import distributed as platform
     from megatron_crossbert.benchmarking.memory import measure_step_memory
     from megatron_crossbert.config import ParallelConfig
 

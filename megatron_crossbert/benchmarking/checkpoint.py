@@ -267,7 +267,7 @@ def growth_exponents(sizes: list[dict]) -> dict[str, dict[str, float]]:
 def run_checkpoint_bench(options: CheckpointBenchOptions) -> dict:
     """Measure every case at every size; returns the JSON-ready report."""
     from megatron_crossbert.config import ParallelConfig
-    from megatron_crossbert.platform import initialize
+    from megatron_crossbert.platform.distributed import initialize
 
     initialize(ParallelConfig(use_distributed_optimizer=True), options.seed)
     work_dir = Path(options.work_dir or tempfile.gettempdir())

@@ -243,7 +243,7 @@ def run_throughput(options: ThroughputOptions, on_rows=None) -> dict:
     ``on_rows(report)`` gets the report of the rounds timed so far after every round (no memory yet), so a
     caller keeps the rows as they are measured."""
     from megatron_crossbert.config import ParallelConfig
-    from megatron_crossbert.platform import device as current_device, initialize
+    from megatron_crossbert.platform.distributed import device as current_device, initialize
 
     initialize(ParallelConfig(), options.seed)
     device = current_device()

@@ -38,7 +38,7 @@ from megatron_crossbert.checkpoint.state import (
 )
 from megatron_crossbert.checkpoint.verify import VerifiedCheckpoint, open_checkpoint
 from megatron_crossbert.config import RunConfig
-from megatron_crossbert.platform import seed_everything
+from megatron_crossbert.platform.distributed import seed_everything
 
 logger = logging.getLogger(__name__)
 

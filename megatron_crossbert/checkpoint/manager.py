@@ -36,7 +36,7 @@ from megatron_crossbert.checkpoint.state import Progress
 from megatron_crossbert.checkpoint.tokenizer_record import check_tokenizers
 from megatron_crossbert.checkpoint.verify import verify_contents
 from megatron_crossbert.config import RunConfig
-from megatron_crossbert.platform import is_rank_zero
+from megatron_crossbert.platform.distributed import is_rank_zero
 
 __all__ = ["CheckpointManager", "Progress"]
 

@@ -70,7 +70,7 @@ from megatron_crossbert.checkpoint.state import Progress, training_state_dict
 from megatron_crossbert.checkpoint.tokenizer_record import write_checkpoint_record
 from megatron_crossbert.config import RunConfig
 from megatron_crossbert.fsutil import atomic_write_text
-from megatron_crossbert.platform import is_rank_zero
+from megatron_crossbert.platform.distributed import is_rank_zero
 
 logger = logging.getLogger(__name__)
 

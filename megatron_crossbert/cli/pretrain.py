@@ -106,7 +106,7 @@ def run(run_cfg: RunConfig, exit_at_iteration: int | None = None) -> int:
 
     Errors (bad checkpoint, data, tokenizer, non-finite loss) propagate to ``cli_main``, which
     prints them once as one line."""
-    from megatron_crossbert import platform
+    from megatron_crossbert.platform import distributed as platform
     from megatron_crossbert.training import train
 
     probe_fn = None

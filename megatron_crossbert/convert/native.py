@@ -56,7 +56,7 @@ def tp1_parallel_state(seed: int):
     import torch.distributed as dist
     from megatron.core import parallel_state
 
-    from megatron_crossbert.platform import destroy, initialize
+    from megatron_crossbert.platform.distributed import destroy, initialize
 
     if parallel_state.model_parallel_is_initialized():
         if (parallel_state.get_tensor_model_parallel_world_size() != 1

@@ -138,7 +138,7 @@ def predicted_bytes(run_cfg: RunConfig) -> int:
 
 def table_rows() -> list[str]:
     """Measured and predicted saved bytes of every single-process case, as markdown rows."""
-    from megatron_crossbert import platform
+    from megatron_crossbert.platform import distributed as platform
     from megatron_crossbert.planning.parameters import stage_params
 
     rows = ["| case | saved bytes (measured) | predicted | predicted / measured | parameters (model = planner) |",

@@ -1,18 +1,7 @@
-"""CPU/gloo compatibility, distributed set-up and CPU thread counts for megatron-core
-(see cpu.py, distributed.py, threads.py)."""
+"""How the package runs on this machine: megatron-core on a CPU with gloo (cpu.py), joining the job and its
+process groups (distributed.py), CPU thread counts (threads.py), stop signals (signals.py), peak memory
+(peak.py), and megatron-core's import without the compiler stack on a CPU-only machine (eager_fusions.py).
 
-from megatron_crossbert.platform.cpu import PATCHED_ATTRIBUTES, apply_cpu_patches, cpu_patches_active
-from megatron_crossbert.platform.distributed import (
-    destroy,
-    device,
-    free_port,
-    init_process_group,
-    initialize,
-    is_rank_zero,
-    seed_everything,
-)
-
-__all__ = [
-    "PATCHED_ATTRIBUTES", "apply_cpu_patches", "cpu_patches_active", "destroy", "device", "free_port",
-    "init_process_group", "initialize", "is_rank_zero", "seed_everything",
-]
+Import from those modules: this face imports nothing, so that ``megatron_crossbert`` can install
+``eager_fusions``' import hook at package import without importing torch.
+"""

@@ -17,7 +17,7 @@ import torch.distributed as dist
 
 from megatron_crossbert.checkpoint.manager import CheckpointManager
 from megatron_crossbert.config import RunConfig
-from megatron_crossbert.platform import is_rank_zero
+from megatron_crossbert.platform.distributed import is_rank_zero
 from megatron_crossbert.training.hooks import ProbeFn, InTrainingProbes
 from megatron_crossbert.training.logging import MetricsLogger
 from megatron_crossbert.training.optimizer import current_lr

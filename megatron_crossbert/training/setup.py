@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from megatron.core import parallel_state
 
-from megatron_crossbert import platform
+from megatron_crossbert.platform import distributed as platform
 from megatron_crossbert.architectures.build import build_model
 from megatron_crossbert.checkpoint.async_strategy import check_async_writer
 from megatron_crossbert.checkpoint.manager import CheckpointManager, Progress

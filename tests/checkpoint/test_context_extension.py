@@ -23,7 +23,7 @@ LONG = 8192
 
 def _save_phase_1(cfg, root) -> None:
     """A model-only checkpoint of the short-context run (weights are what init_from reads)."""
-    from megatron_crossbert import platform
+    from megatron_crossbert.platform import distributed as platform
     from megatron_crossbert.checkpoint.save import save_model_only
     from megatron_crossbert.architectures.build import build_model
 

@@ -213,7 +213,7 @@ def test_stored_objects_load_weights_only(tmp_path):
     from megatron.core import dist_checkpointing
     from megatron.core.dist_checkpointing.mapping import ShardedObject
 
-    from megatron_crossbert import platform
+    from megatron_crossbert.platform import distributed as platform
     from megatron_crossbert.checkpoint.errors import UnsafeCheckpointError
     from megatron_crossbert.checkpoint.safe_pickle import checked_read
     from megatron_crossbert.config import ParallelConfig

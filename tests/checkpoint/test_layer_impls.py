@@ -10,7 +10,7 @@ import logging
 import pytest
 import torch
 
-from megatron_crossbert import platform
+from megatron_crossbert.platform import distributed as platform
 from megatron_crossbert.checkpoint import load as load_module
 from megatron_crossbert.checkpoint.errors import CheckpointError
 from megatron_crossbert.checkpoint.load import load_model_weights, note_optimizer_impl, restore_rng

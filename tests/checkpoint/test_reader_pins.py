@@ -124,7 +124,7 @@ def test_a_save_gives_megatron_an_empty_directory_so_it_warns_of_no_corrupted_ch
                                                                                          caplog):
     """The pin file is made at the commit: before, every save made megatron log "Overwriting old incomplete /
     corrupted checkpoint..." (it warns when the directory it writes into is not empty)."""
-    from megatron_crossbert import platform
+    from megatron_crossbert.platform import distributed as platform
     from megatron_crossbert.training import train
 
     with caplog.at_level(logging.WARNING):

@@ -52,7 +52,7 @@ def count_reads():
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> tuple[Path, Path, Path]:
     """(work dir, corpus prefix, tokenizer dir) with a 2-step checkpoint under work/ckpt."""
-    from megatron_crossbert import platform
+    from megatron_crossbert.platform import distributed as platform
     from megatron_crossbert.training import train
 
     work = tmp_path_factory.mktemp("verify_once")
@@ -73,7 +73,7 @@ STARTS = {
 @pytest.mark.slow
 @pytest.mark.parametrize("start", STARTS)
 def test_a_training_start_resolves_and_parses_once(trained, start):
-    from megatron_crossbert import platform
+    from megatron_crossbert.platform import distributed as platform
     from megatron_crossbert.training.setup import build_session
 
     work, corpus, tokenizer = trained

@@ -23,7 +23,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from megatron_crossbert import platform
+from megatron_crossbert.platform import distributed as platform
 from megatron_crossbert.arch import ENCODERS, REGISTRY, get_arch
 from megatron_crossbert.config import ModelConfig, ParallelConfig
 from megatron_crossbert.convert import ConversionError, export_to_hf, import_from_hf

@@ -128,7 +128,7 @@ def test_parallel_state_handling(setup, tmp_path, monkeypatch):
     from megatron.core import parallel_state
 
     from megatron_crossbert.convert.native import tp1_parallel_state
-    from megatron_crossbert.platform import init_process_group
+    from megatron_crossbert.platform.distributed import init_process_group
 
     _, ckpt, _, _ = setup
     init_process_group()

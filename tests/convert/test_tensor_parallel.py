@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from megatron_crossbert import platform
+from megatron_crossbert.platform import distributed as platform
 from megatron_crossbert.arch import get_encoder
 from megatron_crossbert.config import ParallelConfig
 from megatron_crossbert.convert import export_to_hf, import_from_hf
@@ -36,7 +36,7 @@ def reshard_to_tp2(rank: int, world_size: int, jobs: list[tuple[str, str, str]],
 
     As numpy arrays: torch tensors cross the queue as shared-memory file descriptors, which vanish
     when the rank exits before the parent has read them (FileNotFoundError on a busy machine)."""
-    from megatron_crossbert import platform
+    from megatron_crossbert.platform import distributed as platform
     from megatron_crossbert.checkpoint.load import load_model_weights
     from megatron_crossbert.checkpoint.save import save_model_only
     from megatron_crossbert.architectures.build import build_model

@@ -10,7 +10,7 @@ import torch
 
 support = pytest.importorskip("tests.support.conversion")
 
-from megatron_crossbert import platform  # noqa: E402
+from megatron_crossbert.platform import distributed as platform  # noqa: E402
 from megatron_crossbert.config import ParallelConfig  # noqa: E402
 from megatron_crossbert.evaluation.encoders import HFEncoder, resolve_model  # noqa: E402
 from megatron_crossbert.evaluation.encoding import EncodingOptions, visible_mask  # noqa: E402

@@ -12,7 +12,7 @@ pytest.importorskip("megatron_crossbert.convert")
 pytest.importorskip("megatron_crossbert.models")
 support = pytest.importorskip("tests.support.conversion")  # the convert tests' tiny-checkpoint helpers
 
-from megatron_crossbert import platform  # noqa: E402
+from megatron_crossbert.platform import distributed as platform  # noqa: E402
 from megatron_crossbert.config import ParallelConfig  # noqa: E402
 from megatron_crossbert.evaluation.encoders import HFEncoder, resolve_model  # noqa: E402
 from tests.support.synthetic_eval import write_jsonl_task  # noqa: E402

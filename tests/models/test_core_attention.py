@@ -21,7 +21,7 @@ HEADS, DIM = 4, 8
 def _config(dropout: float = 0.0):
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    from megatron_crossbert import platform
+    from megatron_crossbert.platform import distributed as platform
     from megatron_crossbert.config import ParallelConfig
 
     platform.initialize(ParallelConfig(), 0)

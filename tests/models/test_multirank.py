@@ -92,7 +92,7 @@ def _head_modes(model):
 
 
 def _layout(cfg_overrides):
-    from megatron_crossbert import platform
+    from megatron_crossbert.platform import distributed as platform
     from megatron_crossbert.architectures.build import build_model
 
     cfg = tiny_config(*_ACTIVE[0].overrides, *cfg_overrides)

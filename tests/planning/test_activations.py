@@ -18,7 +18,7 @@ TOLERANCE = 0.10
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_activations_and_parameters_match_one_process(name):
-    from megatron_crossbert import platform
+    from megatron_crossbert.platform import distributed as platform
     from megatron_crossbert.planning.check import measure_case
 
     run_cfg = config(*CASES[name])
@@ -42,7 +42,7 @@ def test_recompute_keeps_a_layer_input_and_views_double_the_encoder():
 
 
 def _tp_worker(rank: int, world_size: int) -> dict:
-    from megatron_crossbert import platform
+    from megatron_crossbert.platform import distributed as platform
     from megatron_crossbert.planning.check import measure_case
 
     results = {}
@@ -105,7 +105,7 @@ def test_cpu_plan_of_the_tiny_config_is_what_autograd_saves_here(capsys, overrid
     same run measured on this CPU, with the example's dropout (0.1 on residuals and attention) and without."""
     import json
 
-    from megatron_crossbert import platform
+    from megatron_crossbert.platform import distributed as platform
     from megatron_crossbert.cli.plan import main
     from megatron_crossbert.config import load_run_config
     from megatron_crossbert.planning.check import measure_case

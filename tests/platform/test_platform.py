@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from megatron_crossbert.platform import PATCHED_ATTRIBUTES, apply_cpu_patches, cpu_patches_active
+from megatron_crossbert.platform.cpu import PATCHED_ATTRIBUTES, apply_cpu_patches, cpu_patches_active
 
 
 @pytest.mark.parametrize("module, attribute", PATCHED_ATTRIBUTES)
@@ -31,7 +31,7 @@ def test_apply_cpu_patches_is_idempotent():
 
 _BUILD_BOTH = """
 import sys
-from megatron_crossbert import platform
+from megatron_crossbert.platform import distributed as platform
 from megatron_crossbert.config import load_run_config
 from megatron_crossbert.architectures.build import build_model
 small = ["model.vocab_size=200", "model.hidden_size=32", "model.num_layers=1", "model.num_attention_heads=2",

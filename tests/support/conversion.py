@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from megatron_crossbert import platform
+from megatron_crossbert.platform import distributed as platform
 from megatron_crossbert.config import DataConfig, ModelConfig, ParallelConfig, RunConfig, TrainingConfig
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]

@@ -51,7 +51,7 @@ def _rank(rank: int, world: int, port: int, argv: list[str], err_path: str) -> N
 
 
 def ranks(world: int, argv: list[str]) -> dict:
-    from megatron_crossbert.platform import free_port
+    from megatron_crossbert.platform.distributed import free_port
 
     port, tmp = free_port(), tempfile.mkdtemp()
     pids = []

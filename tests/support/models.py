@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from megatron_crossbert import platform
+from megatron_crossbert.platform import distributed as platform
 from megatron_crossbert.config import RunConfig, load_run_config
 from megatron_crossbert.architectures.build import build_model
 

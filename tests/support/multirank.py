@@ -11,7 +11,7 @@ import traceback
 
 import torch.multiprocessing as mp
 
-from megatron_crossbert.platform import free_port
+from megatron_crossbert.platform.distributed import free_port
 
 
 def _entry(rank: int, world_size: int, port: int, fn, args, queue) -> None:
@@ -26,7 +26,7 @@ def _entry(rank: int, world_size: int, port: int, fn, args, queue) -> None:
         queue.put((rank, "error", traceback.format_exc()))
         raise
     finally:
-        from megatron_crossbert.platform import destroy
+        from megatron_crossbert.platform.distributed import destroy
 
         destroy()
 

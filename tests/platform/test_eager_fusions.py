@@ -41,7 +41,7 @@ def test_megatron_imports_without_the_compiler_and_hands_torch_compile_back():
 
 
 def test_the_identity_takes_both_call_forms_of_torch_compile():
-    from megatron_crossbert.eager_fusions import _eager_compile
+    from megatron_crossbert.platform.eager_fusions import _eager_compile
 
     def f(x):
         return x
@@ -50,7 +50,7 @@ def test_the_identity_takes_both_call_forms_of_torch_compile():
 
 
 def test_the_finder_ignores_every_other_package():
-    from megatron_crossbert.eager_fusions import EagerMegatronFinder
+    from megatron_crossbert.platform.eager_fusions import EagerMegatronFinder
 
     finder = EagerMegatronFinder()
     assert finder.find_spec("megatron.corex", None) is None and finder.find_spec("numpy", None) is None
