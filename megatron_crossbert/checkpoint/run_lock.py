@@ -79,13 +79,26 @@ class Holder:
         return self.pid != os.getpid() and process_is_alive(self.pid, self.pid_start)
 
 
+READ_TRIES, READ_PAUSE_S = 3, 0.01
+"""A record read empty or cut short is read again this many times, this far apart: the holder rewrites it in place
+(the kernel lock sits on the file, so it cannot be replaced), truncating before it writes, and a reader that
+came in between must not take a live run's record for none."""
+
+
 def read_holder(path: Path) -> Holder | None:
-    """The record in ``path``; None when absent, empty or unreadable (a crash between open and write)."""
-    try:
-        raw = json.loads(path.read_text() or "null")
-        return Holder(**raw) if isinstance(raw, dict) else None
-    except (OSError, ValueError, TypeError):
-        return None
+    """The record in ``path``; None when absent, or empty or unreadable on every try (a crash between open and
+    write)."""
+    for attempt in range(READ_TRIES):
+        try:
+            raw = json.loads(path.read_text())  # empty: ValueError, read again
+            return Holder(**raw) if isinstance(raw, dict) else None
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, TypeError):
+            pass
+        if attempt + 1 < READ_TRIES:
+            time.sleep(READ_PAUSE_S)
+    return None
 
 
 def _kernel_lock(fd: int) -> bool | None:

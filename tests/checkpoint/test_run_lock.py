@@ -136,3 +136,25 @@ def test_only_rank_zero_of_a_saving_run_takes_it(tmp_path, monkeypatch):
         assert lock.path == tmp_path / "save" / LOCK_FILE
     with run_lock_for(tiny_config("crossbert", "unused")) as lock:
         assert lock is None
+
+
+def test_a_record_read_while_its_holder_rewrites_it_is_read_again(tmp_path, monkeypatch):
+    """The holder truncates, then writes: a reader in between reads again rather than see no holder."""
+    path = tmp_path / LOCK_FILE
+    path.write_text("")
+    reads = []
+    real_read = type(path).read_text
+
+    def read_text(self, *args, **kwargs):
+        reads.append(self)
+        if len(reads) == 2:  # the holder's write lands between the first read and the second
+            self.write_text('{"host": "h", "pid": 1, "pid_start": "", "started_utc": "t", "heartbeat": 1.0}')
+        return real_read(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(path), "read_text", read_text)
+    holder = read_holder(path)
+    assert holder is not None and holder.pid == 1 and len(reads) == 2
+    path.write_text("")
+    assert read_holder(path) is None  # empty on every try: a crash between open and write
+    path.unlink()
+    assert read_holder(path) is None
