@@ -3,8 +3,8 @@
 megatron-core wraps its fused kernels (bias-GeLU, SwiGLU, the MoE router, ...) in ``torch.compile`` when its
 modules are imported. That call alone loads TorchDynamo and Inductor (with sympy, networkx and triton): about 3
 of the 8 CPU-seconds that importing megatron-core takes, in every trainer, probe and test process. On a machine
-without CUDA nothing is gained from them: this project leaves those fusions off on the CPU, and where a user turns
-one on, Inductor's C++ build of it would cost more than the kernel saves at these sizes.
+without CUDA this project leaves those fusions off, and where a user turns one on it runs as the same PyTorch
+arithmetic, uncompiled.
 
 So while a ``megatron.core`` module is being executed on a CPU-only machine, ``torch.compile`` is the identity,
 and the real one is put back as soon as that import returns: every ``torch.compile`` call this project or a user
