@@ -45,6 +45,25 @@ def test_the_page_shows_unmeasured_rows_and_names_no_cause_yet():
     assert "not measured yet" in text and "once the study's CrossBERT reading" in text
 
 
+def test_a_row_sharing_an_unmeasured_rows_numbers_is_not_done_and_the_page_renders(tmp_path):
+    """The 2-layer decoder row shares the study's CrossBERT reading: with only BERT's rows measured (CrossBERT's
+    run still training), it is 'not measured yet', not a row without numbers that breaks the page."""
+    plan, work = resolve_plan("smoke"), tmp_path / "work"
+    out = work / "ablations"
+    rows = plan_rows(plan, work, out)
+    bert = next(row for row in rows if row.model.startswith("bert"))
+    row_path(out, bert).parent.mkdir(parents=True)
+    row_path(out, bert).write_text(json.dumps({"glue_raw": 50.0, "glue_whitened": 51.0, "mteb_raw": 40.0,
+                                               "effective_rank": 60.0, "dim": 128, "mean_cosine": 0.8,
+                                               "cpu_s": 60.0}))
+    results = ablations.collect(plan, rows, out)
+    shared = [row for row in results["rows"] if row.get("same_as")]
+    assert shared and not any(row["done"] for row in shared)
+    assert [row["key"] for row in results["rows"] if row["done"]] == [bert.key]
+    text = render_section(ablations_section(results))
+    assert "50.0" in text and "not measured yet" in text
+
+
 def _fake_rows(tmp_path, monkeypatch, stop_after: str | None = None, checkpoints: bool = True):
     """The smoke plan's rows, measuring replaced by writing the row's JSON, and with ``checkpoints`` every study
     checkpoint taken as there: (plan, rows, inputs, out, the keys measured in order)."""

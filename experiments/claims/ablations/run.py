@@ -129,10 +129,11 @@ def collect(plan: Plan, rows: list[Row], out: Path) -> dict:
     for row in rows:
         source = row_path(out, row) if row.same_as is None else out / "rows" / f"{row.same_as}.json"
         measured = json.loads(source.read_text()) if source.is_file() else {}
+        done = bool(measured)  # a row that shares another's numbers is done once that row is
         if row.same_as is not None:
             measured = {**measured, "cpu_s": 0.0, "train_cpu_s": 0.0, "same_as": row.same_as}
         table.append({**measured, "key": row.key, "group": row.group, "model": row.model, "what": row.what,
-                      "done": bool(measured)})
+                      "done": done})
     results = {"plan": plan.name, "seed": SEED, "rows": table,
                "written_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     atomic_write_text(out / "results.json", json.dumps(results, indent=1) + "\n")
