@@ -52,6 +52,15 @@ class Point:
     mteb_pooler_average: float | None = None
     raw_mteb_lite_average: float | None = None
     whitened_mteb_lite_average: float | None = None
+    mteb_raw_tasks: dict[str, float] = field(default_factory=dict)
+    """MTEB-lite's score per task in the raw readout (the paper's), by the task's short name."""
+
+
+def _raw_mteb_tasks(mteb: dict) -> dict[str, float]:
+    """{short name: raw score} from a probe JSON's ``mteb_lite`` block (empty when it has no raw readout)."""
+    per_task = (mteb.get("readouts") or {}).get("tasks") or {}
+    return {short: per_task[full]["raw"] for short, full in (mteb.get("names") or {}).items()
+            if (per_task.get(full) or {}).get("raw") is not None}
 
 
 def _point(plan: Plan, per_sample: float, iteration: int, report: dict, loss: float | None) -> Point:
@@ -66,7 +75,7 @@ def _point(plan: Plan, per_sample: float, iteration: int, report: dict, loss: fl
                  tasks, (readouts.get("raw") or {}).get("glue_average"),
                  (readouts.get("whitened") or {}).get("glue_average"), (report.get("mteb_pooler") or {}).get("average"),
                  raw_mteb_lite_average=mteb_readouts.get("raw"),
-                 whitened_mteb_lite_average=mteb_readouts.get("whitened"))
+                 whitened_mteb_lite_average=mteb_readouts.get("whitened"), mteb_raw_tasks=_raw_mteb_tasks(mteb))
 
 
 def curve(plan: Plan, run: RunSpec, work_dir: Path) -> list[Point]:
@@ -205,6 +214,31 @@ def calibration(plan: Plan, curves: StudyCurves) -> list[dict]:
                   and getattr(p, HEADLINE) is not None}
         rows.append({"iteration": it, "samples": it * plan.global_batch, "bert": mean_interval(list(scores.values())),
                      "gap": paired_difference(scores, refs)})
+    return rows
+
+
+def task_calibration(plan: Plan, curves: StudyCurves) -> list[dict]:
+    """Per probe task at the sample budget: the untrained encoder, BERT, BERT minus untrained (paired by seed),
+    and CrossBERT complementary minus BERT. An average over tasks that sit at chance for every encoder is noise,
+    so the per-task rows show which tasks carry a difference. GLUE and the probe tasks read the recipe's
+    readout; MTEB-lite tasks the raw one (the paper's)."""
+    budget = read_budget(plan, curves.main, "samples")
+    arms = {"untrained": curves.reference, "bert": budget.get("bert", {}),
+            "crossbert-compl": budget.get("crossbert-compl", {})}
+
+    def scores(points: dict[int, Point], task: str, mteb: bool) -> dict[int, float]:
+        return {seed: got for seed, p in points.items()
+                if (got := (p.mteb_raw_tasks if mteb else p.tasks).get(task)) is not None}
+
+    names = [(t, False) for t in dict.fromkeys(t for p in arms["bert"].values() for t in p.tasks)]
+    names += [(t, True) for t in dict.fromkeys(t for p in arms["bert"].values() for t in p.mteb_raw_tasks)]
+    rows = []
+    for task, mteb in names:
+        per_arm = {arm: scores(points, task, mteb) for arm, points in arms.items()}
+        rows.append({"task": f"{task} (MTEB-lite, raw)" if mteb else task,
+                     **{arm: mean_interval(list(v.values())) for arm, v in per_arm.items()},
+                     "gap": paired_difference(per_arm["bert"], per_arm["untrained"]),
+                     "compl_gap": paired_difference(per_arm["crossbert-compl"], per_arm["bert"])})
     return rows
 
 

@@ -230,6 +230,25 @@ def _calibration_blocks(plan: Plan, curves: an.StudyCurves) -> list:
     return [calibration, Paragraph(found)]
 
 
+def _task_calibration_blocks(plan: Plan, curves: an.StudyCurves) -> list:
+    """The calibration per task at the sample budget, with the tasks where BERT is ahead or behind named."""
+    rows = an.task_calibration(plan, curves)
+    if not rows:
+        return []
+    body = [[r["task"], _text(r["untrained"]), _text(r["bert"]),
+             f"{_signed(r['gap'])} ({_short(verdict(r['gap'], 'ahead', 'behind'))})", _text(r["crossbert-compl"]),
+             _signed(r["compl_gap"])] for r in rows]
+    named = {side: [r["task"] for r in rows if verdict(r["gap"], "ahead", "behind") == side]
+             for side in ("ahead", "behind")}
+    found = (f"Beyond the seed noise, BERT is ahead of the untrained encoder on {', '.join(named['ahead']) or 'no task'} "
+             f"and behind on {', '.join(named['behind']) or 'no task'}; the other "
+             f"{len(rows) - len(named['ahead']) - len(named['behind'])} tasks are not resolved at this scale.")
+    return [Paragraph(f"Per task at the sample budget (step {plan.sample_steps}; mean ± 95% interval over the seeds; "
+                      "differences paired by seed):"),
+            table(["task", "untrained", "BERT", "BERT − untrained", "CrossBERT compl.", "compl. − BERT"], body),
+            Paragraph(found)]
+
+
 def _efficiency_blocks(plan: Plan, curves: an.StudyCurves) -> tuple[list, dict]:
     rows, found = [], {}
     for arm in CHALLENGERS:
@@ -338,7 +357,7 @@ def claims_section(plan: Plan, runs: list[RunSpec], work_dir: Path, curves: an.S
                                                                        f" (plan `{plan.name}`)"))
     return title, [
         Heading("Calibration first: does the MLM baseline beat an untrained encoder?", 3),
-        *_calibration_blocks(plan, curves),
+        *_calibration_blocks(plan, curves), *_task_calibration_blocks(plan, curves),
         Heading("Held-out loss against its floors", 3), *_loss_blocks(plan, runs, work_dir),
         Paragraph("Verdicts (a verdict only where the 95% interval of the paired difference excludes zero):"),
         Bullets(_verdicts(verdicts, factors, scaling)),
