@@ -80,7 +80,7 @@ def _fake_rows(tmp_path, monkeypatch, stop_after: str | None = None, checkpoints
 
     monkeypatch.setattr(ablations, "run_row", fake_run_row)
     if checkpoints:
-        monkeypatch.setattr(ablations, "waiting", lambda row: None)
+        monkeypatch.setattr(ablations, "waiting", lambda row, train=True: None)
     monkeypatch.setattr(ablations, "stop_requested",
                         lambda: StudyStopped(signal.SIGTERM) if stop_after in measured else None)
     return plan, plan_rows(plan, work, out), ablations.Inputs(work, "glue", None, None), out, measured

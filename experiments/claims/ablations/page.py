@@ -21,6 +21,10 @@ COLUMNS = [Column("model"), Column("change"), *[Column(name, "right", ".1f") for
 """The table's columns: scores 0-100, the effective rank (over the feature dimension), CPU time in minutes."""
 
 
+TABLE_GROUPS = ("probe-time", "decoder")
+"""The groups of the main table (final checkpoints); trajectory rows get their own table."""
+
+
 def _rank(row: dict) -> float | str | None:
     """The effective rank, with ' / dim' where the row knows its feature dimension."""
     rank = row["effective_rank"]
@@ -40,7 +44,7 @@ def strongest(rows: list[dict], baseline_key: str) -> tuple[dict, dict] | None:
     while either is unmeasured."""
     base = next((row for row in rows if row["key"] == baseline_key and row["done"]), None)
     others = [row for row in rows if row["done"] and row["key"] != baseline_key and not row.get("same_as")
-              and row["model"].startswith("crossbert")]
+              and row["model"].startswith("crossbert") and row["group"] in TABLE_GROUPS]
     if base is None or not others:
         return None
     return base, max(others, key=lambda row: row["effective_rank"])
@@ -67,6 +71,28 @@ def cause_text(rows: list[dict]) -> str:
             "One seed per row: read differences of a few points as noise.")
 
 
+def trajectory_blocks(rows: list[dict]) -> list:
+    """Effective rank and mean cosine of each run along its training, the study's reading: one row per run, one
+    column per probe step, the final checkpoint last (its row in the main table)."""
+    points = [row for row in rows if row["group"] == "trajectory"]
+    if not points:
+        return []
+    by_key = {row["key"]: row for row in rows}
+    steps = sorted({int(row["key"].rsplit("@", 1)[1]) for row in points})
+    body = []
+    for base in dict.fromkeys(row["key"].rsplit("@", 1)[0] for row in points):
+        final = by_key[base]
+        cells = [_geometry(by_key.get(f"{base}@{step}")) for step in steps]
+        body.append([final["model"], *cells, _geometry(final)])
+    header = [Column("run"), *[Column(f"step {step}", "right") for step in steps], Column("final", "right")]
+    return [Paragraph("Along training (all tokens, after the final norm): effective rank / mean cosine of the pooled "
+                      "features at each probe step."), Table(header, body)]
+
+
+def _geometry(row: dict | None) -> str:
+    return "—" if row is None or not row["done"] else f"{row['effective_rank']:.1f} / {row['mean_cosine']:.2f}"
+
+
 def ablations_section(results: dict) -> Section:
     rows = results["rows"]
     cpu = sum(row.get("cpu_s", 0.0) for row in rows)
@@ -79,8 +105,8 @@ def ablations_section(results: dict) -> Section:
         "linear probe's average (raw: pooled features as they are; whitened: PCA-whitened); effective rank "
         "(Roy & Vetterli) and mean pairwise cosine (uncentred) are those of the pooled features. A visible half "
         "pools half as many tokens, which by itself lowers the mean cosine: BERT's same row is the control."),
-        Table(COLUMNS, [_row(row) for group in ("probe-time", "decoder") for row in rows if row["group"] == group]),
-        Paragraph(cause_text(rows)),
+        Table(COLUMNS, [_row(row) for group in TABLE_GROUPS for row in rows if row["group"] == group]),
+        Paragraph(cause_text(rows)), *trajectory_blocks(rows),
         Paragraph(f"{done} of {len(rows)} rows measured; {cpu / 3600:.2f} CPU-hours (decoder rows include their "
                   f"training; results.json written {results['written_utc']})."),
         Paragraph(f"Reproduce: `python -m experiments.claims.ablations --plan {results['plan']} --work-dir WORK` "

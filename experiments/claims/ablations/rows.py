@@ -3,7 +3,9 @@
 Probe-time rows read the final checkpoints of the study's seed-1 runs of CrossBERT complementary and BERT (in the
 study's work dir) four ways (``READINGS``); decoder rows read CrossBERT complementary trained again with a weaker
 reconstruction decoder (``DECODERS``), in the ablations' own work dir. The 2-layer decoder row is the study's own
-reading and shares its numbers. A row's key names its JSON (``rows/<key>.json``) and its record.
+reading and shares its numbers. Trajectory rows read the same runs the study's way at the plan's earlier probe
+steps (``plan.probe_at``), so the table says when a run's rank falls, and a decoder run still training gives an
+early reading. A row's key names its JSON (``rows/<key>.json``) and its record.
 """
 
 from __future__ import annotations
@@ -78,11 +80,31 @@ class Row:
     reading: Reading
     same_as: str | None = None
     """The key of the row whose numbers this one shares (the 2-layer decoder row is the study's reading)."""
+    step: int | None = None
+    """The checkpoint read: the run's step ``step`` (a trajectory row), or None for its final one."""
 
     @property
     def trained_here(self) -> bool:
         """Whether the row trains its own run (a decoder row other than the study's 2 layers)."""
         return self.group == "decoder" and self.same_as is None
+
+    @property
+    def with_mteb(self) -> bool:
+        """Whether the row scores MTEB-lite too: the final checkpoints only (a trajectory point reads GLUE and the
+        features' geometry, a minute of CPU less)."""
+        return self.step is None
+
+
+def trajectory_steps(plan: Plan, run: RunSpec) -> list[int]:
+    """The plan's probe steps before ``run``'s last (none when the plan probes on a grid, not at ``probe_at``)."""
+    return sorted(step for step in plan.probe_at if step < run.train_steps)
+
+
+def trajectory(plan: Plan, row: Row) -> list[Row]:
+    """``row``'s run read the study's way at each earlier probe step, keyed ``<row.key>@<step>``."""
+    return [dataclasses.replace(row, key=f"{row.key}@{step}", group="trajectory", what=f"step {step}",
+                                reading=READINGS[0], step=step)
+            for step in trajectory_steps(plan, row.run)]
 
 
 def seed_run(plan: Plan, arm: str) -> RunSpec:
@@ -101,12 +123,14 @@ def decoder_run(plan: Plan, decoder: Decoder) -> RunSpec:
 
 
 def plan_rows(plan: Plan, work: Path, out: Path) -> list[Row]:
-    """Every arm's probe-time rows, then the decoder rows (the 2-layer one pointing at the study's reading)."""
+    """Every arm's probe-time rows, then the decoder rows (the 2-layer one pointing at the study's reading); each
+    run's trajectory rows follow its first row."""
     rows = []
     for arm in PROBED_ARMS:
         run = seed_run(plan, arm)
-        rows += [Row(f"{run.name}--r{i}", "probe-time", run.name, reading.label, run, work, reading)
-                 for i, reading in enumerate(READINGS)]
+        readings = [Row(f"{run.name}--r{i}", "probe-time", run.name, reading.label, run, work, reading)
+                    for i, reading in enumerate(READINGS)]
+        rows += [readings[0], *trajectory(plan, readings[0]), *readings[1:]]
     study = f"{seed_run(plan, 'crossbert-compl').name}--r0"
     for decoder in DECODERS:
         if decoder.key == "dec2":
@@ -114,7 +138,8 @@ def plan_rows(plan: Plan, work: Path, out: Path) -> list[Row]:
                             seed_run(plan, "crossbert-compl"), work, READINGS[0], same_as=study))
         else:
             run = decoder_run(plan, decoder)
-            rows.append(Row(decoder.key, "decoder", run.name, decoder.label, run, out, READINGS[0]))
+            row = Row(decoder.key, "decoder", run.name, decoder.label, run, out, READINGS[0])
+            rows += [row, *trajectory(plan, row)]
     return rows
 
 

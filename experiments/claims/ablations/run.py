@@ -14,6 +14,9 @@ rank and mean pairwise cosine (``megatron_crossbert.evaluation.feature_stats``):
   reconstruction decoder (1 layer; 1 layer at half width; one layer of cross-attention alone,
   ``model.decoder_cross_attention_only``). A decoder strong enough to reconstruct from a few directions lets
   the encoder stay low-rank; the 2-layer row is the main run's own (the first probe-time row).
+- **trajectory rows**: each of those runs read the study's way at the plan's earlier probe steps (GLUE and the
+  features' geometry, no MTEB-lite): when a run's rank falls, and an early reading of a decoder run still
+  training (``--probe-only`` measures them beside the process that trains it).
 
 The decoder runs train through the study's own training stage into ``WORK/ablations/runs`` (their configs
 recorded like the study's, so a changed plan is refused), from the study's tokenizer and data. Every row is one
@@ -65,11 +68,19 @@ class Inputs:
     """The page whose ``collapse-ablations`` section is rewritten; None: no page."""
     records: Path | None = None
     """The ablations' records (``sealed_rows``); None: the work dir is the only record."""
+    train: bool = True
+    """Whether this process trains the decoder runs; False (``--stages probe``): it measures the rows whose
+    checkpoints exist and leaves the training to another process."""
 
 
-def final_checkpoint(folder: Path, run: RunSpec) -> Path | None:
-    """The run's checkpoint at its last step in work dir ``folder``, or None while it is not trained that far."""
-    return next((path for it, path in checkpoints(folder, run) if it == run.train_steps), None)
+def step_checkpoint(folder: Path, run: RunSpec, step: int) -> Path | None:
+    """The run's checkpoint at ``step`` in work dir ``folder``, or None while it is not trained that far."""
+    return next((path for it, path in checkpoints(folder, run) if it == step), None)
+
+
+def row_checkpoint(row: Row) -> Path | None:
+    """The checkpoint ``row`` reads: its step's, or its run's final one."""
+    return step_checkpoint(row.run_dir, row.run, row.run.train_steps if row.step is None else row.step)
 
 
 def _cpu() -> float:
@@ -106,15 +117,17 @@ def run_row(plan: Plan, row: Row, inputs: Inputs, out: Path, tasks: tuple[list, 
     from ..study.train_stage import run_train_stage
 
     start, cpu = time.time(), _cpu()
-    if row.trained_here:
+    if row.trained_here and inputs.train:
         run_train_stage(plan, [row.run], out, data_prefix(inputs.work), str(tokenizer_dir(inputs.work)))
     train_cpu = _cpu() - cpu
-    checkpoint = final_checkpoint(row.run_dir, row.run)
+    checkpoint = row_checkpoint(row)
     if checkpoint is None:
         return False
-    print(f"[ablations] {row.key}: {row.what}", flush=True)
+    print(f"[ablations] {row.key}: {row.model}, {row.what}", flush=True)
+    glue, mteb = tasks
     record = {"key": row.key, "group": row.group, "model": row.model, "what": row.what, "checkpoint": str(checkpoint),
-              "steps": row.run.train_steps, **measure(plan, row, checkpoint, inputs, *tasks),
+              "steps": row.run.train_steps if row.step is None else row.step,
+              **measure(plan, row, checkpoint, inputs, glue, mteb if row.with_mteb else []),
               "train_cpu_s": round(train_cpu, 1), "cpu_s": round(_cpu() - cpu, 1),
               "wall_s": round(time.time() - start, 1)}
     path = row_path(out, row)
@@ -149,16 +162,17 @@ def _keys(plan: Plan, rows: list[Row], inputs: Inputs) -> dict[str, dict]:
     return keys
 
 
-def waiting(row: Row) -> str | None:
-    """Why a probe-time row cannot be measured here yet (its study run has no final checkpoint in the study's
-    work dir), in words; None when it can."""
-    if row.trained_here or final_checkpoint(row.run_dir, row.run) is not None:
+def waiting(row: Row, train: bool = True) -> str | None:
+    """Why a row cannot be measured here yet (its run has no checkpoint at the step it reads, and this process
+    does not train it), in words; None when it can."""
+    if (row.trained_here and train) or row_checkpoint(row) is not None:
         return None
     folder = run_dir(row.run_dir, row.run)
     if rec.sealed_record(folder) is not None:
-        return (f"{folder} was restored from the study's records without its checkpoints: its rows wait for a work "
+        return (f"{folder} was restored from the records without its checkpoints: its rows wait for a work "
                 "dir that holds them")
-    return f"{folder} is not trained yet (no checkpoint at step {row.run.train_steps}): its rows wait"
+    step = row.run.train_steps if row.step is None else row.step
+    return f"{folder} is not trained yet (no checkpoint at step {step}): its rows wait"
 
 
 def _to_do(row: Row, out: Path, records: Path | None) -> bool:
@@ -188,7 +202,7 @@ def measure_rows(plan: Plan, rows: list[Row], inputs: Inputs, out: Path, tasks: 
     signal ends it after the row it stopped (``StudyStopped``). Returns the results."""
     results, waits = collect(plan, rows, out), {}
     for row in filter(lambda row: _to_do(row, out, inputs.records), rows):
-        note = None if row_path(out, row).is_file() else waiting(row)  # measured: sealing needs no checkpoint
+        note = None if row_path(out, row).is_file() else waiting(row, inputs.train)  # measured: sealing needs none
         if note is not None:
             waits.setdefault(row.model, note)
         elif take_row(plan, row, inputs, out, tasks):
@@ -240,6 +254,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--glue-dir", default=None, help="glue_data directory (default: glue/ of the shared data folder)")
     p.add_argument("--mteb-lite-dir", default=None,
                    help="MTEB-lite folders (default: mteb_lite/ of the shared data folder; 'none': no MTEB column)")
+    p.add_argument("--probe-only", action="store_true",
+                   help="measure only the rows whose checkpoints exist (trajectory points of a decoder run still "
+                        "training included) and train nothing: beside a process that trains the decoder runs")
     add_side_flags(p, "the study's work dir (python -m experiments.claims --plan P --work-dir W): its data and "
                       "seed-1 runs are read there, and the ablations write W/ablations/", SECTION)
     return p
@@ -251,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     side = side_args(args, f"python -m experiments.claims --plan {args.plan} --work-dir {args.work_dir} (its data "
                            "and train stages)")
     inputs = Inputs(side.work, args.glue_dir or default_or_error("--glue-dir", "GLUE folder", "glue"),
-                    mteb_lite_dir(args.mteb_lite_dir), side.page, side.records)
+                    mteb_lite_dir(args.mteb_lite_dir), side.page, side.records, train=not args.probe_only)
     return exit_status("ablations", lambda: _summary(run_ablations(resolve_plan(args.plan), inputs), inputs))
 
 

@@ -1,0 +1,85 @@
+"""The ablations' trajectory rows: each run read the study's way at the plan's earlier probe steps.
+
+A plan that probes at ``probe_at`` gets one row per earlier step after each run's first row, keyed
+``<row>@<step>`` and sealed under a key that names the step (the final rows' keys stay as they were, so their
+records still load). ``--probe-only`` measures the rows whose checkpoints exist, a decoder run still training
+included, and trains nothing. The page shows each run's rank and cosine along its steps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from experiments.claims.ablations import run as ablations
+from experiments.claims.ablations.page import ablations_section
+from experiments.claims.ablations.rows import plan_rows, row_path
+from experiments.claims.ablations.sealed_rows import row_key
+from experiments.claims.study.plan import resolve_plan
+from experiments.claims.study.train_stage import run_dir
+from megatron_crossbert.checkpoint.directories import RUN_CONFIG_FILE
+from megatron_crossbert.results_page.render import render_section
+
+
+def _plan():
+    """The smoke plan trained 4 steps and probed at steps 1 and 2 besides its last."""
+    return dataclasses.replace(resolve_plan("smoke"), sample_steps=4, save_interval=1, probe_at=[1, 2, 4])
+
+
+def _checkpoint(folder, run, step: int) -> None:
+    path = run_dir(folder, run) / f"iter_{step:07d}"
+    path.mkdir(parents=True)
+    (path / RUN_CONFIG_FILE).write_text("{}")
+
+
+def test_each_run_gets_a_row_per_earlier_probe_step_keyed_by_its_step(tmp_path):
+    plan = _plan()
+    rows = plan_rows(plan, tmp_path / "work", tmp_path / "out")
+    keys = [row.key for row in rows]
+    at = keys.index("crossbert-compl-s1--r0")
+    assert keys[at:at + 4] == ["crossbert-compl-s1--r0", "crossbert-compl-s1--r0@1", "crossbert-compl-s1--r0@2",
+                               "crossbert-compl-s1--r1"]
+    assert keys[keys.index("dec1"):keys.index("dec1") + 3] == ["dec1", "dec1@1", "dec1@2"]
+    assert "dec2@1" not in keys  # the 2-layer decoder is the study's run: its trajectory is the r0 rows'
+    point = rows[keys.index("dec1@1")]
+    assert (point.group, point.step, point.with_mteb, point.trained_here) == ("trajectory", 1, False, False)
+    assert row_key(plan, point)["step"] == 1 and "step" not in row_key(plan, rows[keys.index("dec1")])
+    assert not [row for row in plan_rows(resolve_plan("smoke"), tmp_path, tmp_path) if row.group == "trajectory"]
+
+
+def test_probe_only_measures_the_points_a_training_run_has_reached_and_trains_nothing(tmp_path, monkeypatch, capsys):
+    plan, out = _plan(), tmp_path / "work" / "ablations"
+    rows = plan_rows(plan, tmp_path / "work", out)
+    dec1 = next(row for row in rows if row.key == "dec1")
+    _checkpoint(out, dec1.run, 1)  # the decoder run is training: step 1 saved, step 2 not yet
+    seen = []
+
+    def fake_measure(plan, row, checkpoint, inputs, glue, mteb):
+        seen.append((row.key, checkpoint.name, list(mteb)))
+        return {"effective_rank": 3.0, "mean_cosine": 0.5, "dim": 32}
+
+    monkeypatch.setattr(ablations, "measure", fake_measure)
+    monkeypatch.setattr(ablations, "run_train_stage", lambda *a: (_ for _ in ()).throw(AssertionError("trained")),
+                        raising=False)
+    inputs = ablations.Inputs(tmp_path / "work", "glue", None, None, train=False)
+    results = ablations.measure_rows(plan, rows, inputs, out, (["glue"], ["mteb"]))
+    assert seen == [("dec1@1", "iter_0000001", [])]  # the step's checkpoint, without MTEB-lite
+    record = json.loads(row_path(out, rows[[r.key for r in rows].index("dec1@1")]).read_text())
+    assert record["steps"] == 1 and record["group"] == "trajectory"
+    assert "crossbert-compl-dec1-s1 is not trained yet (no checkpoint at step 4)" in capsys.readouterr().out
+    assert {row["key"]: row["done"] for row in results["rows"]}["dec1@1"]
+
+
+def test_the_page_shows_each_runs_rank_and_cosine_along_its_steps():
+    def row(key, group, rank, done=True):
+        return {"key": key, "group": group, "model": "crossbert-compl-dec1-s1", "what": "w", "done": done,
+                "effective_rank": rank, "mean_cosine": 0.25, "glue_raw": 50.0, "glue_whitened": 51.0,
+                "mteb_raw": None, "dim": 128, "cpu_s": 60.0}
+
+    rows = [row("dec1", "decoder", 30.0), row("dec1@610", "trajectory", 12.5),
+            row("dec1@1220", "trajectory", 0.0, done=False)]
+    text = render_section(ablations_section({"plan": "p", "seed": 1, "rows": rows, "written_utc": "now"}))
+    table = text[text.index("Along training"):]
+    assert "step 610" in table and "step 1220" in table and "final" in table
+    assert "| crossbert-compl-dec1-s1 | 12.5 / 0.25 | — | 30.0 / 0.25 |" in table
+    assert "dec1@610" not in text.split("Along training")[0]  # the main table keeps the final checkpoints
