@@ -232,16 +232,31 @@ class HFEncoder:
             raise ValueError(f"{self.resolved.hf_path}: attention pooling needs a saved AttentionPooling module")
         return self.attention.pool(hidden, mask)
 
+    def _batch(self, texts: list[str]) -> dict[str, torch.Tensor]:
+        """The padded, truncated batch of ``texts`` on the device, its attention mask the tokens the encoder sees
+        (``self.encoding``'s visible subset, else every real token)."""
+        batch = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_len, return_tensors="pt")
+        batch = {k: v.to(self.device) for k, v in batch.items()}
+        if self.encoding.visible_fraction < 1.0:
+            batch["attention_mask"] = visible_mask(batch["attention_mask"], texts, self.encoding.visible_fraction,
+                                                   self.encoding.seed)
+        return batch
+
+    def token_ids(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """Each text's ids of the tokens ``token_states`` returns states of, in the same order."""
+        out: list[np.ndarray] = []
+        for start in range(0, len(texts), self.batch_size):
+            batch = self._batch(list(texts[start:start + self.batch_size]))
+            ids, mask = batch["input_ids"].cpu().numpy(), batch["attention_mask"].bool().cpu().numpy()
+            out += [row[keep] for row, keep in zip(ids, mask)]
+        return out
+
     @torch.inference_mode()
     def _forward(self, texts: list[str], all_layers: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """The backbone's float hidden states ``[n_layers, b, s, h]`` of a padded batch, and its attention mask
         (the tokens the encoder saw: ``self.encoding``'s visible subset, else every real token)."""
-        batch = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_len, return_tensors="pt")
-        batch = {k: v.to(self.device) for k, v in batch.items()}
+        batch = self._batch(texts)
         options = self.encoding
-        if options.visible_fraction < 1.0:
-            batch["attention_mask"] = visible_mask(batch["attention_mask"], texts, options.visible_fraction,
-                                                   options.seed)
         out = self.model(**batch, output_hidden_states=all_layers or options.hidden_state != "after_final_norm")
         if all_layers:
             hidden = torch.stack(out.hidden_states)

@@ -113,8 +113,10 @@ def test_a_probe_time_row_without_its_checkpoint_waits_in_one_line_per_run(tmp_p
     plan, rows, inputs, out, measured = _fake_rows(tmp_path, monkeypatch, checkpoints=False)
     ablations.measure_rows(plan, rows, inputs, out, ([], []))
     lines = [line for line in capsys.readouterr().out.splitlines() if "not trained yet" in line]
-    assert len(lines) == 2 and "bert-s1" in " ".join(lines)  # one line per study run, not per row
+    study = [line for line in lines if "/work/runs/" in line]
+    assert len(study) == 2 and "bert-s1" in " ".join(study)  # one line per study run, not per row
     assert measured == ["dec1", "dec1-half", "xattn"]  # the decoder rows train their own runs
+    assert len(lines) == 5  # and their geometry rows wait for the checkpoints this fake training did not write
 
 
 def test_a_row_measured_here_is_sealed_without_its_checkpoint(tmp_path, monkeypatch):
@@ -168,7 +170,7 @@ def test_the_ablations_measure_every_row_and_resume_from_their_records(tmp_path)
     _kill_when(argv, lambda: (out / "runs" / "crossbert-compl-dec1-half-s1").is_dir(), timeout=900,
                module="experiments.claims.ablations")
     sealed = {path.name: path.read_bytes() for path in (out / "rows").glob("*.json")}
-    assert len(sealed) == 9 and all(rec.is_sealed(records, name[:-len(".json")]) for name in sealed)
+    assert len(sealed) == 12 and all(rec.is_sealed(records, name[:-len(".json")]) for name in sealed)
     shutil.rmtree(work)  # the session's machine is gone; only the records are left
     assert claims_main(study) == 0  # the next session rebuilds the study's data
     assert main(argv) == 0
@@ -178,8 +180,15 @@ def test_the_ablations_measure_every_row_and_resume_from_their_records(tmp_path)
     assert rec.sealed_record(out / "runs" / "crossbert-compl-dec1-s1") is not None  # the sealed one: complete
     results = json.loads((out / "results.json").read_text())
     rows = {row["key"]: row for row in results["rows"]}
-    assert [key for key in rows if key.startswith("bert-s1")] == [f"bert-s1--r{i}" for i in range(4)]
-    assert list(rows)[-4:] == ["dec2", "dec1", "dec1-half", "xattn"]
+    assert [key for key in rows if key.startswith("bert-s1")] == ["bert-s1--r0", "bert-s1--r0~geometry@2",
+                                                                   *[f"bert-s1--r{i}" for i in range(1, 4)]]
+    assert [key for key in rows if rows[key]["group"] == "decoder"] == ["dec2", "dec1", "dec1-half", "xattn"]
+    geometry = {key: rows.pop(key) for key in list(rows) if rows[key]["group"] == "geometry"}
+    assert sorted(geometry) == sorted(f"{key}~geometry@2" for key in ("crossbert-compl-s1--r0", "bert-s1--r0",
+                                                                      "dec1", "dec1-half", "xattn"))
+    for key, row in geometry.items():
+        assert row["done"] and 0 < row["token_effective_rank"] <= 32 and 0 <= row["position_share"] <= 1, key
+        assert 0 <= row["identity_share"] <= 1 and row["n_texts"] > 0 and rec.is_sealed(records, key)
     for row in rows.values():
         assert row["done"] and row["glue_raw"] is not None and row["glue_whitened"] is not None, row
         assert row["mteb_raw"] is not None and 0 < row["effective_rank"] <= row["dim"] == 32

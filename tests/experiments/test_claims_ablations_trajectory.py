@@ -37,14 +37,21 @@ def test_each_run_gets_a_row_per_earlier_probe_step_keyed_by_its_step(tmp_path):
     rows = plan_rows(plan, tmp_path / "work", tmp_path / "out")
     keys = [row.key for row in rows]
     at = keys.index("crossbert-compl-s1--r0")
-    assert keys[at:at + 4] == ["crossbert-compl-s1--r0", "crossbert-compl-s1--r0@1", "crossbert-compl-s1--r0@2",
+    study = "crossbert-compl-s1--r0"
+    assert keys[at:at + 7] == [study, f"{study}@1", f"{study}@2", *[f"{study}~geometry@{s}" for s in (1, 2, 4)],
                                "crossbert-compl-s1--r1"]
-    assert keys[keys.index("dec1"):keys.index("dec1") + 3] == ["dec1", "dec1@1", "dec1@2"]
+    assert keys[keys.index("dec1"):keys.index("dec1") + 6] == ["dec1", "dec1@1", "dec1@2", "dec1~geometry@1",
+                                                               "dec1~geometry@2", "dec1~geometry@4"]
     assert "dec2@1" not in keys  # the 2-layer decoder is the study's run: its trajectory is the r0 rows'
     point = rows[keys.index("dec1@1")]
     assert (point.group, point.step, point.with_mteb, point.trained_here) == ("trajectory", 1, False, False)
     assert row_key(plan, point)["step"] == 1 and "step" not in row_key(plan, rows[keys.index("dec1")])
-    assert not [row for row in plan_rows(resolve_plan("smoke"), tmp_path, tmp_path) if row.group == "trajectory"]
+    geometry = rows[keys.index("dec1~geometry@4")]
+    assert (geometry.measure, geometry.base, geometry.with_mteb) == ("geometry", "dec1", False)
+    assert row_key(plan, geometry)["measure"] == "geometry" and "measure" not in row_key(plan, point)
+    smoke = plan_rows(resolve_plan("smoke"), tmp_path, tmp_path)  # no probe_at: geometry at the last step only
+    assert not [row for row in smoke if row.group == "trajectory"]
+    assert [row.key for row in smoke if row.group == "geometry"][:1] == ["crossbert-compl-s1--r0~geometry@2"]
 
 
 def test_probe_only_measures_the_points_a_training_run_has_reached_and_trains_nothing(tmp_path, monkeypatch, capsys):
@@ -61,9 +68,11 @@ def test_probe_only_measures_the_points_a_training_run_has_reached_and_trains_no
     monkeypatch.setattr(ablations, "measure", fake_measure)
     monkeypatch.setattr(ablations, "run_train_stage", lambda *a: (_ for _ in ()).throw(AssertionError("trained")),
                         raising=False)
+    monkeypatch.setattr(ablations, "measure_geometry",
+                        lambda plan, row, checkpoint, inputs, glue: seen.append((row.key, checkpoint.name)) or {})
     inputs = ablations.Inputs(tmp_path / "work", "glue", None, None, train=False)
     results = ablations.measure_rows(plan, rows, inputs, out, (["glue"], ["mteb"]))
-    assert seen == [("dec1@1", "iter_0000001", [])]  # the step's checkpoint, without MTEB-lite
+    assert seen == [("dec1@1", "iter_0000001", []), ("dec1~geometry@1", "iter_0000001")]  # no MTEB-lite
     record = json.loads(row_path(out, rows[[r.key for r in rows].index("dec1@1")]).read_text())
     assert record["steps"] == 1 and record["group"] == "trajectory"
     assert "crossbert-compl-dec1-s1 is not trained yet (no checkpoint at step 4)" in capsys.readouterr().out
@@ -76,8 +85,8 @@ def test_the_page_shows_each_runs_rank_and_cosine_along_its_steps():
                 "effective_rank": rank, "mean_cosine": 0.25, "glue_raw": 50.0, "glue_whitened": 51.0,
                 "mteb_raw": None, "dim": 128, "cpu_s": 60.0}
 
-    rows = [row("dec1", "decoder", 30.0), row("dec1@610", "trajectory", 12.5),
-            row("dec1@1220", "trajectory", 0.0, done=False)]
+    rows = [row("dec1", "decoder", 30.0), {**row("dec1@610", "trajectory", 12.5), "base": "dec1", "step": 610},
+            {**row("dec1@1220", "trajectory", 0.0, done=False), "base": "dec1", "step": 1220}]
     text = render_section(ablations_section({"plan": "p", "seed": 1, "rows": rows, "written_utc": "now"}))
     table = text[text.index("Along training"):]
     assert "step 610" in table and "step 1220" in table and "final" in table

@@ -22,7 +22,7 @@ COLUMNS = [Column("model"), Column("change"), *[Column(name, "right", ".1f") for
 
 
 TABLE_GROUPS = ("probe-time", "decoder")
-"""The groups of the main table (final checkpoints); trajectory rows get their own table."""
+"""The groups of the main table (final checkpoints); trajectory and geometry rows get their own tables."""
 
 
 def _rank(row: dict) -> float | str | None:
@@ -78,15 +78,35 @@ def trajectory_blocks(rows: list[dict]) -> list:
     if not points:
         return []
     by_key = {row["key"]: row for row in rows}
-    steps = sorted({int(row["key"].rsplit("@", 1)[1]) for row in points})
-    body = []
-    for base in dict.fromkeys(row["key"].rsplit("@", 1)[0] for row in points):
-        final = by_key[base]
-        cells = [_geometry(by_key.get(f"{base}@{step}")) for step in steps]
-        body.append([final["model"], *cells, _geometry(final)])
+    steps = sorted({row["step"] for row in points})
+    at = {(row["base"], row["step"]): row for row in points}
+    body = [[by_key[base]["model"], *[_geometry(at.get((base, step))) for step in steps], _geometry(by_key[base])]
+            for base in dict.fromkeys(row["base"] for row in points)]
     header = [Column("run"), *[Column(f"step {step}", "right") for step in steps], Column("final", "right")]
     return [Paragraph("Along training (all tokens, after the final norm): effective rank / mean cosine of the pooled "
                       "features at each probe step."), Table(header, body)]
+
+
+GEOMETRY_COLUMNS = [Column("run"), Column("step", "right"), *[Column(name, "right", ".2f") for name in (
+    "token rank", "1st direction", "token id", "position", "pooled 1st ~ length |r|")]]
+"""The token-geometry table: the token states' effective rank, then shares of their variance (on the first
+principal direction, explained by the token id, by the absolute position), then the length correlation."""
+
+
+def geometry_blocks(rows: list[dict]) -> list:
+    """Where each run's token-state variance lies, step by step (``evaluation.token_geometry``)."""
+    points = [row for row in rows if row["group"] == "geometry"]
+    if not points:
+        return []
+    body = [[row["model"], row["step"], *([row["token_effective_rank"], row["pc1_share"], row["identity_share"],
+                                          row["position_share"], row["pooled_length_r"]] if row["done"] else
+                                         ["not measured yet", None, None, None, None])] for row in points]
+    return [Paragraph("Where the token states' variance lies (all tokens, after the final norm, on a fixed sample of "
+                      "GLUE test texts): their effective rank; the shares of their variance on the first principal "
+                      "direction, explained by the token id and by the absolute position; and |r| between the "
+                      "mean-pooled features' first principal score and the text's length in tokens. A run whose "
+                      "token states carry position more than words gives pooled features that mostly say how "
+                      "long the text is."), Table(GEOMETRY_COLUMNS, body)]
 
 
 def _geometry(row: dict | None) -> str:
@@ -106,7 +126,7 @@ def ablations_section(results: dict) -> Section:
         "(Roy & Vetterli) and mean pairwise cosine (uncentred) are those of the pooled features. A visible half "
         "pools half as many tokens, which by itself lowers the mean cosine: BERT's same row is the control."),
         Table(COLUMNS, [_row(row) for group in TABLE_GROUPS for row in rows if row["group"] == group]),
-        Paragraph(cause_text(rows)), *trajectory_blocks(rows),
+        Paragraph(cause_text(rows)), *trajectory_blocks(rows), *geometry_blocks(rows),
         Paragraph(f"{done} of {len(rows)} rows measured; {cpu / 3600:.2f} CPU-hours (decoder rows include their "
                   f"training; results.json written {results['written_utc']})."),
         Paragraph(f"Reproduce: `python -m experiments.claims.ablations --plan {results['plan']} --work-dir WORK` "

@@ -5,7 +5,8 @@ study's work dir) four ways (``READINGS``); decoder rows read CrossBERT compleme
 reconstruction decoder (``DECODERS``), in the ablations' own work dir. The 2-layer decoder row is the study's own
 reading and shares its numbers. Trajectory rows read the same runs the study's way at the plan's earlier probe
 steps (``plan.probe_at``), so the table says when a run's rank falls, and a decoder run still training gives an
-early reading. A row's key names its JSON (``rows/<key>.json``) and its record.
+early reading; geometry rows measure where its token states' variance lies at those steps and its last
+(``evaluation.token_geometry``). A row's key names its JSON (``rows/<key>.json``) and its record.
 """
 
 from __future__ import annotations
@@ -81,7 +82,12 @@ class Row:
     same_as: str | None = None
     """The key of the row whose numbers this one shares (the 2-layer decoder row is the study's reading)."""
     step: int | None = None
-    """The checkpoint read: the run's step ``step`` (a trajectory row), or None for its final one."""
+    """The checkpoint read: the run's step ``step`` (a trajectory or geometry row), or None for its final one."""
+    measure: str = "probe"
+    """'probe': frozen GLUE, MTEB-lite and the pooled features' statistics; 'geometry': where the variance of
+    the token states lies (``evaluation.token_geometry``)."""
+    base: str | None = None
+    """The key of the row whose run and reading this one repeats at another step or with another measure."""
 
     @property
     def trained_here(self) -> bool:
@@ -92,7 +98,7 @@ class Row:
     def with_mteb(self) -> bool:
         """Whether the row scores MTEB-lite too: the final checkpoints only (a trajectory point reads GLUE and the
         features' geometry, a minute of CPU less)."""
-        return self.step is None
+        return self.step is None and self.measure == "probe"
 
 
 def trajectory_steps(plan: Plan, run: RunSpec) -> list[int]:
@@ -103,8 +109,20 @@ def trajectory_steps(plan: Plan, run: RunSpec) -> list[int]:
 def trajectory(plan: Plan, row: Row) -> list[Row]:
     """``row``'s run read the study's way at each earlier probe step, keyed ``<row.key>@<step>``."""
     return [dataclasses.replace(row, key=f"{row.key}@{step}", group="trajectory", what=f"step {step}",
-                                reading=READINGS[0], step=step)
+                                reading=READINGS[0], step=step, base=row.key)
             for step in trajectory_steps(plan, row.run)]
+
+
+def geometry(plan: Plan, row: Row) -> list[Row]:
+    """``row``'s run's token geometry at each probe step and its last, keyed ``<row.key>~geometry@<step>``."""
+    return [dataclasses.replace(row, key=f"{row.key}~geometry@{step}", group="geometry", what=f"step {step}",
+                                reading=READINGS[0], step=step, measure="geometry", base=row.key)
+            for step in [*trajectory_steps(plan, row.run), row.run.train_steps]]
+
+
+def _with_steps(plan: Plan, row: Row) -> list[Row]:
+    """``row``, then its run's trajectory and geometry rows."""
+    return [row, *trajectory(plan, row), *geometry(plan, row)]
 
 
 def seed_run(plan: Plan, arm: str) -> RunSpec:
@@ -124,13 +142,13 @@ def decoder_run(plan: Plan, decoder: Decoder) -> RunSpec:
 
 def plan_rows(plan: Plan, work: Path, out: Path) -> list[Row]:
     """Every arm's probe-time rows, then the decoder rows (the 2-layer one pointing at the study's reading); each
-    run's trajectory rows follow its first row."""
+    run's trajectory and geometry rows follow its first row."""
     rows = []
     for arm in PROBED_ARMS:
         run = seed_run(plan, arm)
         readings = [Row(f"{run.name}--r{i}", "probe-time", run.name, reading.label, run, work, reading)
                     for i, reading in enumerate(READINGS)]
-        rows += [readings[0], *trajectory(plan, readings[0]), *readings[1:]]
+        rows += [*_with_steps(plan, readings[0]), *readings[1:]]
     study = f"{seed_run(plan, 'crossbert-compl').name}--r0"
     for decoder in DECODERS:
         if decoder.key == "dec2":
@@ -139,7 +157,7 @@ def plan_rows(plan: Plan, work: Path, out: Path) -> list[Row]:
         else:
             run = decoder_run(plan, decoder)
             row = Row(decoder.key, "decoder", run.name, decoder.label, run, out, READINGS[0])
-            rows += [row, *trajectory(plan, row)]
+            rows += _with_steps(plan, row)
     return rows
 
 

@@ -35,6 +35,7 @@ import argparse
 import dataclasses
 import json
 import os
+import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,6 +112,29 @@ def measure(plan: Plan, row: Row, checkpoint: Path, inputs: Inputs, glue: list, 
             "tasks": {name: entry.get("readouts") for name, entry in report["tasks"].items()}}
 
 
+GEOMETRY_TEXTS = 600
+"""Texts whose token states a geometry row reads: a seeded sample of the GLUE tasks' test texts."""
+
+
+def geometry_texts(glue: list, size: int = GEOMETRY_TEXTS, seed: int = SEED) -> list[str]:
+    """A seeded sample of ``size`` test texts across the GLUE tasks (first sentences), the same for every row."""
+    texts = sorted({text for task in glue for text in task.test.texts})
+    return sorted(random.Random(seed).sample(texts, min(size, len(texts))))
+
+
+def measure_geometry(plan: Plan, row: Row, checkpoint: Path, inputs: Inputs, glue: list) -> dict:
+    """Where the variance of ``checkpoint``'s token states lies on ``geometry_texts`` (``token_geometry``)."""
+    from megatron_crossbert.evaluation.probing.runner import probe_embedder
+    from megatron_crossbert.evaluation.token_geometry import token_geometry
+
+    from ..study.probe_stage import probe_config
+
+    encoder = probe_embedder(str(checkpoint), probe_config(plan, inputs.work)).encoder
+    texts = geometry_texts(glue)
+    return dataclasses.asdict(token_geometry(encoder.token_states(texts, desc=f"{row.key} token states"),
+                                             encoder.token_ids(texts)))
+
+
 def run_row(plan: Plan, row: Row, inputs: Inputs, out: Path, tasks: tuple[list, list]) -> bool:
     """Train the row's decoder run if it is one (resumable), then measure its final checkpoint; False when there
     is none (a stopped training)."""
@@ -125,9 +149,10 @@ def run_row(plan: Plan, row: Row, inputs: Inputs, out: Path, tasks: tuple[list, 
         return False
     print(f"[ablations] {row.key}: {row.model}, {row.what}", flush=True)
     glue, mteb = tasks
+    numbers = (measure_geometry(plan, row, checkpoint, inputs, glue) if row.measure == "geometry" else
+               measure(plan, row, checkpoint, inputs, glue, mteb if row.with_mteb else []))
     record = {"key": row.key, "group": row.group, "model": row.model, "what": row.what, "checkpoint": str(checkpoint),
-              "steps": row.run.train_steps if row.step is None else row.step,
-              **measure(plan, row, checkpoint, inputs, glue, mteb if row.with_mteb else []),
+              "steps": row.run.train_steps if row.step is None else row.step, **numbers,
               "train_cpu_s": round(train_cpu, 1), "cpu_s": round(_cpu() - cpu, 1),
               "wall_s": round(time.time() - start, 1)}
     path = row_path(out, row)
@@ -146,7 +171,7 @@ def collect(plan: Plan, rows: list[Row], out: Path) -> dict:
         if row.same_as is not None:
             measured = {**measured, "cpu_s": 0.0, "train_cpu_s": 0.0, "same_as": row.same_as}
         table.append({**measured, "key": row.key, "group": row.group, "model": row.model, "what": row.what,
-                      "done": done})
+                      "base": row.base, "step": row.run.train_steps if row.step is None else row.step, "done": done})
     results = {"plan": plan.name, "seed": SEED, "rows": table,
                "written_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     atomic_write_text(out / "results.json", json.dumps(results, indent=1) + "\n")

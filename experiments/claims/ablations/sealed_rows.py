@@ -28,10 +28,11 @@ COST_FIELDS = ("wall_s", "cpu_s", "train_cpu_s")
 
 
 def row_key(plan: Plan, row: Row) -> dict:
-    """What the row's numbers depend on besides the shared keys: the config of the run it reads, the reading, and
-    the step read when it is not the run's last."""
+    """What the row's numbers depend on besides the shared keys: the config of the run it reads, the reading, the
+    step read when the row names one, and the measurement when it is not the probes."""
     step = {} if row.step is None else {"step": row.step}
-    return {**train_key(plan, row.run), "reading": dataclasses.asdict(row.reading.encoding), **step}
+    measured = {} if row.measure == "probe" else {"measure": row.measure}
+    return {**train_key(plan, row.run), "reading": dataclasses.asdict(row.reading.encoding), **step, **measured}
 
 
 def shared_keys(probe_key: dict, work: Path) -> dict:
