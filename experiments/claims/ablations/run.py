@@ -17,6 +17,9 @@ rank and mean pairwise cosine (``megatron_crossbert.evaluation.feature_stats``):
 - **trajectory rows**: each of those runs read the study's way at the plan's earlier probe steps (GLUE and the
   features' geometry, no MTEB-lite): when a run's rank falls, and an early reading of a decoder run still
   training (``--probe-only`` measures them beside the process that trains it).
+- **geometry rows**: the same runs at those steps and their last, measured for where their token states' variance
+  lies (``evaluation.token_geometry``): whether the collapse is in the token states or only in their mean, and
+  whether the word or the position fills the dominant direction.
 
 The decoder runs train through the study's own training stage into ``WORK/ablations/runs`` (their configs
 recorded like the study's, so a changed plan is refused), from the study's tokenizer and data. Every row is one
