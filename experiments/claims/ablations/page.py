@@ -80,7 +80,7 @@ def trajectory_blocks(rows: list[dict]) -> list:
     by_key = {row["key"]: row for row in rows}
     steps = sorted({row["step"] for row in points})
     at = {(row["base"], row["step"]): row for row in points}
-    body = [[by_key[base]["model"], *[_geometry(at.get((base, step))) for step in steps], _geometry(by_key[base])]
+    body = [[by_key[base]["model"], *[_rank_cosine(at.get((base, step))) for step in steps], _rank_cosine(by_key[base])]
             for base in dict.fromkeys(row["base"] for row in points)]
     header = [Column("run"), *[Column(f"step {step}", "right") for step in steps], Column("final", "right")]
     return [Paragraph("Along training (all tokens, after the final norm): effective rank / mean cosine of the pooled "
@@ -109,7 +109,7 @@ def geometry_blocks(rows: list[dict]) -> list:
                       "long the text is."), Table(GEOMETRY_COLUMNS, body)]
 
 
-def _geometry(row: dict | None) -> str:
+def _rank_cosine(row: dict | None) -> str:
     return "—" if row is None or not row["done"] else f"{row['effective_rank']:.1f} / {row['mean_cosine']:.2f}"
 
 

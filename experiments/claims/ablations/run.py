@@ -73,7 +73,7 @@ class Inputs:
     records: Path | None = None
     """The ablations' records (``sealed_rows``); None: the work dir is the only record."""
     train: bool = True
-    """Whether this process trains the decoder runs; False (``--stages probe``): it measures the rows whose
+    """Whether this process trains the decoder runs; False (``--probe-only``): it measures the rows whose
     checkpoints exist and leaves the training to another process."""
 
 
@@ -139,8 +139,8 @@ def measure_geometry(plan: Plan, row: Row, checkpoint: Path, inputs: Inputs, glu
 
 
 def run_row(plan: Plan, row: Row, inputs: Inputs, out: Path, tasks: tuple[list, list]) -> bool:
-    """Train the row's decoder run if it is one (resumable), then measure its final checkpoint; False when there
-    is none (a stopped training)."""
+    """Train the row's decoder run if it is one and this process trains (resumable), then measure the checkpoint
+    the row reads; False when there is none (a stopped training)."""
     from ..study.train_stage import run_train_stage
 
     start, cpu = time.time(), _cpu()
