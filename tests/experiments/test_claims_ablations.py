@@ -45,6 +45,24 @@ def test_the_page_shows_unmeasured_rows_and_names_no_cause_yet():
     assert "not measured yet" in text and "once the study's CrossBERT reading" in text
 
 
+def test_the_cause_says_whether_a_row_brings_crossberts_rank_near_berts():
+    def row(key, model, group, rank):
+        return {"key": key, "model": model, "group": group, "what": key, "done": True, "effective_rank": rank,
+                "mean_cosine": 0.5, "glue_raw": 40.0, "glue_whitened": 45.0, "mteb_raw": 30.0}
+
+    rows = [row("crossbert-compl-s1--r0", "crossbert-compl-s1", "probe-time", 10.0),
+            row("crossbert-compl-s1--r1", "crossbert-compl-s1", "probe-time", 13.2),
+            row("bert-s1--r0", "bert-s1", "probe-time", 60.0)]
+    assert "**No row measured restores the rank**: the highest is 22% of BERT's 60.0" in ablations_section_text(rows)
+    rows.append(row("xattn", "crossbert-compl-xattn-s1", "decoder", 40.0))
+    text = ablations_section_text(rows)
+    assert "crossbert-compl-xattn-s1, xattn**, 10.0 -> 40.0" in text and "restores the rank to 67% of BERT's" in text
+
+
+def ablations_section_text(rows: list[dict]) -> str:
+    return render_section(ablations_section({"plan": "p", "seed": 1, "rows": rows, "written_utc": "now"}))
+
+
 def test_a_row_sharing_an_unmeasured_rows_numbers_is_not_done_and_the_page_renders(tmp_path):
     """The 2-layer decoder row shares the study's CrossBERT reading: with only BERT's rows measured (CrossBERT's
     run still training), it is 'not measured yet', not a row without numbers that breaks the page."""

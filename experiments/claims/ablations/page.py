@@ -54,6 +54,25 @@ def _delta(new, old, digits: int = 1) -> str:
     return "—" if new is None or old is None else f"{new - old:+.{digits}f}"
 
 
+RESTORED = 0.5
+"""A row restores CrossBERT's rank when it reaches this fraction of BERT's rank read the same way (the study's
+reading of BERT's seed-1 run)."""
+
+
+def _restored(best: dict, rows: list[dict]) -> str:
+    """Whether ``best`` brings CrossBERT's rank to ``RESTORED`` of BERT's, in words (empty while BERT's reading is
+    unmeasured)."""
+    bert = next((row for row in rows if row["group"] == "probe-time" and row["model"].startswith("bert")
+                 and row["done"]), None)
+    if bert is None:
+        return ""
+    share = best["effective_rank"] / bert["effective_rank"]
+    if share >= RESTORED:
+        return f" It restores the rank to {share:.0%} of BERT's {bert['effective_rank']:.1f}."
+    return (f" **No row measured restores the rank**: the highest is {share:.0%} of BERT's "
+            f"{bert['effective_rank']:.1f} (restoring = at least {RESTORED:.0%}).")
+
+
 def cause_text(rows: list[dict]) -> str:
     """The sentence naming the row that restores the most rank, and by how much it moves the raw scores."""
     baseline = next((row["key"] for row in rows if row["group"] == "probe-time"
@@ -67,8 +86,8 @@ def cause_text(rows: list[dict]) -> str:
             f"{base['mean_cosine']:.3f} -> {best['mean_cosine']:.3f}); raw GLUE "
             f"{_delta(best['glue_raw'], base['glue_raw'])}, MTEB-lite raw "
             f"{_delta(best['mteb_raw'], base['mteb_raw'])}, "
-            f"whitened GLUE {_delta(best['glue_whitened'], base['glue_whitened'])} points against the study's reading. "
-            "One seed per row: read differences of a few points as noise.")
+            f"whitened GLUE {_delta(best['glue_whitened'], base['glue_whitened'])} points against the study's reading."
+            f"{_restored(best, rows)} One seed per row: read differences of a few points as noise.")
 
 
 def trajectory_blocks(rows: list[dict]) -> list:
