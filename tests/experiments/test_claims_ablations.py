@@ -131,7 +131,7 @@ def test_a_probe_time_row_without_its_checkpoint_waits_in_one_line_per_run(tmp_p
     plan, rows, inputs, out, measured = _fake_rows(tmp_path, monkeypatch, checkpoints=False)
     ablations.measure_rows(plan, rows, inputs, out, ([], []))
     lines = [line for line in capsys.readouterr().out.splitlines() if "not trained yet" in line]
-    study = [line for line in lines if "/work/runs/" in line]
+    study = [line for line in lines if str(tmp_path / "work" / "runs") in line]
     assert len(study) == 2 and "bert-s1" in " ".join(study)  # one line per study run, not per row
     assert measured == ["dec1", "dec1-half", "xattn"]  # the decoder rows train their own runs
     assert len(lines) == 5  # and their geometry rows wait for the checkpoints this fake training did not write
