@@ -166,10 +166,11 @@ def _decoder_fields(shape: dict, setting: BenchSetting) -> dict:
 
 
 def decoder_fields(arch: str, hidden_size: int, num_heads: int, layers: int, width: float = 1.0,
-                   cross_attention_only: bool = False) -> dict:
+                   cross_attention_only: bool = False, context_positions: bool = False) -> dict:
     """The model section's decoder keys: depth and, below full width, width and heads scaled by ``width``;
-    with ``cross_attention_only`` layers of cross-attention alone (the benchmark's rows and the study's arms
-    both build their decoders here)."""
+    with ``cross_attention_only`` layers of cross-attention alone, with ``context_positions`` the decoder's own
+    positions of the states it reads (the benchmark's rows and the study's arms both build their decoders
+    here)."""
     if not get_arch(arch).has_reconstruction_decoder:
         return {"decoder_num_layers": 0}
     fields = {"decoder_num_layers": layers}
@@ -178,6 +179,8 @@ def decoder_fields(arch: str, hidden_size: int, num_heads: int, layers: int, wid
                       decoder_num_attention_heads=max(1, round(num_heads * width)))
     if cross_attention_only:
         fields["decoder_cross_attention_only"] = True
+    if context_positions:
+        fields["decoder_context_position_embedding"] = True
     return fields
 
 

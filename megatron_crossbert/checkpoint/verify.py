@@ -30,7 +30,8 @@ logger = logging.getLogger(__name__)
 
 MODEL_FIELDS = ("arch", "encoder", "vocab_size", "hidden_size", "num_layers", "num_attention_heads",
                 "ffn_hidden_size", "max_position_embeddings", "decoder_num_layers", "decoder_hidden_size",
-                "decoder_num_attention_heads", "decoder_ffn_hidden_size", "decoder_position_embedding", "decoder_cross_attention_only")
+                "decoder_num_attention_heads", "decoder_ffn_hidden_size", "decoder_position_embedding", "decoder_cross_attention_only",
+                "decoder_context_position_embedding")
 """``ModelConfig`` fields that fix parameter shapes or the meaning of positions: a mismatch makes a resume wrong.
 Compared as they take effect (``ModelConfig.resolved``: an unset width is its default), named by their key."""
 

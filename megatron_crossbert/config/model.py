@@ -45,6 +45,11 @@ class ModelConfig:
     decoder_position_embedding: bool = True
     """CrossBERT decoder queries add a learned position embedding of their target position. With the
     modern encoder RoPE already places queries and keys, so this can be turned off."""
+    decoder_context_position_embedding: bool = False
+    """CrossBERT with learned positions (the classic encoder): the decoder adds a learned position embedding of
+    each visible token's position to the encoder states its cross-attention reads (its context). Without it, a
+    query finds the visible tokens near its target only through positions the encoder writes into its states;
+    the modern encoder's cross-attention rotates keys at their positions instead, so it is refused there."""
     vocab_size: int = 32768
     """Tokenizer vocabulary size; the embedding table is padded up (see make_vocab_size_divisible_by)."""
     make_vocab_size_divisible_by: int = 128
@@ -121,6 +126,11 @@ class ModelConfig:
         _require(not self.decoder_cross_attention_only or spec.has_reconstruction_decoder,
                  f"{setting(self, 'decoder_cross_attention_only')} needs a reconstruction decoder, which "
                  f"{setting(self, 'arch')} does not have")
+        _require(not self.decoder_context_position_embedding or (
+            spec.has_reconstruction_decoder and get_encoder(self.encoder).learned_positions),
+            f"{setting(self, 'decoder_context_position_embedding')} needs a reconstruction decoder reading an encoder "
+            f"with learned positions ({setting(self, 'arch')} with {setting(self, 'encoder')} has "
+            f"{'rotary positions' if spec.has_reconstruction_decoder else 'no reconstruction decoder'})")
         _require(get_encoder(self.encoder).linear_bias or not self.bias_gelu_fusion,
                  f"{setting(self, 'bias_gelu_fusion')} needs linear biases, which {setting(self, 'encoder')} "
                  "does not have")

@@ -18,7 +18,8 @@ TE_ALIASES: dict[str, str] = {
 
 # Megatron prefixes that are knowingly not exported: a reconstruction branch (thrown away after
 # pretraining) and an LM head that has no exact HF target (e.g. one that reads decoder outputs).
-RECONSTRUCTION_PREFIXES: tuple[str, ...] = ("decoder.", "mask_embedding", "decoder_position_embedding.")
+RECONSTRUCTION_PREFIXES: tuple[str, ...] = ("decoder.", "mask_embedding", "decoder_position_embedding.",
+                                           "context_position_embedding.")
 HEAD_PREFIXES: tuple[str, ...] = ("lm_head.", "output_layer.")
 
 # Tensor-parallel partition dim of each sharded megatron tensor (others are replicated across TP).

@@ -40,29 +40,34 @@ class CrossBertModel(EncoderLanguageModel):
     def __init__(self, config: TransformerConfig, decoder_config: TransformerConfig, *, family: EncoderFamily,
                  vocab_size: int, max_sequence_length: int, rotary_base: float, use_te: bool,
                  attention: AttentionSetup, decoder_position_embedding: bool = True,
-                 decoder_cross_attention_only: bool = False, pre_process: bool = True,
-                 post_process: bool = True) -> None:
+                 decoder_cross_attention_only: bool = False, decoder_context_position_embedding: bool = False,
+                 pre_process: bool = True, post_process: bool = True) -> None:
         super().__init__(config, family=family, vocab_size=vocab_size, max_sequence_length=max_sequence_length,
                          rotary_base=rotary_base, use_te=use_te, attention=attention, pre_process=pre_process,
                          post_process=post_process)
         if post_process:
             self._build_reconstruction_branch(decoder_config, use_te, decoder_position_embedding,
-                                              decoder_cross_attention_only)
+                                              decoder_cross_attention_only, decoder_context_position_embedding)
             self.decoder_rotary = (None if self.rotary is None
                                    else KindRotary(decoder_config, rotary_base, attention.local_rotary_base))
         self.setup_embeddings_and_output_layer()
 
     def _build_reconstruction_branch(self, dec_cfg: TransformerConfig, use_te: bool, positions: bool,
-                                     cross_only: bool = False) -> None:
-        """Queries (mask embedding [+ decoder positions]), decoder block, LM head, tied output layer."""
+                                     cross_only: bool = False, context_positions: bool = False) -> None:
+        """Queries (mask embedding [+ decoder positions]), [context positions,] decoder block, LM head, tied
+        output layer."""
         cfg = self.config
         self.mask_embedding = torch.nn.Parameter(torch.empty(dec_cfg.hidden_size, dtype=cfg.params_dtype))
         self.decoder_position_embedding = (torch.nn.Embedding(self.max_sequence_length, dec_cfg.hidden_size,
                                                               dtype=cfg.params_dtype) if positions else None)
+        # At the encoder's width: it is added to the encoder states before cross-attention projects them.
+        self.context_position_embedding = (torch.nn.Embedding(self.max_sequence_length, cfg.hidden_size,
+                                                              dtype=cfg.params_dtype) if context_positions else None)
         if cfg.perform_initialization:
             dec_cfg.init_method(self.mask_embedding.data.view(1, -1))
-            if positions:
-                dec_cfg.init_method(self.decoder_position_embedding.weight.data)
+            for table in (self.decoder_position_embedding, self.context_position_embedding):
+                if table is not None:
+                    dec_cfg.init_method(table.weight.data)
         # Not tagged ``sequence_parallel``: queries are built whole on every TP rank and only then
         # scattered, so the scatter's backward (all-gather) already gives each rank the full gradient.
         # The decoder may be narrower than the encoder: its cross-attention projects keys/values from the
@@ -110,6 +115,17 @@ class CrossBertModel(EncoderLanguageModel):
             queries = queries + self.decoder_position_embedding(targets)
         return queries.transpose(0, 1).contiguous()
 
+    def _context(self, memory: Tensor, visible: Tensor) -> Tensor:
+        """The encoder states ``[Lv, bV, h]`` the decoder cross-attends to, plus the learned position of each
+        visible token when ``model.decoder_context_position_embedding`` is on (built whole, then scattered like
+        the queries under sequence parallelism)."""
+        if self.context_position_embedding is None:
+            return memory
+        positions = self.context_position_embedding(visible).transpose(0, 1).contiguous()
+        if self.config.sequence_parallel:
+            positions = tensor_parallel.scatter_to_sequence_parallel_region(positions, group=self.tp_group)
+        return memory + positions
+
     def _reconstruct(self, memory: Tensor, visible: Tensor, targets: Tensor, self_coords: Tensor | None = None,
                      cross_coords: Tensor | None = None) -> Tensor:
         """Decoder queries at the target positions attend to the encoder output -> vocab logits [T, bV, V/tp].
@@ -123,7 +139,7 @@ class CrossBertModel(EncoderLanguageModel):
         rotary = None
         if self.decoder_rotary is not None:
             rotary = (self.decoder_rotary(targets), self.decoder_rotary(visible))
-        decoded = self.decoder(hidden_states=queries, attention_mask=self_coords, context=memory,
+        decoded = self.decoder(hidden_states=queries, attention_mask=self_coords, context=self._context(memory, visible),
                                context_mask=cross_coords, rotary_pos_emb=rotary)
         weight = self.shared_embedding_or_output_weight()
         logits, _ = self.output_layer(self.lm_head(decoded), weight=weight)
@@ -136,4 +152,5 @@ def build_crossbert_model(run_cfg: RunConfig, **common) -> CrossBertModel:
     return CrossBertModel(transformer_config(run_cfg), transformer_config(run_cfg, decoder=True),
                           family=get_encoder(model.encoder), rotary_base=model.rotary_base,
                           decoder_position_embedding=model.decoder_position_embedding,
-                          decoder_cross_attention_only=model.decoder_cross_attention_only, **common)
+                          decoder_cross_attention_only=model.decoder_cross_attention_only,
+                          decoder_context_position_embedding=model.decoder_context_position_embedding, **common)

@@ -94,6 +94,8 @@ CASES: dict[str, tuple[str, ...]] = {
     "crossbert complementary": (),
     "crossbert modern complementary": ("model.encoder=modern",),
     "crossbert r=0.75 narrow decoder": ("masking.mask_ratio=0.75", "model.decoder_hidden_size=32"),
+    "crossbert narrow decoder, context positions": ("model.decoder_hidden_size=32",
+                                                    "model.decoder_context_position_embedding=true"),
     "crossbert modern windows, dropout": ("model.encoder=modern", "model.local_attention=16", "model.num_layers=3",
                                           "model.hidden_dropout=0.1"),
     "crossbert no document masks": ("data.document_mask=false",),
@@ -115,6 +117,8 @@ TP2_CASES: dict[str, tuple[str, ...]] = {
                                 "parallel.sequence_parallel=true"),
     "bert TP2": MLM["bert"] + ("parallel.tensor_model_parallel_size=2",),
     "crossbert TP2 recompute": ("parallel.tensor_model_parallel_size=2",) + RECOMPUTE,
+    "crossbert TP2 SP context positions": ("parallel.tensor_model_parallel_size=2", "parallel.sequence_parallel=true",
+                                           "model.decoder_context_position_embedding=true"),
 }
 """Two gloo ranks, tensor parallel (and sequence parallel): what TP splits and what it keeps whole."""
 

@@ -104,6 +104,8 @@ def _decoder_group(run_cfg: RunConfig) -> ParamGroup:
     d = model.dec_hidden
     queries = [(d, False)] + ([(model.max_position_embeddings * d, False)] if model.decoder_position_embedding
                               else [])
+    if model.decoder_context_position_embedding:  # at the encoder's width, added to what cross-attention reads
+        queries.append((model.max_position_embeddings * model.hidden_size, False))
     layer = layer_tensors(d, model.dec_ffn, family.linear_bias, family.gated_mlp, memory_width=model.hidden_size)
     return ParamGroup("decoder", tuple(queries + layer * model.decoder_num_layers + _norm(d)), "last")
 

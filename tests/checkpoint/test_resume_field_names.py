@@ -15,7 +15,7 @@ CHANGED = {"arch": "bert", "encoder": "modern", "vocab_size": "1000", "hidden_si
            "num_attention_heads": "6", "ffn_hidden_size": "1024", "max_position_embeddings": "1024",
            "decoder_num_layers": "3", "decoder_hidden_size": "384", "decoder_num_attention_heads": "4",
            "decoder_ffn_hidden_size": "1024", "decoder_position_embedding": "false",
-           "decoder_cross_attention_only": "true"}
+           "decoder_cross_attention_only": "true", "decoder_context_position_embedding": "true"}
 """A valid other value of each compared field (the base is the default crossbert config)."""
 
 

@@ -116,6 +116,9 @@ RULES: list[tuple] = [  # (overrides, or a callable that trips the rule; the tex
      "parallel.sequence_parallel=true needs data.seq_length=62"),
     (("model.arch=bert", "model.decoder_cross_attention_only=true"),
      "model.decoder_cross_attention_only=true needs a reconstruction decoder, which model.arch='bert' does not have"),
+    (("model.encoder=modern", "model.decoder_context_position_embedding=true"),
+     "model.decoder_context_position_embedding=true needs a reconstruction decoder reading an encoder with learned "
+     "positions (model.arch='crossbert' with model.encoder='modern' has rotary positions)"),
     (("training.precision=fp8", "model.hidden_size=72"), "training.precision='fp8': model.hidden_size=72"),
 ]
 

@@ -53,6 +53,9 @@ class Decoder:
     layers: int = 2
     width: float = 1.0
     cross_attention_only: bool = False
+    context_positions: bool = False
+    """The decoder adds each visible token's position to the states it reads, so the encoder need not write
+    positions into them (``model.decoder_context_position_embedding``)."""
 
 
 DECODERS: tuple[Decoder, ...] = (
@@ -60,6 +63,7 @@ DECODERS: tuple[Decoder, ...] = (
     Decoder("dec1", "1 layer", layers=1),
     Decoder("dec1-half", "1 layer at half width", layers=1, width=0.5),
     Decoder("xattn", "cross-attention only (1 layer: no self-attention, no MLP)", layers=1, cross_attention_only=True),
+    Decoder("ctxpos", "2 layers that add each visible token's position to what they read", context_positions=True),
 )
 
 
@@ -137,7 +141,8 @@ def decoder_run(plan: Plan, decoder: Decoder) -> RunSpec:
     """CrossBERT complementary's seed-1 main run with ``decoder``'s reconstruction decoder, under its own name."""
     main = seed_run(plan, "crossbert-compl")
     return dataclasses.replace(main, name=f"crossbert-compl-{decoder.key}-s{SEED}", decoder_layers=decoder.layers,
-                               decoder_width=decoder.width, decoder_cross_attention_only=decoder.cross_attention_only)
+                               decoder_width=decoder.width, decoder_cross_attention_only=decoder.cross_attention_only,
+                               decoder_context_positions=decoder.context_positions)
 
 
 def plan_rows(plan: Plan, work: Path, out: Path) -> list[Row]:

@@ -160,7 +160,8 @@ def from_modernbert(hf: dict[str, torch.Tensor], model_cfg: ModelConfig,
     return out
 
 
-_RECONSTRUCTION = ("decoder.", "decoder_position_embedding.", "mask_embedding", "lm_head.", "output_layer.")
+_RECONSTRUCTION = ("decoder.", "decoder_position_embedding.", "context_position_embedding.", "mask_embedding",
+                   "lm_head.", "output_layer.")
 _REQUIRED = {"layer_types": None, "attention_bias": False, "mlp_bias": False, "norm_bias": True,
              "hidden_activation": "gelu", "classifier_activation": "gelu", "classifier_bias": False,
              "decoder_bias": True}
