@@ -133,8 +133,8 @@ def test_a_probe_time_row_without_its_checkpoint_waits_in_one_line_per_run(tmp_p
     lines = [line for line in capsys.readouterr().out.splitlines() if "not trained yet" in line]
     study = [line for line in lines if str(tmp_path / "work" / "runs") in line]
     assert len(study) == 2 and "bert-s1" in " ".join(study)  # one line per study run, not per row
-    assert measured == ["dec1", "dec1-half", "xattn", "ctxpos"]  # the decoder rows train their own runs
-    assert len(lines) == 6  # and their geometry rows wait for the checkpoints this fake training did not write
+    assert measured == ["dec1", "dec1-half", "xattn", "ctxpos", "xattn-ctxpos"]  # each trains its own run
+    assert len(lines) == 7  # and their geometry rows wait for the checkpoints this fake training did not write
 
 
 def test_a_row_measured_here_is_sealed_without_its_checkpoint(tmp_path, monkeypatch):
@@ -195,17 +195,18 @@ def test_the_ablations_measure_every_row_and_resume_from_their_records(tmp_path)
     assert {name: (out / "rows" / name).read_bytes() for name in sealed} == sealed  # restored, not measured again
     trained = [entry["argv"][-1].rsplit("/", 1)[-1] for entry in read_command_log(out)]
     assert trained == ["crossbert-compl-dec1-half-s1.yaml", "crossbert-compl-xattn-s1.yaml",
-                       "crossbert-compl-ctxpos-s1.yaml"]  # the unsealed only
+                       "crossbert-compl-ctxpos-s1.yaml", "crossbert-compl-xattn-ctxpos-s1.yaml"]  # the unsealed only
     assert rec.sealed_record(out / "runs" / "crossbert-compl-dec1-s1") is not None  # the sealed one: complete
     results = json.loads((out / "results.json").read_text())
     rows = {row["key"]: row for row in results["rows"]}
     assert [key for key in rows if key.startswith("bert-s1")] == ["bert-s1--r0", "bert-s1--r0~geometry@2",
                                                                    *[f"bert-s1--r{i}" for i in range(1, 4)]]
     assert [key for key in rows if rows[key]["group"] == "decoder"] == ["dec2", "dec1", "dec1-half", "xattn",
-                                                                        "ctxpos"]
+                                                                        "ctxpos", "xattn-ctxpos"]
     geometry = {key: rows.pop(key) for key in list(rows) if rows[key]["group"] == "geometry"}
     assert sorted(geometry) == sorted(f"{key}~geometry@2" for key in ("crossbert-compl-s1--r0", "bert-s1--r0",
-                                                                      "dec1", "dec1-half", "xattn", "ctxpos"))
+                                                                      "dec1", "dec1-half", "xattn", "ctxpos",
+                                                                      "xattn-ctxpos"))
     for key, row in geometry.items():
         assert row["done"] and 0 < row["token_effective_rank"] <= 32 and 0 <= row["position_share"] <= 1, key
         assert 0 <= row["identity_share"] <= 1 and row["n_texts"] > 0 and rec.is_sealed(records, key)
@@ -218,7 +219,7 @@ def test_the_ablations_measure_every_row_and_resume_from_their_records(tmp_path)
     assert rows["dec2"]["effective_rank"] == rows["crossbert-compl-s1--r0"]["effective_rank"]
     assert rows["crossbert-compl-s1--r1"]["encoding"]["visible_fraction"] == 0.5
     assert rows["crossbert-compl-s1--r1"]["effective_rank"] != rows["crossbert-compl-s1--r0"]["effective_rank"]
-    assert all(rows[key]["train_cpu_s"] > 0 for key in ("dec1", "dec1-half", "xattn", "ctxpos"))
+    assert all(rows[key]["train_cpu_s"] > 0 for key in ("dec1", "dec1-half", "xattn", "ctxpos", "xattn-ctxpos"))
     assert sorted(json.loads((records / "runs" / "dec1.json").read_text())["losses"]) == ["2"]  # its held-out loss
     config = yaml.safe_load((out / "runs" / "crossbert-compl-xattn-s1.yaml").read_text())
     assert config["model"]["decoder_cross_attention_only"] and config["model"]["decoder_num_layers"] == 1

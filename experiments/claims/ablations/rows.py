@@ -64,6 +64,8 @@ DECODERS: tuple[Decoder, ...] = (
     Decoder("dec1-half", "1 layer at half width", layers=1, width=0.5),
     Decoder("xattn", "cross-attention only (1 layer: no self-attention, no MLP)", layers=1, cross_attention_only=True),
     Decoder("ctxpos", "2 layers that add each visible token's position to what they read", context_positions=True),
+    Decoder("xattn-ctxpos", "cross-attention only, adding each visible token's position to what it reads", layers=1,
+            cross_attention_only=True, context_positions=True),
 )
 
 

@@ -15,8 +15,9 @@ rank and mean pairwise cosine (``megatron_crossbert.evaluation.feature_stats``):
   ``model.decoder_cross_attention_only``). A decoder strong enough to reconstruct from a few directions lets
   the encoder stay low-rank; the 2-layer row is the main run's own (the first probe-time row). One more row
   keeps the 2 layers but lets them add each visible token's position to what they read
-  (``model.decoder_context_position_embedding``): with learned positions, the decoder's cross-attention
-  otherwise finds a target's neighbours only through positions the encoder writes into its states.
+  (``model.decoder_context_position_embedding``), and the cross-attention-only decoder gets the same: with
+  learned positions, the decoder's cross-attention otherwise finds a target's neighbours only through positions
+  the encoder writes into its states.
 - **trajectory rows**: each of those runs read the study's way at the plan's earlier probe steps (GLUE and the
   features' geometry, no MTEB-lite): when a run's rank falls, and an early reading of a decoder run still
   training (``--probe-only`` measures them beside the process that trains it).
