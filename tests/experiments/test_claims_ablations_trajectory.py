@@ -92,3 +92,21 @@ def test_the_page_shows_each_runs_rank_and_cosine_along_its_steps():
     assert "step 610" in table and "step 1220" in table and "final" in table
     assert "| crossbert-compl-dec1-s1 | 12.5 / 0.25 | — | 30.0 / 0.25 |" in table
     assert "dec1@610" not in text.split("Along training")[0]  # the main table keeps the final checkpoints
+
+
+def test_a_decoder_that_reads_positions_is_compared_with_its_counterpart_where_both_were_measured():
+    from experiments.claims.ablations.page import positions_text
+
+    def geometry(base, step, position, rank):
+        return {"key": f"{base}~geometry@{step}", "group": "geometry", "base": base, "step": step, "done": True,
+                "position_share": position, "token_effective_rank": rank, "pc1_share": 0.5}
+
+    rows = [{"key": "dec2", "group": "decoder", "same_as": "crossbert-compl-s1--r0", "counterpart": None},
+            {"key": "ctxpos", "group": "decoder", "counterpart": "dec2"},
+            geometry("crossbert-compl-s1--r0", 610, 0.07, 12.3), geometry("crossbert-compl-s1--r0", 4880, 0.78, 13.4),
+            geometry("ctxpos", 610, 0.01, 20.0)]
+    assert positions_text(rows) == (
+        "Decoders that add each visible token's position to what they read, against the same decoder without: "
+        "ctxpos against dec2 at step 610: position share 0.07 -> 0.01, token rank 12.3 -> 20.0, first direction "
+        "0.50 -> 0.50.")
+    assert positions_text(rows[:3]) == ""  # nothing to compare yet

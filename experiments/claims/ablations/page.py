@@ -125,7 +125,31 @@ def geometry_blocks(rows: list[dict]) -> list:
                       "direction, explained by the token id and by the absolute position; and |r| between the "
                       "mean-pooled features' first principal score and the text's length in tokens. A run whose "
                       "token states carry position more than words gives pooled features that mostly say how "
-                      "long the text is."), Table(GEOMETRY_COLUMNS, body)]
+                      "long the text is."), Table(GEOMETRY_COLUMNS, body),
+            *([Paragraph(text)] if (text := positions_text(rows)) else [])]
+
+
+def positions_text(rows: list[dict]) -> str:
+    """Each decoder that adds positions to what it reads against its counterpart, at every step both runs'
+    token geometry reached: the share of token-state variance the position explains, and the token rank."""
+    by_key = {row["key"]: row for row in rows}
+    geometry = {(row["base"], row["step"]): row for row in rows if row["group"] == "geometry" and row["done"]}
+    found = []
+    for row in rows:
+        if row["group"] != "decoder" or not row.get("counterpart"):
+            continue
+        other = by_key[row["counterpart"]].get("same_as") or row["counterpart"]
+        for step in sorted(step for base, step in geometry if base == row["key"]):
+            if (other, step) in geometry:
+                a, b = geometry[(other, step)], geometry[(row["key"], step)]
+                found.append(f"{row['key']} against {row['counterpart']} at step {step}: position share "
+                             f"{a['position_share']:.2f} -> {b['position_share']:.2f}, token rank "
+                             f"{a['token_effective_rank']:.1f} -> {b['token_effective_rank']:.1f}, first direction "
+                             f"{a['pc1_share']:.2f} -> {b['pc1_share']:.2f}")
+    if not found:
+        return ""
+    return ("Decoders that add each visible token's position to what they read, against the same decoder without: "
+            + "; ".join(found) + ".")
 
 
 def _rank_cosine(row: dict | None) -> str:

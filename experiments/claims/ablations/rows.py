@@ -56,6 +56,8 @@ class Decoder:
     context_positions: bool = False
     """The decoder adds each visible token's position to the states it reads, so the encoder need not write
     positions into them (``model.decoder_context_position_embedding``)."""
+    counterpart: str | None = None
+    """The decoder row this one differs from in that one thing (the page compares their token geometry)."""
 
 
 DECODERS: tuple[Decoder, ...] = (
@@ -63,9 +65,10 @@ DECODERS: tuple[Decoder, ...] = (
     Decoder("dec1", "1 layer", layers=1),
     Decoder("dec1-half", "1 layer at half width", layers=1, width=0.5),
     Decoder("xattn", "cross-attention only (1 layer: no self-attention, no MLP)", layers=1, cross_attention_only=True),
-    Decoder("ctxpos", "2 layers that add each visible token's position to what they read", context_positions=True),
+    Decoder("ctxpos", "2 layers that add each visible token's position to what they read", context_positions=True,
+            counterpart="dec2"),
     Decoder("xattn-ctxpos", "cross-attention only, adding each visible token's position to what it reads", layers=1,
-            cross_attention_only=True, context_positions=True),
+            cross_attention_only=True, context_positions=True, counterpart="xattn"),
 )
 
 
@@ -94,6 +97,8 @@ class Row:
     the token states lies (``evaluation.token_geometry``)."""
     base: str | None = None
     """The key of the row whose run and reading this one repeats at another step or with another measure."""
+    counterpart: str | None = None
+    """A decoder row's ``Decoder.counterpart``."""
 
     @property
     def trained_here(self) -> bool:
@@ -163,7 +168,8 @@ def plan_rows(plan: Plan, work: Path, out: Path) -> list[Row]:
                             seed_run(plan, "crossbert-compl"), work, READINGS[0], same_as=study))
         else:
             run = decoder_run(plan, decoder)
-            row = Row(decoder.key, "decoder", run.name, decoder.label, run, out, READINGS[0])
+            row = Row(decoder.key, "decoder", run.name, decoder.label, run, out, READINGS[0],
+                      counterpart=decoder.counterpart)
             rows += _with_steps(plan, row)
     return rows
 
