@@ -49,6 +49,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hidden-state", choices=HIDDEN_STATES, default="after_final_norm",
                    help="the tensor pooled: the encoder's output after its final norm, the last layer's output "
                         "before it, or the output of layer num_layers // 2")
+    p.add_argument("--token-geometry", type=int, nargs="?", const=600, default=0, metavar="N",
+                   help="also measure where the token states' variance lies on N test texts (default N: 600): "
+                        "their effective rank, the share of it on one direction, and the shares the token id and "
+                        "the absolute position explain (evaluation/token_geometry.py); 0: off")
     p.add_argument("--seed", type=int, default=0, help="seed of the subsampling, the probe's folds and the visible "
                                                        "subsets (default: 0)")
     p.add_argument("--out", default="probe_results", help="output directory for JSON, markdown and plot")
@@ -72,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
                             batch_size=args.batch_size, max_train=args.max_train, max_test=args.max_test,
                             seed=args.seed, cache_dir=cache_dir_arg(args.cache_dir), device=args.device,
                             tokenizer_dir=args.tokenizer_dir, verify=args.verify, whiten=args.whiten, knn=args.knn,
-                            both_readouts=args.both_readouts,
+                            both_readouts=args.both_readouts, token_geometry=args.token_geometry,
                             encoding=EncodingOptions(args.visible_fraction, args.hidden_state, args.seed),
                             probe=ProbeConfig(folds=args.cv_folds, seed=args.seed))  # refuses what cannot run
     require_output_dir(args.out, "--out")  # before any task is read or text encoded

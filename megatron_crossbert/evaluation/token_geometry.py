@@ -19,6 +19,7 @@ hundred sentences).
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -28,6 +29,8 @@ from .feature_stats import effective_rank, sample_rows
 
 MAX_TOKENS = 5000
 """Token states the rank and the principal direction are computed on (a seeded sample of rows)."""
+TEXTS = 600
+"""Texts a measurement reads by default: enough for token ids to repeat, a few seconds of encoding."""
 
 
 @dataclass(frozen=True)
@@ -93,3 +96,16 @@ def token_geometry(states: Sequence[np.ndarray], ids: Sequence[np.ndarray], seed
                          position_share=explained_share(tokens, positions),
                          pooled_length_r=_abs_corr(pooled_scores, np.array([len(s) for s in states], dtype=float)),
                          n_texts=len(states), n_tokens=int(tokens.shape[0]), dim=int(tokens.shape[1]))
+
+
+def sample_texts(tasks: Sequence, size: int = TEXTS, seed: int = 0) -> list[str]:
+    """A seeded sample of ``size`` distinct test texts (first sentences) across probe ``tasks``, in sorted order,
+    so two models measured with the same tasks and seed read the same texts."""
+    texts = sorted({text for task in tasks for text in task.test.texts})
+    return sorted(random.Random(seed).sample(texts, min(size, len(texts))))
+
+
+def encoder_geometry(encoder, texts: Sequence[str]) -> TokenGeometry:
+    """``token_geometry`` of ``texts`` as ``encoder`` (an ``HFEncoder``) reads them: its last-layer token states and
+    the ids of the tokens they belong to."""
+    return token_geometry(encoder.token_states(texts, desc="token geometry"), encoder.token_ids(texts))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from megatron_crossbert.evaluation.token_geometry import explained_share, token_geometry
+from megatron_crossbert.evaluation.token_geometry import explained_share, sample_texts, token_geometry
 
 
 def _texts(rng, n: int = 60) -> list[np.ndarray]:
@@ -52,3 +52,13 @@ def test_an_encoders_token_ids_are_the_tokens_its_states_belong_to(tiny_hf_encod
     assert [len(s) for s in states] == [len(i) for i in ids]
     assert len(ids[1]) == 8  # truncated as the states are
     assert list(ids[0]) == encoder.tokenizer("a short one")["input_ids"]  # no padding id kept
+
+
+def test_the_text_sample_is_seeded_distinct_and_the_same_whatever_the_task_order():
+    from types import SimpleNamespace
+
+    tasks = [SimpleNamespace(test=SimpleNamespace(texts=[f"t{i}" for i in range(0, 40)])),
+             SimpleNamespace(test=SimpleNamespace(texts=[f"t{i}" for i in range(30, 80)]))]
+    picked = sample_texts(tasks, size=20, seed=1)
+    assert len(set(picked)) == 20 and picked == sorted(picked) and picked == sample_texts(tasks[::-1], 20, seed=1)
+    assert picked != sample_texts(tasks, size=20, seed=2) and len(sample_texts(tasks, size=500)) == 80

@@ -42,7 +42,6 @@ import argparse
 import dataclasses
 import json
 import os
-import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,27 +118,16 @@ def measure(plan: Plan, row: Row, checkpoint: Path, inputs: Inputs, glue: list, 
             "tasks": {name: entry.get("readouts") for name, entry in report["tasks"].items()}}
 
 
-GEOMETRY_TEXTS = 600
-"""Texts whose token states a geometry row reads: a seeded sample of the GLUE tasks' test texts."""
-
-
-def geometry_texts(glue: list, size: int = GEOMETRY_TEXTS, seed: int = SEED) -> list[str]:
-    """A seeded sample of ``size`` test texts across the GLUE tasks (first sentences), the same for every row."""
-    texts = sorted({text for task in glue for text in task.test.texts})
-    return sorted(random.Random(seed).sample(texts, min(size, len(texts))))
-
-
 def measure_geometry(plan: Plan, row: Row, checkpoint: Path, inputs: Inputs, glue: list) -> dict:
-    """Where the variance of ``checkpoint``'s token states lies on ``geometry_texts`` (``token_geometry``)."""
+    """Where the variance of ``checkpoint``'s token states lies (``token_geometry``) on the same seeded sample of
+    the GLUE tasks' test texts for every row."""
     from megatron_crossbert.evaluation.probing.runner import probe_embedder
-    from megatron_crossbert.evaluation.token_geometry import token_geometry
+    from megatron_crossbert.evaluation.token_geometry import encoder_geometry, sample_texts
 
     from ..study.probe_stage import probe_config
 
     encoder = probe_embedder(str(checkpoint), probe_config(plan, inputs.work)).encoder
-    texts = geometry_texts(glue)
-    return dataclasses.asdict(token_geometry(encoder.token_states(texts, desc=f"{row.key} token states"),
-                                             encoder.token_ids(texts)))
+    return dataclasses.asdict(encoder_geometry(encoder, sample_texts(glue, seed=SEED)))
 
 
 def run_row(plan: Plan, row: Row, inputs: Inputs, out: Path, tasks: tuple[list, list]) -> bool:

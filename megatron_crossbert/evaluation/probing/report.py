@@ -113,11 +113,16 @@ def features_line(report: dict) -> str:
     read = "" if not encoding or (encoding["visible_fraction"] == 1.0 and
                                   encoding["hidden_state"] == "after_final_norm") else \
         f"Encoded with {encoding['visible_fraction']:g} of each text's tokens visible, read {encoding['hidden_state']}. "
-    stats = report.get("feature_stats")
-    if not stats:
-        return read.strip()
-    return (read + f"Pooled features: effective rank {stats['effective_rank']:.1f} of {stats['dim']}, mean pairwise "
-                   f"cosine {stats['mean_cosine']:.3f} ({stats['n']} sentences).")
+    stats, tokens = report.get("feature_stats"), report.get("token_geometry")
+    if stats:
+        read += (f"Pooled features: effective rank {stats['effective_rank']:.1f} of {stats['dim']}, mean pairwise "
+                 f"cosine {stats['mean_cosine']:.3f} ({stats['n']} sentences). ")
+    if tokens:
+        read += (f"Token states ({tokens['n_tokens']} of {tokens['n_texts']} texts): effective rank "
+                 f"{tokens['token_effective_rank']:.1f}, {tokens['pc1_share']:.0%} of their variance on one direction; "
+                 f"the token id explains {tokens['identity_share']:.0%}, the position {tokens['position_share']:.0%}; "
+                 f"pooled first direction against text length |r| = {tokens['pooled_length_r']:.2f}.")
+    return read.strip()
 
 
 def render_markdown(report: dict) -> str:

@@ -71,9 +71,15 @@ class ProbeRunConfig:
     """How each text is encoded and which tensor is pooled (``evaluation.encoding``: a visible subset of the
     tokens at their original positions; before the final norm or a middle layer); default: all tokens, after
     the final norm."""
+    token_geometry: int = 0
+    """Texts (a seeded sample of the tasks' test texts) whose token states are measured for where their variance
+    lies (``evaluation.token_geometry``); 0: not measured."""
 
     def __post_init__(self) -> None:
         """Checked here, so a Python caller of ``run_probing`` gets the same one-line refusal as the CLI."""
+        if self.token_geometry < 0:
+            raise ValueError(f"--token-geometry {self.token_geometry} (ProbeRunConfig.token_geometry): a number of "
+                             "texts, 0 to turn it off")
         if self.knn < 0:
             raise ValueError(f"--knn {self.knn} (ProbeRunConfig.knn): the k-NN probe needs K >= 1 neighbours "
                              "(0 turns it off)")
@@ -187,8 +193,14 @@ def run_probing(model: str | Path | Embedder, tasks: Sequence[ProbeTask], config
         entries[task.spec.name] = probe_task(task, sides, config, recipe)
         sentences.append(sentence_rows(*sides))
     stats = asdict(feature_stats(np.concatenate(sentences), seed=config.seed)) if sentences else None
-    return {"model": model_card(embedder.model), "config": asdict(config), "recipe": asdict(recipe), "tasks": entries,
-            "summary": summarize(entries), "feature_stats": stats}
+    report = {"model": model_card(embedder.model), "config": asdict(config), "recipe": asdict(recipe),
+              "tasks": entries, "summary": summarize(entries), "feature_stats": stats}
+    if config.token_geometry:
+        from megatron_crossbert.evaluation.token_geometry import encoder_geometry, sample_texts
+
+        texts = sample_texts(tasks, config.token_geometry, config.seed)
+        report["token_geometry"] = asdict(encoder_geometry(embedder.encoder, texts))
+    return report
 
 
 def probe_task(task: ProbeTask, sides: tuple, config: ProbeRunConfig, recipe: EmbeddingRecipe) -> dict:

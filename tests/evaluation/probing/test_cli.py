@@ -87,6 +87,22 @@ def test_knn_probe_beside_the_linear_one_reads_a_planted_signal(tiny_hf_encoder,
     assert not (tmp_path / "neg").exists()
 
 
+def test_token_geometry_is_measured_on_request_and_said_in_one_line(tiny_hf_encoder, tmp_path, capsys):
+    write_jsonl_task(tmp_path / "tasks" / "planted", n_train=40, n_test=60)
+    common = ["--model", str(tiny_hf_encoder), "--jsonl", str(tmp_path / "tasks"), "--max-len", "16",
+              "--cache-dir", "none", "--no-both-readouts"]
+    assert main(common + ["--token-geometry", "50", "--out", str(tmp_path / "out")]) == 0
+    geometry = json.loads((tmp_path / "out" / "probe_results.json").read_text())["token_geometry"]
+    assert geometry["n_texts"] == 50 and 0 < geometry["token_effective_rank"] <= geometry["dim"]
+    assert 0 <= geometry["position_share"] <= 1 and 0 <= geometry["identity_share"] <= 1
+    assert "Token states (" in (tmp_path / "out" / "probe_results.md").read_text()
+    assert main(common + ["--out", str(tmp_path / "plain")]) == 0  # off by default
+    assert "token_geometry" not in json.loads((tmp_path / "plain" / "probe_results.json").read_text())
+    capsys.readouterr()
+    assert main(common + ["--token-geometry", "-2", "--out", str(tmp_path / "neg")]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith("error: --token-geometry -2")
+
+
 def test_a_probe_whose_output_goes_to_a_file_writes_lines_not_redraws(tiny_hf_encoder, tmp_path, monkeypatch):
     """A batch system keeps every ``\\r`` redraw of a progress bar (SLURM, ``> log``): a probe whose stderr is a
     file writes whole lines instead, and no line carries more than a few redraws."""
