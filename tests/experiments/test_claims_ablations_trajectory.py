@@ -110,3 +110,18 @@ def test_a_decoder_that_reads_positions_is_compared_with_its_counterpart_where_b
         "ctxpos against dec2 at step 610: position share 0.07 -> 0.01, token rank 12.3 -> 20.0, first direction "
         "0.50 -> 0.50.")
     assert positions_text(rows[:3]) == ""  # nothing to compare yet
+
+
+def test_the_geometry_table_lists_the_measured_points_and_counts_the_rest():
+    from experiments.claims.ablations.page import geometry_blocks
+
+    measured = {"key": "dec1~geometry@610", "group": "geometry", "model": "crossbert-compl-dec1-s1", "step": 610,
+                "done": True, "token_effective_rank": 11.84, "pc1_share": 0.42, "identity_share": 0.6,
+                "position_share": 0.06, "pooled_length_r": 0.43}
+    pending = {"key": "dec1~geometry@1220", "group": "geometry", "model": "crossbert-compl-dec1-s1", "step": 1220,
+               "done": False}
+    text = render_section(ablations_section({"plan": "p", "seed": 1, "rows": [measured, pending],
+                                             "written_utc": "now"}))
+    assert "| crossbert-compl-dec1-s1 | 610 | 11.84 | 0.42 | 0.60 | 0.06 | 0.43 |" in text
+    assert "1220 |" not in text and "1 points of runs still training are not measured yet" in text
+    assert geometry_blocks([pending]) == []

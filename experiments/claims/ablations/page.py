@@ -115,17 +115,19 @@ principal direction, explained by the token id, by the absolute position), then 
 def geometry_blocks(rows: list[dict]) -> list:
     """Where each run's token-state variance lies, step by step (``evaluation.token_geometry``)."""
     points = [row for row in rows if row["group"] == "geometry"]
-    if not points:
+    measured = [row for row in points if row["done"]]
+    if not measured:
         return []
-    body = [[row["model"], row["step"], *([row["token_effective_rank"], row["pc1_share"], row["identity_share"],
-                                          row["position_share"], row["pooled_length_r"]] if row["done"] else
-                                         ["not measured yet", None, None, None, None])] for row in points]
+    body = [[row["model"], row["step"], row["token_effective_rank"], row["pc1_share"], row["identity_share"],
+             row["position_share"], row["pooled_length_r"]] for row in measured]
+    pending = len(points) - len(measured)
     return [Paragraph("Where the token states' variance lies (all tokens, after the final norm, on a fixed sample of "
                       "GLUE test texts): their effective rank; the shares of their variance on the first principal "
                       "direction, explained by the token id and by the absolute position; and |r| between the "
                       "mean-pooled features' first principal score and the text's length in tokens. A run whose "
                       "token states carry position more than words gives pooled features that mostly say how "
-                      "long the text is."), Table(GEOMETRY_COLUMNS, body),
+                      "long the text is." + (f" {pending} points of runs still training are not measured yet."
+                                             if pending else "")), Table(GEOMETRY_COLUMNS, body),
             *([Paragraph(text)] if (text := positions_text(rows)) else [])]
 
 
