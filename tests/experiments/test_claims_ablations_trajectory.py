@@ -115,10 +115,10 @@ def test_a_decoder_that_reads_positions_is_compared_with_its_counterpart_where_b
 def test_the_geometry_table_lists_the_measured_points_and_counts_the_rest():
     from experiments.claims.ablations.page import geometry_blocks
 
-    measured = {"key": "dec1~geometry@610", "group": "geometry", "model": "crossbert-compl-dec1-s1", "step": 610,
+    measured = {"key": "dec1~geometry@610", "group": "geometry", "model": "crossbert-compl-dec1-s1", "step": 610, "base": "dec1",
                 "done": True, "token_effective_rank": 11.84, "pc1_share": 0.42, "identity_share": 0.6,
                 "position_share": 0.06, "pooled_length_r": 0.43}
-    pending = {"key": "dec1~geometry@1220", "group": "geometry", "model": "crossbert-compl-dec1-s1", "step": 1220,
+    pending = {"key": "dec1~geometry@1220", "group": "geometry", "model": "crossbert-compl-dec1-s1", "step": 1220, "base": "dec1",
                "done": False}
     text = render_section(ablations_section({"plan": "p", "seed": 1, "rows": [measured, pending],
                                              "written_utc": "now"}))
