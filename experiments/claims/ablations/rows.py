@@ -106,6 +106,11 @@ class Row:
         return self.group == "decoder" and self.same_as is None
 
     @property
+    def read_step(self) -> int:
+        """The step of the checkpoint the row reads: ``step``, or its run's last."""
+        return self.run.train_steps if self.step is None else self.step
+
+    @property
     def with_mteb(self) -> bool:
         """Whether the row scores MTEB-lite too: the final checkpoints only (a trajectory point reads GLUE and the
         features' geometry, a minute of CPU less)."""

@@ -87,7 +87,7 @@ def step_checkpoint(folder: Path, run: RunSpec, step: int) -> Path | None:
 
 def row_checkpoint(row: Row) -> Path | None:
     """The checkpoint ``row`` reads: its step's, or its run's final one."""
-    return step_checkpoint(row.run_dir, row.run, row.run.train_steps if row.step is None else row.step)
+    return step_checkpoint(row.run_dir, row.run, row.read_step)
 
 
 def _cpu() -> float:
@@ -147,7 +147,7 @@ def run_row(plan: Plan, row: Row, inputs: Inputs, out: Path, tasks: tuple[list, 
     numbers = (measure_geometry(plan, row, checkpoint, inputs, glue) if row.measure == "geometry" else
                measure(plan, row, checkpoint, inputs, glue, mteb if row.with_mteb else []))
     record = {"key": row.key, "group": row.group, "model": row.model, "what": row.what, "checkpoint": str(checkpoint),
-              "steps": row.run.train_steps if row.step is None else row.step, **numbers,
+              "steps": row.read_step, **numbers,
               "train_cpu_s": round(train_cpu, 1), "cpu_s": round(_cpu() - cpu, 1),
               "wall_s": round(time.time() - start, 1)}
     path = row_path(out, row)
@@ -166,7 +166,7 @@ def collect(plan: Plan, rows: list[Row], out: Path) -> dict:
         if row.same_as is not None:
             measured = {**measured, "cpu_s": 0.0, "train_cpu_s": 0.0, "same_as": row.same_as}
         table.append({**measured, "key": row.key, "group": row.group, "model": row.model, "what": row.what,
-                      "base": row.base, "step": row.run.train_steps if row.step is None else row.step,
+                      "base": row.base, "step": row.read_step,
                       "counterpart": row.counterpart, "done": done})
     results = {"plan": plan.name, "seed": SEED, "rows": table,
                "written_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
@@ -192,8 +192,7 @@ def waiting(row: Row, train: bool = True) -> str | None:
     if rec.sealed_record(folder) is not None:
         return (f"{folder} was restored from the records without its checkpoints: its rows wait for a work "
                 "dir that holds them")
-    step = row.run.train_steps if row.step is None else row.step
-    return f"{folder} is not trained yet (no checkpoint at step {step}): its rows wait"
+    return f"{folder} is not trained yet (no checkpoint at step {row.read_step}): its rows wait"
 
 
 def _to_do(row: Row, out: Path, records: Path | None) -> bool:
