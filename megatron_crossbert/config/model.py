@@ -12,8 +12,8 @@ from typing import ClassVar, Literal
 
 from megatron_crossbert.arch import ENCODERS, REGISTRY, get_arch, get_encoder
 from megatron_crossbert.attention_windows import check_window_options
-from megatron_crossbert.config.checks import (_check_choices, _fraction, _optional_positive, _positive, _require,
-                                              setting)
+from megatron_crossbert.config.checks import (_at_least, _check_choices, _fraction, _optional_positive, _positive,
+                                              _require, setting)
 
 ArchName = Literal[tuple(REGISTRY)]
 """The registered architectures (``arch.REGISTRY``, the one owner of the names)."""
@@ -50,6 +50,13 @@ class ModelConfig:
     each visible token's position to the encoder states its cross-attention reads (its context). Without it, a
     query finds the visible tokens near its target only through positions the encoder writes into its states;
     the modern encoder's cross-attention rotates keys at their positions instead, so it is refused there."""
+    encoder_token_loss_weight: float = 0.0
+    """CrossBERT: weight of an auxiliary loss that decodes each visible token's own id from its encoder state
+    through the reconstruction branch's LM head and the tied output layer (0 = off, the paper's objective). An
+    MLM reads the encoder's states through the tied embeddings; CrossBERT's loss reads them only through the
+    decoder's cross-attention, and this weight measures what reading them directly does to the features. The
+    head is shared, so the decoder must be as wide as the encoder. Trains only: the reported loss stays the
+    reconstruction loss."""
     vocab_size: int = 32768
     """Tokenizer vocabulary size; the embedding table is padded up (see make_vocab_size_divisible_by)."""
     make_vocab_size_divisible_by: int = 128
@@ -131,6 +138,7 @@ class ModelConfig:
             f"{setting(self, 'decoder_context_position_embedding')} needs a reconstruction decoder reading an encoder "
             f"with learned positions ({setting(self, 'arch')} with {setting(self, 'encoder')} has "
             f"{'rotary positions' if spec.has_reconstruction_decoder else 'no reconstruction decoder'})")
+        self._check_token_loss(spec.has_reconstruction_decoder)
         _require(get_encoder(self.encoder).linear_bias or not self.bias_gelu_fusion,
                  f"{setting(self, 'bias_gelu_fusion')} needs linear biases, which {setting(self, 'encoder')} "
                  "does not have")
@@ -142,6 +150,17 @@ class ModelConfig:
         _fraction(self, "hidden_dropout")
         _fraction(self, "attention_dropout")
         self._check_attention()
+
+    def _check_token_loss(self, has_decoder: bool) -> None:
+        """The visible-token loss shares the decoder's LM head, so it needs a decoder of the encoder's width."""
+        _at_least(self, "encoder_token_loss_weight", 0.0, "0 turns it off")
+        if not self.encoder_token_loss_weight:
+            return
+        _require(has_decoder, f"{setting(self, 'encoder_token_loss_weight')} needs CrossBERT's reconstruction "
+                              f"branch, which {setting(self, 'arch')} does not have")
+        _require(self.dec_hidden == self.hidden_size,
+                 f"{setting(self, 'encoder_token_loss_weight')} shares the decoder's LM head, so the decoder width "
+                 f"{self.dec_hidden} must equal {setting(self, 'hidden_size')}")
 
     def _check_attention(self) -> None:
         """Windows and backends that cannot work are refused here, before anything is built."""

@@ -41,7 +41,7 @@ class CrossBertModel(EncoderLanguageModel):
                  vocab_size: int, max_sequence_length: int, rotary_base: float, use_te: bool,
                  attention: AttentionSetup, decoder_position_embedding: bool = True,
                  decoder_cross_attention_only: bool = False, decoder_context_position_embedding: bool = False,
-                 pre_process: bool = True, post_process: bool = True) -> None:
+                 encoder_token_loss_weight: float = 0.0, pre_process: bool = True, post_process: bool = True) -> None:
         super().__init__(config, family=family, vocab_size=vocab_size, max_sequence_length=max_sequence_length,
                          rotary_base=rotary_base, use_te=use_te, attention=attention, pre_process=pre_process,
                          post_process=post_process)
@@ -50,6 +50,7 @@ class CrossBertModel(EncoderLanguageModel):
                                               decoder_cross_attention_only, decoder_context_position_embedding)
             self.decoder_rotary = (None if self.rotary is None
                                    else KindRotary(decoder_config, rotary_base, attention.local_rotary_base))
+        self.encoder_token_loss_weight = encoder_token_loss_weight
         self.setup_embeddings_and_output_layer()
 
     def _build_reconstruction_branch(self, dec_cfg: TransformerConfig, use_te: bool, positions: bool,
@@ -93,12 +94,28 @@ class CrossBertModel(EncoderLanguageModel):
         targets = targets.reshape(batch * views, -1)
         row_segments = None if segments is None else segments.repeat_interleave(views, dim=0)
         coords = self._view_coords(row_segments, rows, visible, targets)
-        hidden = self.run_encoder(torch.gather(rows, 1, visible), visible, coords[0])
+        visible_ids = torch.gather(rows, 1, visible)
+        hidden = self.run_encoder(visible_ids, visible, coords[0])
         if not self.post_process:
             return hidden
         logits = self._reconstruct(hidden, visible, targets, *coords[1:])
         labels = torch.gather(rows, 1, targets)
-        return self.compute_language_model_loss(labels, logits).float()   # CE upcasts logits itself
+        loss = self.compute_language_model_loss(labels, logits).float()   # CE upcasts logits itself
+        if self.training and self.encoder_token_loss_weight:
+            loss = loss + self._visible_token_term(hidden, visible_ids)
+        return loss
+
+    def _visible_token_term(self, hidden: Tensor, visible_ids: Tensor) -> Tensor:
+        """A term that is exactly 0 but carries the gradient of ``model.encoder_token_loss_weight`` x the mean
+        cross-entropy of decoding each visible token's own id from its encoder state (LM head, tied output).
+
+        Added to each of the ``n`` per-target losses, whose sum is the micro-batch's loss, it contributes
+        ``weight x n x`` that mean: the visible tokens weigh as much as the targets, the reported and held-out
+        losses stay the reconstruction loss, and any loss scaling applies to both alike.
+        """
+        logits, _ = self.output_layer(self.lm_head(hidden), weight=self.shared_embedding_or_output_weight())
+        mean = self.compute_language_model_loss(visible_ids, logits).float().mean()
+        return self.encoder_token_loss_weight * (mean - mean.detach())
 
     def _view_coords(self, row_segments: Tensor | None, rows: Tensor, visible: Tensor, targets: Tensor) -> tuple:
         """(encoder, decoder self, decoder cross) token coordinates, or Nones when no mask applies."""
@@ -153,4 +170,5 @@ def build_crossbert_model(run_cfg: RunConfig, **common) -> CrossBertModel:
                           family=get_encoder(model.encoder), rotary_base=model.rotary_base,
                           decoder_position_embedding=model.decoder_position_embedding,
                           decoder_cross_attention_only=model.decoder_cross_attention_only,
-                          decoder_context_position_embedding=model.decoder_context_position_embedding, **common)
+                          decoder_context_position_embedding=model.decoder_context_position_embedding,
+                          encoder_token_loss_weight=model.encoder_token_loss_weight, **common)

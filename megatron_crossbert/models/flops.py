@@ -17,7 +17,8 @@ Per architecture:
   h) over T = L - Lv queries (self-attention among queries, cross-attention to the Lv encoder states
   incl. their K/V projection from width h, MLP; cross-attention alone with
   ``model.decoder_cross_attention_only``); LM head (dense d -> h + tied h x V output projection)
-  over the T targets only. Times the number of views.
+  over the T targets only, and over the Lv visible tokens too when ``model.encoder_token_loss_weight`` is on.
+  Times the number of views.
 - MLM baselines (megatron BertModel; the modern MlmModel): encoder over all L tokens; LM head over the
   positions it runs on: the ``round(p * L)`` masked ones with ``model.sparse_prediction`` (the
   default), all L with the dense head (logits everywhere, loss masked).
@@ -101,8 +102,9 @@ def forward_flops_per_view(run_cfg: RunConfig) -> float:
     seq = run_cfg.data.seq_length
     visible = run_cfg.masking.visible_length(seq)
     targets = seq - visible
+    head_rows = targets + (visible if run_cfg.model.encoder_token_loss_weight else 0)
     return (encoder_forward_flops(run_cfg, visible) + decoder_forward_flops(run_cfg, targets, visible)
-            + lm_head_forward_flops(run_cfg, targets, input_width=run_cfg.model.dec_hidden))
+            + lm_head_forward_flops(run_cfg, head_rows, input_width=run_cfg.model.dec_hidden))
 
 
 def crossbert_flops_per_sample(run_cfg: RunConfig) -> float:

@@ -120,6 +120,13 @@ RULES: list[tuple] = [  # (overrides, or a callable that trips the rule; the tex
      "model.decoder_context_position_embedding=true needs a reconstruction decoder reading an encoder with learned "
      "positions (model.arch='crossbert' with model.encoder='modern' has rotary positions)"),
     (("training.precision=fp8", "model.hidden_size=72"), "training.precision='fp8': model.hidden_size=72"),
+    (("model.encoder_token_loss_weight=-0.5",), "model.encoder_token_loss_weight=-0.5 must be >= 0.0 (0 turns it off)"),
+    (("model.arch=bert", "model.encoder_token_loss_weight=1"),
+     "model.encoder_token_loss_weight=1.0 needs CrossBERT's reconstruction branch, which model.arch='bert' does not "
+     "have"),
+    (("model.encoder_token_loss_weight=1", "model.decoder_hidden_size=32"),
+     "model.encoder_token_loss_weight=1.0 shares the decoder's LM head, so the decoder width 32 must equal "
+     "model.hidden_size=64"),
 ]
 
 

@@ -154,6 +154,53 @@ def positions_text(rows: list[dict]) -> str:
             + "; ".join(found) + ".")
 
 
+EARLY_COLUMNS = [Column("run"), Column("change"), Column("step", "right"), *[Column(name, "right", ".1f") for name in (
+    "GLUE raw", "GLUE whitened", "effective rank")], Column("mean cosine", "right", ".3f"),
+    *[Column(name, "right", ".2f") for name in ("token rank", "token id", "position", "1st direction")]]
+"""The early table: the pooled features' reading, then the token states' geometry, all at one step."""
+
+
+def early_blocks(rows: list[dict]) -> list:
+    """Each early variant beside the study's seed-1 runs read at the same step (their trajectory rows), with the
+    token geometry of each there, and a sentence: how far the variant moves CrossBERT's rank towards BERT's."""
+    early = [row for row in rows if row["group"] == "early"]
+    if not early:
+        return []
+    by_key = {row["key"]: row for row in rows}
+    at = {(row["base"], row["step"], row["group"]): row for row in rows if row["done"] and row.get("base")}
+    study = list(dict.fromkeys(row["base"] for row in rows if row["group"] == "trajectory"
+                               and by_key[row["base"]]["group"] == "probe-time"))
+    body, said = [], []
+    for row in early:
+        step = row["step"]
+        read = {base: at.get((base, step, "trajectory")) for base in study}
+        for base in study:
+            body.append(_early_row(by_key[base]["model"], "the study's run", step, read[base],
+                                   at.get((base, step, "geometry"))))
+        body.append(_early_row(row["model"], row["what"], step, row if row["done"] else None,
+                               at.get((row["key"], step, "geometry"))))
+        found = {by_key[base]["model"].startswith("bert"): reading for base, reading in read.items() if reading}
+        if row["done"] and len(found) == 2:
+            bert, cross = found[True], found[False]
+            said.append(f"{row['key']} moves CrossBERT's pooled effective rank at step {step} from "
+                        f"{cross['effective_rank']:.1f} to {row['effective_rank']:.1f} (BERT's: "
+                        f"{bert['effective_rank']:.1f}; {row['effective_rank'] / bert['effective_rank']:.0%} of it), "
+                        f"raw GLUE {_delta(row['glue_raw'], cross['glue_raw'])} points")
+    intro = ("Variants of CrossBERT's loss trained only to an early probe step, under the whole run's schedule, beside "
+             "the study's seed-1 runs read at the same step (all tokens, after the final norm). Token columns: the "
+             "token states' effective rank and the shares of their variance explained by the token id, by the "
+             "position, and on the first principal direction.")
+    return [Paragraph(intro), Table(EARLY_COLUMNS, body), *([Paragraph("; ".join(said) + ".")] if said else [])]
+
+
+def _early_row(model: str, what: str, step: int, reading: dict | None, geometry: dict | None) -> list:
+    pooled = ([reading["glue_raw"], reading["glue_whitened"], reading["effective_rank"], reading["mean_cosine"]]
+              if reading else ["not measured yet", None, None, None])
+    tokens = ([geometry[name] for name in ("token_effective_rank", "identity_share", "position_share", "pc1_share")]
+              if geometry else [None] * 4)
+    return [model, what, step, *pooled, *tokens]
+
+
 def _rank_cosine(row: dict | None) -> str:
     return "—" if row is None or not row["done"] else f"{row['effective_rank']:.1f} / {row['mean_cosine']:.2f}"
 
@@ -171,7 +218,7 @@ def ablations_section(results: dict) -> Section:
         "(Roy & Vetterli) and mean pairwise cosine (uncentred) are those of the pooled features. A visible half "
         "pools half as many tokens, which by itself lowers the mean cosine: BERT's same row is the control."),
         Table(COLUMNS, [_row(row) for group in TABLE_GROUPS for row in rows if row["group"] == group]),
-        Paragraph(cause_text(rows)), *trajectory_blocks(rows), *geometry_blocks(rows),
+        Paragraph(cause_text(rows)), *early_blocks(rows), *trajectory_blocks(rows), *geometry_blocks(rows),
         Paragraph(f"{done} of {len(rows)} rows measured; {cpu / 3600:.2f} CPU-hours (decoder rows include their "
                   f"training; results.json written {results['written_utc']})."),
         Paragraph(f"Reproduce: `python -m experiments.claims.ablations --plan {results['plan']} --work-dir WORK` "

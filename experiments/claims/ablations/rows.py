@@ -46,7 +46,8 @@ READINGS: tuple[Reading, ...] = (
 
 @dataclass(frozen=True)
 class Decoder:
-    """One decoder variant of CrossBERT complementary (its RunSpec's decoder fields)."""
+    """One variant of CrossBERT complementary's reconstruction branch: its decoder or its loss (the RunSpec's
+    decoder fields)."""
 
     key: str
     label: str
@@ -58,6 +59,13 @@ class Decoder:
     positions into them (``model.decoder_context_position_embedding``)."""
     counterpart: str | None = None
     """The decoder row this one differs from in that one thing (the page compares their token geometry)."""
+    token_loss: float = 0.0
+    """Weight of the auxiliary loss decoding each visible token's own id from its encoder state
+    (``model.encoder_token_loss_weight``)."""
+    early: bool = False
+    """Trained only to the plan's first probe step, under the whole run's schedule (``--exit-at-iteration``), and
+    read there beside the study's runs read at that step: the collapse is there by then, at an eighth of the
+    cost of a whole run."""
 
 
 DECODERS: tuple[Decoder, ...] = (
@@ -69,6 +77,8 @@ DECODERS: tuple[Decoder, ...] = (
             counterpart="dec2"),
     Decoder("xattn-ctxpos", "cross-attention only, adding each visible token's position to what it reads", layers=1,
             cross_attention_only=True, context_positions=True, counterpart="xattn"),
+    Decoder("tokloss", "2 layers, plus decoding each visible token's own id from its encoder state (weight 1)",
+            token_loss=1.0, early=True),
 )
 
 
@@ -79,7 +89,8 @@ class Row:
     key: str
     """File name of the row's JSON (``rows/<key>.json``)."""
     group: str
-    """'probe-time' or 'decoder'."""
+    """'probe-time', 'decoder' (final checkpoints), 'early' (a variant trained to the first probe step only),
+    'trajectory' or 'geometry'."""
     model: str
     """The run read (its name)."""
     what: str
@@ -102,8 +113,13 @@ class Row:
 
     @property
     def trained_here(self) -> bool:
-        """Whether the row trains its own run (a decoder row other than the study's 2 layers)."""
-        return self.group == "decoder" and self.same_as is None
+        """Whether the row trains its own run (a decoder or early row other than the study's 2 layers)."""
+        return self.group in ("decoder", "early") and self.same_as is None
+
+    @property
+    def exit_at(self) -> int | None:
+        """The step its training stops at: an early row's, else None (the run's whole schedule)."""
+        return self.step if self.group == "early" else None
 
     @property
     def read_step(self) -> int:
@@ -154,7 +170,8 @@ def decoder_run(plan: Plan, decoder: Decoder) -> RunSpec:
     main = seed_run(plan, "crossbert-compl")
     return dataclasses.replace(main, name=f"crossbert-compl-{decoder.key}-s{SEED}", decoder_layers=decoder.layers,
                                decoder_width=decoder.width, decoder_cross_attention_only=decoder.cross_attention_only,
-                               decoder_context_positions=decoder.context_positions)
+                               decoder_context_positions=decoder.context_positions,
+                               encoder_token_loss=decoder.token_loss)
 
 
 def plan_rows(plan: Plan, work: Path, out: Path) -> list[Row]:
@@ -171,12 +188,26 @@ def plan_rows(plan: Plan, work: Path, out: Path) -> list[Row]:
         if decoder.key == "dec2":
             rows.append(Row("dec2", "decoder", seed_run(plan, "crossbert-compl").name, decoder.label,
                             seed_run(plan, "crossbert-compl"), work, READINGS[0], same_as=study))
+        elif decoder.early:
+            rows += _early(plan, decoder, out)
         else:
             run = decoder_run(plan, decoder)
             row = Row(decoder.key, "decoder", run.name, decoder.label, run, out, READINGS[0],
                       counterpart=decoder.counterpart)
             rows += _with_steps(plan, row)
     return rows
+
+
+def _early(plan: Plan, decoder: Decoder, out: Path) -> list[Row]:
+    """An early variant's row at the plan's first probe step and its token geometry there (none when the plan
+    probes on a grid)."""
+    run = decoder_run(plan, decoder)
+    steps = trajectory_steps(plan, run)
+    if not steps:
+        return []
+    row = Row(decoder.key, "early", run.name, decoder.label, run, out, READINGS[0], step=steps[0])
+    return [row, dataclasses.replace(row, key=f"{row.key}~geometry@{steps[0]}", group="geometry",
+                                     what=f"step {steps[0]}", measure="geometry", base=row.key)]
 
 
 def row_path(out: Path, row: Row) -> Path:

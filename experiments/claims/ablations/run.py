@@ -18,6 +18,10 @@ rank and mean pairwise cosine (``megatron_crossbert.evaluation.feature_stats``):
   (``model.decoder_context_position_embedding``), and the cross-attention-only decoder gets the same: with
   learned positions, the decoder's cross-attention otherwise finds a target's neighbours only through positions
   the encoder writes into its states.
+- **early rows**: CrossBERT complementary trained again with one change to its loss, only to the plan's first
+  probe step (under the whole run's schedule) and read there beside the study's runs read at that step: an
+  auxiliary loss decoding each visible token's own id from its encoder state (``model.encoder_token_loss_weight``)
+  asks whether the collapse comes from a loss that never reads the encoder's states directly, as an MLM's does.
 - **trajectory rows**: each of those runs read the study's way at the plan's earlier probe steps (GLUE and the
   features' geometry, no MTEB-lite): when a run's rank falls, and an early reading of a decoder run still
   training (``--probe-only`` measures them beside the process that trains it).
@@ -136,8 +140,8 @@ def run_row(plan: Plan, row: Row, inputs: Inputs, out: Path, tasks: tuple[list, 
     from ..study.train_stage import run_train_stage
 
     start, cpu = time.time(), _cpu()
-    if row.trained_here and inputs.train:
-        run_train_stage(plan, [row.run], out, data_prefix(inputs.work), str(tokenizer_dir(inputs.work)))
+    if row.trained_here and inputs.train and row_checkpoint(row) is None:
+        run_train_stage(plan, [row.run], out, data_prefix(inputs.work), str(tokenizer_dir(inputs.work)), row.exit_at)
     train_cpu = _cpu() - cpu
     checkpoint = row_checkpoint(row)
     if checkpoint is None:

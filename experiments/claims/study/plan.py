@@ -62,6 +62,8 @@ class RunSpec:
     """CrossBERT's decoder layers hold cross-attention alone (``model.decoder_cross_attention_only``)."""
     decoder_context_positions: bool = False
     """CrossBERT's decoder adds positions to the states it reads (``model.decoder_context_position_embedding``)."""
+    encoder_token_loss: float = 0.0
+    """Weight of CrossBERT's auxiliary loss on the visible tokens' own ids (``model.encoder_token_loss_weight``)."""
 
 
 @dataclass
@@ -199,7 +201,7 @@ the fastest complementary setting of the throughput benchmark (r=0.75, decoder h
 def run_config(plan: Plan, arch: str, mask_ratio: float, complementary: bool, shape: ModelShape,
                train_steps: int | None = None, seed: int | None = None, decoder_width: float = 1.0,
                decoder_layers: int = 2, decoder_cross_attention_only: bool = False,
-               decoder_context_positions: bool = False) -> RunConfig:
+               decoder_context_positions: bool = False, encoder_token_loss: float = 0.0) -> RunConfig:
     """The RunConfig of one run (data paths and tokenizer are added by the pipeline)."""
     from megatron_crossbert.benchmarking.cases import decoder_fields
 
@@ -210,7 +212,8 @@ def run_config(plan: Plan, arch: str, mask_ratio: float, complementary: bool, sh
              "max_position_embeddings": 512, "hidden_dropout": plan.hidden_dropout,
              "attention_dropout": plan.attention_dropout,
              **decoder_fields(arch, shape.hidden_size, shape.num_attention_heads, decoder_layers, decoder_width,
-                              decoder_cross_attention_only, decoder_context_positions)}
+                              decoder_cross_attention_only, decoder_context_positions),
+             "encoder_token_loss_weight": encoder_token_loss}
     raw = {
         "model": model,
         "masking": {"mask_ratio": mask_ratio, "complementary": complementary, "seed": seed,
@@ -232,7 +235,7 @@ def run_spec_config(plan: Plan, run: RunSpec) -> RunConfig:
     """``run_config`` of one RunSpec: its arch, masking, shape, steps, seed and decoder."""
     return run_config(plan, run.arch, run.mask_ratio, run.complementary, run.shape, run.train_steps, run.seed,
                       run.decoder_width, run.decoder_layers, run.decoder_cross_attention_only,
-                      run.decoder_context_positions)
+                      run.decoder_context_positions, run.encoder_token_loss)
 
 
 def flops_per_sample(plan: Plan, arch: str, mask_ratio: float, complementary: bool, shape: ModelShape,

@@ -60,17 +60,21 @@ def finished_runs(work_dir: Path, runs: list[RunSpec]) -> list[RunSpec]:
     return [run for run in runs if is_complete(work_dir, run)]
 
 
-def train_run(plan: Plan, run: RunSpec, work_dir: Path, data_prefix: str, tokenizer: str, vocab_size: int) -> None:
-    """Write the run's YAML and call crossbert-pretrain (resumes by itself if checkpoints exist)."""
+def train_run(plan: Plan, run: RunSpec, work_dir: Path, data_prefix: str, tokenizer: str, vocab_size: int,
+              exit_at: int | None = None) -> None:
+    """Write the run's YAML and call crossbert-pretrain (resumes by itself if checkpoints exist); ``exit_at``: stop
+    with a checkpoint after that step (``--exit-at-iteration``), the schedule still the run's whole one."""
     out = run_dir(work_dir, run)
     out.mkdir(parents=True, exist_ok=True)
     config_path = work_dir / "runs" / f"{run.name}.yaml"
     config_path.write_text(yaml.safe_dump(resolved_config(plan, run, work_dir, data_prefix, tokenizer, vocab_size)))
-    run_logged(module_argv("megatron_crossbert.cli.pretrain", "--config", str(config_path)), work_dir,
+    stop = [] if exit_at is None else ["--exit-at-iteration", str(exit_at)]
+    run_logged(module_argv("megatron_crossbert.cli.pretrain", "--config", str(config_path), *stop), work_dir,
                log_name(run))
 
 
-def run_train_stage(plan: Plan, runs: list[RunSpec], work_dir: Path, data_prefix: str, tokenizer: str) -> None:
+def run_train_stage(plan: Plan, runs: list[RunSpec], work_dir: Path, data_prefix: str, tokenizer: str,
+                    exit_at: int | None = None) -> None:
     from megatron_crossbert.data.tokenizers.tokenizer import load_tokenizer
 
     vocab_size = load_tokenizer(tokenizer).vocab_size
@@ -80,7 +84,7 @@ def run_train_stage(plan: Plan, runs: list[RunSpec], work_dir: Path, data_prefix
             continue
         try:
             print(f"[study] training {run.name} ({run.train_steps} steps)", flush=True)
-            train_run(plan, run, work_dir, data_prefix, tokenizer, vocab_size)
+            train_run(plan, run, work_dir, data_prefix, tokenizer, vocab_size, exit_at)
         finally:
             release(lock)
 

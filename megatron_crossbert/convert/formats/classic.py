@@ -34,7 +34,8 @@ NEUTRAL_FIELDS = frozenset({
     "decoder_ffn_hidden_size", "decoder_cross_attention_only", "hidden_dropout", "attention_dropout",
     "init_method_std", "transformer_impl", "attention_backend", "rotary_base", "local_rotary_base", "local_attention",
     "global_attn_every_n_layers",
-    "decoder_position_embedding", "decoder_context_position_embedding", "sparse_prediction"})
+    "decoder_position_embedding", "decoder_context_position_embedding", "encoder_token_loss_weight",
+    "sparse_prediction"})
 # Fields checked against the registry: which encoder families a format serves is ``arch.EncoderFamily.hf_formats``.
 REGISTRY_FIELDS = frozenset({"encoder"})
 
