@@ -47,6 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the study's records (small JSON, meant to be committed): each run is sealed there once "
                         "trained and probed, and a fresh --work-dir is seeded from it after its data stage, so a "
                         "study spans sessions whose machines do not keep the work dir (default: none)")
+    p.add_argument("--session", default=None, metavar="LABEL",
+                   help="the working session this invocation belongs to (any label, the same for every process of "
+                        "one session): the page counts the distinct labels in the records' sessions.json; without "
+                        "it, a new session is inferred at a new machine boot or after 30 minutes with no process")
     p.add_argument("--stages", nargs="*", default=None, choices=STAGES,
                    help="subset of the stages (default: all, in order)")
     p.add_argument("--follow", action="store_true",
@@ -106,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     paths = ExperimentPaths(work_dir=args.work_dir, corpus=corpus, glue_dir=glue_dir, probe_dir=probe_dir,
                             results_md=args.results_md, figures_dir=args.figures_dir,
                             throughput_json=args.throughput_json, mteb_lite_dir=mteb_lite,
-                            records=args.records)
+                            records=args.records, session=args.session)
     try:
         run_experiment(paths, plan_name=args.plan, stages=args.stages, follow=args.follow)
     except StudyStopped as stop:

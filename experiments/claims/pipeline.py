@@ -83,6 +83,9 @@ class ExperimentPaths:
     records: str | None = None
     """The study's records folder (``study/records.py``): finished runs are sealed there and a fresh work dir is
     seeded from it, so a study outlives its work dir; None: the work dir is the only record."""
+    session: str | None = None
+    """The working session this invocation belongs to, recorded in ``sessions.json`` (``records.count_sessions``
+    counts distinct labels); None: inferred from machine boots and pauses."""
 
 
 def _status_path(work_dir: Path) -> Path:
@@ -132,13 +135,15 @@ def _cpu_seconds() -> float:
 
 _STARTED = time.time()
 """This invocation's start (wall time), for its ``sessions.json`` entry in the records."""
+_SESSION: dict[str, str | None] = {"label": None}
+"""This invocation's ``ExperimentPaths.session``, set once by ``run_experiment``."""
 
 
 def _note_session(records: str | None) -> None:
     if records:
         from .study.records import note_session
 
-        note_session(Path(records), _STARTED, _cpu_seconds())
+        note_session(Path(records), _STARTED, _cpu_seconds(), _SESSION["label"])
 
 
 def _run_stage(name: str, fn, work_dir: Path, records: str | None = None) -> bool:
@@ -271,6 +276,7 @@ def run_experiment(paths: ExperimentPaths, plan_name: str = "cpu", stages: list[
     from .study.stage_keys import claim_work_dir, plan_keys
 
     plan, work = resolve_plan(plan_name), Path(paths.work_dir)
+    _SESSION["label"] = paths.session
     work.mkdir(parents=True, exist_ok=True)
     runs, wanted = all_runs(plan), stages or list(STAGES)
     keys = plan_keys(plan, runs, paths.corpus, paths.glue_dir, paths.probe_dir, paths.mteb_lite_dir)

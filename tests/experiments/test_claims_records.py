@@ -106,3 +106,23 @@ def test_working_sessions_are_counted_by_boot_and_by_pauses_on_a_kept_machine():
     assert rec.count_sessions(kept) == 2 and rec.count_sessions(dict([entry("02:10:00", "02:20:00")]) | one) == 1
     assert rec.count_sessions(one | dict([entry("02:05:00", "02:06:00", boot="b2")])) == 2  # a new machine
     assert rec.count_sessions({}) == 0
+
+
+def test_labelled_sessions_are_counted_by_label_and_a_short_pause_no_longer_merges_them(tmp_path):
+    """Two sessions on a kept machine with a 6-minute pause between them: the pause alone reads as one session,
+    their labels (``--session``) as two; unlabelled entries are still inferred beside the labelled ones."""
+    rec.note_session(tmp_path, 0.0, 5.0, "session-3")
+    rec.note_session(tmp_path, 60.0, 1.0)
+    sessions = json.loads((tmp_path / rec.SESSIONS_FILE).read_text())
+    assert sorted(entry.get("session") or "" for entry in sessions.values()) == ["", "session-3"]
+
+    def entry(start: str, updated: str, label: str | None) -> tuple[str, dict]:
+        return f"2026-12-07T{start}Z vm {start}", {"boot": "b1", "updated_utc": f"2026-12-07T{updated}Z",
+                                                   "cpu_seconds": 1.0, **({"session": label} if label else {})}
+
+    unlabelled = dict([entry("06:11:00", "09:10:00", None), entry("09:16:00", "12:00:00", None)])
+    assert rec.count_sessions(unlabelled) == 1  # what the pause alone says
+    labelled = dict([entry("06:11:00", "09:10:00", "3"), entry("07:00:00", "08:00:00", "3"),
+                     entry("09:16:00", "12:00:00", "4")])
+    assert rec.count_sessions(labelled) == 2
+    assert rec.count_sessions(labelled | dict([entry("20:00:00", "21:00:00", None)])) == 3

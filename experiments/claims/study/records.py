@@ -136,14 +136,14 @@ def sealed_record(run_folder: Path) -> dict | None:
     return _read(path) if path.is_file() else None
 
 
-def note_session(records: Path, started: float, cpu: float) -> None:
+def note_session(records: Path, started: float, cpu: float, session: str | None = None) -> None:
     """Rewrite this invocation's entry of ``sessions.json``: its machine boot, start, last update, CPU seconds
-    (the process and its finished children)."""
+    (the process and its finished children), and its working session's label when it was given one."""
     path = records / SESSIONS_FILE
     sessions = _read(path) if path.is_file() else {}
     entry = f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(started))} {socket.gethostname()} {os.getpid()}"
     sessions[entry] = {"boot": _boot_id(), "updated_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                       "cpu_seconds": round(cpu, 1)}
+                       "cpu_seconds": round(cpu, 1), **({"session": session} if session else {})}
     _write(path, sessions)
 
 
@@ -165,17 +165,20 @@ def _utc(stamp: str) -> float:
 
 
 def count_sessions(sessions: dict) -> int:
-    """Working sessions over ``sessions.json``'s entries: a new one at each new machine boot, or after a pause of
-    more than ``SESSION_GAP_S`` since every earlier process last reported."""
+    """Working sessions over ``sessions.json``'s entries: the distinct labels of those given one (``--session``);
+    among the others, a new one at each new machine boot, or after a pause of more than ``SESSION_GAP_S`` since
+    every earlier process last reported (a kept machine and short pauses between sessions make this undercount,
+    which is what the labels are for)."""
+    labels = {entry["session"] for entry in sessions.values() if entry.get("session")}
     spans = sorted((_utc(key.split(" ", 1)[0]), _utc(entry["updated_utc"]), entry.get("boot", key))
-                   for key, entry in sessions.items())
+                   for key, entry in sessions.items() if not entry.get("session"))
     count, last_seen, last_boot = 0, None, None
     for start, updated, boot in spans:
         if last_seen is None or boot != last_boot or start - last_seen > SESSION_GAP_S:
             count += 1
             last_seen = start
         last_seen, last_boot = max(last_seen, updated), boot
-    return count
+    return len(labels) + count
 
 
 def sessions_summary(records: Path) -> dict:
