@@ -235,18 +235,26 @@ def _task_calibration_blocks(plan: Plan, curves: an.StudyCurves) -> list:
     rows = an.task_calibration(plan, curves)
     if not rows:
         return []
-    body = [[r["task"], _text(r["untrained"]), _text(r["bert"]),
-             f"{_signed(r['gap'])} ({_short(verdict(r['gap'], 'ahead', 'behind'))})", _text(r["crossbert-compl"]),
-             _signed(r["compl_gap"])] for r in rows]
+    body = [[r["task"], _text(r["untrained"]), _text(r["bert"]), _with_verdict(r["gap"]), _text(r["crossbert-compl"]),
+             _with_verdict(r["compl_gap"])] for r in rows]
     named = {side: [r["task"] for r in rows if verdict(r["gap"], "ahead", "behind") == side]
              for side in ("ahead", "behind")}
+    crossbert = {side: [r["task"] for r in rows if verdict(r["compl_gap"], "ahead", "behind") == side]
+                 for side in ("ahead", "behind")}
     found = (f"Beyond the seed noise, BERT is ahead of the untrained encoder on {', '.join(named['ahead']) or 'no task'} "
              f"and behind on {', '.join(named['behind']) or 'no task'}; the other "
-             f"{len(rows) - len(named['ahead']) - len(named['behind'])} tasks are not resolved at this scale.")
+             f"{len(rows) - len(named['ahead']) - len(named['behind'])} tasks are not resolved at this scale. "
+             f"CrossBERT complementary is ahead of BERT on {', '.join(crossbert['ahead']) or 'no task'} and behind on "
+             f"{', '.join(crossbert['behind']) or 'no task'}.")
     return [Paragraph(f"Per task at the sample budget (step {plan.sample_steps}; mean ± 95% interval over the seeds; "
                       "differences paired by seed):"),
             table(["task", "untrained", "BERT", "BERT − untrained", "CrossBERT compl.", "compl. − BERT"], body),
             Paragraph(found)]
+
+
+def _with_verdict(difference) -> str:
+    """A paired difference with its verdict word (ahead, behind, or not resolved)."""
+    return f"{_signed(difference)} ({_short(verdict(difference, 'ahead', 'behind'))})"
 
 
 def _efficiency_blocks(plan: Plan, curves: an.StudyCurves) -> tuple[list, dict]:

@@ -41,6 +41,10 @@ def test_each_task_gets_its_paired_difference_and_the_sentence_names_where_bert_
     found = [b for b in _task_calibration_blocks(plan, _curves(plan)) if isinstance(b, Paragraph)][-1]
     assert "ahead of the untrained encoder on SST-2 and behind on STS12 (MTEB-lite, raw)" in found.text
     assert "the other 1 tasks are not resolved" in found.text
+    assert "CrossBERT complementary is ahead of BERT on no task and behind on no task." in found.text  # one seed
+    table = next(b for b in _task_calibration_blocks(plan, _curves(plan)) if not isinstance(b, Paragraph))
+    sst2_row = next(row for row in table.rows if row[0] == "SST-2")
+    assert sst2_row[-1] == "-5.2 (n=1) (n.r.)" and sst2_row[3].endswith("(ahead)")
 
 
 def test_without_bert_at_the_budget_there_is_no_per_task_table():
