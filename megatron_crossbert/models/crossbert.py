@@ -5,7 +5,9 @@ Layout per pipeline stage (decided by ``pre_process`` / ``post_process`` from th
   a learned position table for the classic family, per-row RoPE for the modern one);
 - every stage: its share of the encoder layers (megatron's TransformerBlock does the split);
 - last stage: encoder final LayerNorm, the reconstruction decoder, the BERT LM head, the output
-  layer tied to the word embeddings, and vocab-parallel cross-entropy on the targets only.
+  layer tied to the word embeddings, and vocab-parallel cross-entropy on the targets only (in training with
+  ``model.encoder_token_loss_weight``, the same head also decodes the visible tokens' own ids from the encoder
+  states, a gradient-only term).
 
 Both views of a sequence run as separate rows of one batch: ``[b, V, Lv] -> b*V`` sequences of Lv
 tokens, so the pipeline tensor is ``[Lv, b*V, h]``. There is no padding anywhere in pretraining.
@@ -110,7 +112,7 @@ class CrossBertModel(EncoderLanguageModel):
         cross-entropy of decoding each visible token's own id from its encoder state (LM head, tied output).
 
         Added to each of the ``n`` per-target losses, whose sum is the micro-batch's loss, it contributes
-        ``weight x n x`` that mean: the visible tokens weigh as much as the targets, the reported and held-out
+        ``weight x n x`` that mean: at weight 1 the visible tokens weigh as much in all as the targets, the reported and held-out
         losses stay the reconstruction loss, and any loss scaling applies to both alike.
         """
         logits, _ = self.output_layer(self.lm_head(hidden), weight=self.shared_embedding_or_output_weight())
