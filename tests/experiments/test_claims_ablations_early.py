@@ -8,6 +8,8 @@ probes on a grid (no earlier probe step) has no early rows.
 
 from __future__ import annotations
 
+import dataclasses
+
 from experiments.claims.ablations import run as ablations
 from experiments.claims.ablations.page import early_blocks
 from experiments.claims.ablations.rows import plan_rows
@@ -33,6 +35,20 @@ def test_an_early_row_trains_its_variant_to_the_first_probe_step_under_the_whole
     assert not [row for row in plan_rows(resolve_plan("smoke"), tmp_path, tmp_path) if row.group == "early"]
 
 
+def test_an_early_variant_runs_at_every_study_seed_beside_that_seeds_study_runs(tmp_path):
+    plan = dataclasses.replace(_plan(), seeds=[1, 2, 3])
+    rows = {row.key: row for row in plan_rows(plan, tmp_path / "work", tmp_path / "out")}
+    assert [rows[key].run.name for key in ("tokloss", "tokloss-s2", "tokloss-s3")] == [
+        f"crossbert-compl-tokloss-s{seed}" for seed in (1, 2, 3)]
+    assert rows["tokloss-s3"].run.seed == 3 and rows["tokloss-s3"].exit_at == 1
+    assert "tokloss-s2~geometry@1" in rows
+    references = [key for key, row in rows.items() if row.group == "early-reference"]
+    assert references == ["crossbert-compl-s2--r0@1", "bert-s2--r0@1", "crossbert-compl-s3--r0@1", "bert-s3--r0@1"]
+    reference = rows["bert-s3--r0@1"]
+    assert (reference.run.seed, reference.step, reference.trained_here, reference.run_dir) == (
+        3, 1, False, tmp_path / "work")  # the study's own run, in the study's work dir
+
+
 def test_the_training_stops_at_its_step_and_is_not_run_again_once_that_checkpoint_exists(tmp_path, monkeypatch):
     plan, out = _plan(), tmp_path / "work" / "ablations"
     row = next(row for row in plan_rows(plan, tmp_path / "work", out) if row.key == "tokloss")
@@ -56,9 +72,9 @@ def test_the_training_stops_at_its_step_and_is_not_run_again_once_that_checkpoin
     assert len(commands) == 1
 
 
-def _reading(key, group, model, rank, glue, base=None, step=610):
+def _reading(key, group, model, rank, glue, base=None, step=610, seed=1):
     return {"key": key, "group": group, "model": model, "what": "w", "done": True, "base": base, "step": step,
-            "effective_rank": rank, "mean_cosine": 0.4, "glue_raw": glue, "glue_whitened": 50.0}
+            "effective_rank": rank, "mean_cosine": 0.4, "glue_raw": glue, "glue_whitened": 50.0, "seed": seed}
 
 
 def _geometry(base, id_share):
@@ -84,3 +100,24 @@ def test_the_page_puts_an_early_variant_beside_the_study_runs_at_its_step():
     text = render_section(Section("s", Heading("t", 3), "", "now", early_blocks(pending)))
     assert "| crossbert-compl-tokloss-s1 | own ids | 610 | not measured yet |" in text and "moves" not in text
     assert early_blocks([row for row in rows if row["group"] != "early"]) == []
+
+
+def test_the_page_pairs_an_early_variant_with_the_study_runs_seed_by_seed():
+    from experiments.claims.ablations.page import early_seed_blocks
+
+    rows = []
+    for seed, (cross, bert, mine) in {1: (8.0, 48.0, 70.0), 2: (9.0, 50.0, 72.0), 3: (7.0, 47.0, 69.0)}.items():
+        group = "trajectory" if seed == 1 else "early-reference"
+        rows += [_reading(f"crossbert-compl-s{seed}--r0@610", group, f"crossbert-compl-s{seed}", cross, 40.0 + seed,
+                          seed=seed),
+                 _reading(f"bert-s{seed}--r0@610", group, f"bert-s{seed}", bert, 50.0, seed=seed),
+                 {**_reading(f"tokloss-s{seed}", "early", f"crossbert-compl-tokloss-s{seed}", mine, 50.0, seed=seed),
+                  "what": "own ids"}]
+    rows.append(_reading("crossbert-compl-s1--r0", "probe-time", "crossbert-compl-s1", 10.9, 40.0, step=4880))
+    text = render_section(Section("s", Heading("t", 3), "", "now", early_seed_blocks(rows)))
+    assert "| own ids | pooled effective rank − the study's CrossBERT | +62.3 ± 1.4 (n=3) | higher |" in text
+    assert "| own ids | GLUE raw − the study's CrossBERT | +8.0 ± 2.5 (n=3) | higher |" in text
+    assert "| own ids | GLUE raw − the study's BERT | +0.0 ± 0.0 (n=3) | not resolved at this scale |" in text
+    one = [row for row in rows if row["seed"] == 1]
+    assert "+62.0 (n=1) | not resolved at this scale |" in render_section(Section("s", Heading("t", 3), "", "now",
+                                                                    early_seed_blocks(one)))

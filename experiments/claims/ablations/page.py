@@ -12,6 +12,8 @@ from pathlib import Path
 
 from megatron_crossbert.results_page import Column, Heading, Paragraph, Section, Table, publish
 
+from ..study.stats import paired_difference, verdict
+
 SECTION = "collapse-ablations"
 
 
@@ -190,7 +192,44 @@ def early_blocks(rows: list[dict]) -> list:
              "the study's seed-1 runs read at the same step (all tokens, after the final norm). Token columns: the "
              "token states' effective rank and the shares of their variance explained by the token id, by the "
              "position, and on the first principal direction.")
-    return [Paragraph(intro), Table(EARLY_COLUMNS, body), *([Paragraph("; ".join(said) + ".")] if said else [])]
+    return [Paragraph(intro), Table(EARLY_COLUMNS, body), *([Paragraph("; ".join(said) + ".")] if said else []),
+            *early_seed_blocks(rows)]
+
+
+EARLY_MEASURES = (("effective_rank", "pooled effective rank"), ("glue_raw", "GLUE raw"),
+                  ("glue_whitened", "GLUE whitened"))
+"""What the early variants are compared on across seeds: the pooled features' rank and the frozen GLUE readouts."""
+
+
+def early_seed_blocks(rows: list[dict]) -> list:
+    """Each early variant against the study's CrossBERT and BERT at the same step, paired by seed: the mean
+    difference with its 95% interval and a verdict where the interval excludes zero."""
+    at_step = [row for row in rows if row["done"] and row["group"] in ("trajectory", "early-reference")]
+    arms = {name: {row["seed"]: row for row in at_step if row["model"].startswith(f"{name}-s")}
+            for name in ("crossbert-compl", "bert")}
+    body = []
+    for variant in dict.fromkeys(row["what"] for row in rows if row["group"] == "early"):
+        runs = [row for row in rows if row["group"] == "early" and row["what"] == variant and row["done"]]
+        step = runs[0]["step"] if runs else None
+        mine = {row["seed"]: row for row in runs}
+        for name, label in (("crossbert-compl", "the study's CrossBERT"), ("bert", "the study's BERT")):
+            theirs = {seed: row for seed, row in arms[name].items() if row["step"] == step}
+            for field, what in EARLY_MEASURES:
+                gap = paired_difference({s: r[field] for s, r in mine.items()}, {s: r[field] for s, r in theirs.items()})
+                body.append([variant, f"{what} − {label}", _interval(gap),
+                             verdict(gap, "higher", "lower") if gap is not None else "—"])
+    if not body:
+        return []
+    return [Paragraph("The same at every study seed, paired by seed (mean difference ± 95% interval; a verdict only "
+                      "where the interval excludes zero):"),
+            Table([Column("variant"), Column("difference"), Column("mean ± 95%", "right"), Column("verdict")], body)]
+
+
+def _interval(gap) -> str:
+    if gap is None:
+        return "not measured yet"
+    spread = "" if gap.half_width is None else f" ± {gap.half_width:.1f}"
+    return f"{gap.mean:+.1f}{spread} (n={gap.n})"
 
 
 def _early_row(model: str, what: str, step: int, reading: dict | None, geometry: dict | None) -> list:

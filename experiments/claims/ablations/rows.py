@@ -90,7 +90,7 @@ class Row:
     """File name of the row's JSON (``rows/<key>.json``)."""
     group: str
     """'probe-time', 'decoder' (final checkpoints), 'early' (a variant trained to the first probe step only),
-    'trajectory' or 'geometry'."""
+    'early-reference' (a study run of another seed read at that step), 'trajectory' or 'geometry'."""
     model: str
     """The run read (its name)."""
     what: str
@@ -157,18 +157,25 @@ def _with_steps(plan: Plan, row: Row) -> list[Row]:
     return [row, *trajectory(plan, row), *geometry(plan, row)]
 
 
-def seed_run(plan: Plan, arm: str) -> RunSpec:
-    """The study's main run of ``arm`` with seed 1 (the plan's only run when it lists no seeds)."""
+def seed_run(plan: Plan, arm: str, seed: int = SEED) -> RunSpec:
+    """The study's main run of ``arm`` with ``seed`` (the plan's only run when it lists no seeds)."""
     for run in main_runs(plan):
-        if run.name in (f"{arm}-s{SEED}", arm):
+        if run.name == f"{arm}-s{seed}" or (run.name == arm and seed == SEED):
             return run
-    raise ValueError(f"plan {plan.name}: no main run of {arm} with seed {SEED} (main_settings, seeds)")
+    raise ValueError(f"plan {plan.name}: no main run of {arm} with seed {seed} (main_settings, seeds)")
 
 
-def decoder_run(plan: Plan, decoder: Decoder) -> RunSpec:
-    """CrossBERT complementary's seed-1 main run with ``decoder``'s reconstruction decoder, under its own name."""
-    main = seed_run(plan, "crossbert-compl")
-    return dataclasses.replace(main, name=f"crossbert-compl-{decoder.key}-s{SEED}", decoder_layers=decoder.layers,
+def study_seeds(plan: Plan) -> list[int]:
+    """The seeds of the study's CrossBERT complementary runs (``[SEED]`` when the plan lists none)."""
+    return [seed for seed in dict.fromkeys(run.seed or SEED for run in main_runs(plan)
+                                           if run.name.startswith("crossbert-compl"))]
+
+
+def decoder_run(plan: Plan, decoder: Decoder, seed: int = SEED) -> RunSpec:
+    """CrossBERT complementary's main run of ``seed`` with ``decoder``'s reconstruction branch, under its own
+    name."""
+    main = seed_run(plan, "crossbert-compl", seed)
+    return dataclasses.replace(main, name=f"crossbert-compl-{decoder.key}-s{seed}", decoder_layers=decoder.layers,
                                decoder_width=decoder.width, decoder_cross_attention_only=decoder.cross_attention_only,
                                decoder_context_positions=decoder.context_positions,
                                encoder_token_loss=decoder.token_loss)
@@ -195,19 +202,31 @@ def plan_rows(plan: Plan, work: Path, out: Path) -> list[Row]:
             row = Row(decoder.key, "decoder", run.name, decoder.label, run, out, READINGS[0],
                       counterpart=decoder.counterpart)
             rows += _with_steps(plan, row)
-    return rows
+    return rows + (early_references(plan, work) if any(decoder.early for decoder in DECODERS) else [])
 
 
 def _early(plan: Plan, decoder: Decoder, out: Path) -> list[Row]:
-    """An early variant's row at the plan's first probe step and its token geometry there (none when the plan
-    probes on a grid)."""
-    run = decoder_run(plan, decoder)
-    steps = trajectory_steps(plan, run)
-    if not steps:
-        return []
-    row = Row(decoder.key, "early", run.name, decoder.label, run, out, READINGS[0], step=steps[0])
-    return [row, dataclasses.replace(row, key=f"{row.key}~geometry@{steps[0]}", group="geometry",
-                                     what=f"step {steps[0]}", measure="geometry", base=row.key)]
+    """An early variant's rows at the plan's first probe step, one per study seed (keyed ``<key>`` for seed 1,
+    ``<key>-s<seed>`` for the others), each with its token geometry there (none when the plan probes on a grid)."""
+    steps = trajectory_steps(plan, seed_run(plan, "crossbert-compl"))
+    rows = []
+    for seed in study_seeds(plan) if steps else []:
+        run = decoder_run(plan, decoder, seed)
+        key = decoder.key if seed == SEED else f"{decoder.key}-s{seed}"
+        row = Row(key, "early", run.name, decoder.label, run, out, READINGS[0], step=steps[0])
+        rows += [row, dataclasses.replace(row, key=f"{key}~geometry@{steps[0]}", group="geometry",
+                                          what=f"step {steps[0]}", measure="geometry", base=key)]
+    return rows
+
+
+def early_references(plan: Plan, work: Path) -> list[Row]:
+    """The study's runs of seeds other than 1 read at the first probe step (seed 1's are its trajectory rows),
+    so each early variant is compared with its own seed's run: keyed ``<run>--r0@<step>``."""
+    steps = trajectory_steps(plan, seed_run(plan, "crossbert-compl"))
+    return [Row(f"{run.name}--r0@{steps[0]}", "early-reference", run.name, f"step {steps[0]}", run, work,
+                READINGS[0], step=steps[0])
+            for seed in study_seeds(plan) if seed != SEED and steps
+            for run in (seed_run(plan, arm, seed) for arm in PROBED_ARMS)]
 
 
 def row_path(out: Path, row: Row) -> Path:

@@ -170,7 +170,7 @@ def collect(plan: Plan, rows: list[Row], out: Path) -> dict:
         if row.same_as is not None:
             measured = {**measured, "cpu_s": 0.0, "train_cpu_s": 0.0, "same_as": row.same_as}
         table.append({**measured, "key": row.key, "group": row.group, "model": row.model, "what": row.what,
-                      "base": row.base, "step": row.read_step,
+                      "base": row.base, "step": row.read_step, "seed": row.run.seed,
                       "counterpart": row.counterpart, "done": done})
     results = {"plan": plan.name, "seed": SEED, "rows": table,
                "written_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
