@@ -95,7 +95,7 @@ def test_the_page_puts_an_early_variant_beside_the_study_runs_at_its_step():
     assert "| bert-s1 | the study's run | 610 | 48.0 | 50.0 | 48.0 | 0.400 | 20.00 | 0.89 |" in text
     assert "| crossbert-compl-tokloss-s1 | own ids | 610 | 45.5 | 50.0 | 24.0 | 0.400 | 20.00 | 0.75 |" in text
     assert ("tokloss moves CrossBERT's pooled effective rank at step 610 from 8.0 to 24.0 (BERT's: 48.0; 50% of "
-            "it), raw GLUE +2.5 points.") in text
+            "it: restored), raw GLUE +2.5 points.") in text
     pending = [*rows[:-1], {**rows[-1], "done": False}]
     text = render_section(Section("s", Heading("t", 3), "", "now", early_blocks(pending)))
     assert "| crossbert-compl-tokloss-s1 | own ids | 610 | not measured yet |" in text and "moves" not in text

@@ -184,9 +184,11 @@ def early_blocks(rows: list[dict]) -> list:
         found = {by_key[base]["model"].startswith("bert"): reading for base, reading in read.items() if reading}
         if row["done"] and len(found) == 2:
             bert, cross = found[True], found[False]
+            share = row["effective_rank"] / bert["effective_rank"]
             said.append(f"{row['key']} moves CrossBERT's pooled effective rank at step {step} from "
                         f"{cross['effective_rank']:.1f} to {row['effective_rank']:.1f} (BERT's: "
-                        f"{bert['effective_rank']:.1f}; {row['effective_rank'] / bert['effective_rank']:.0%} of it), "
+                        f"{bert['effective_rank']:.1f}; {share:.0%} of it: "
+                        f"{'restored' if share >= RESTORED else 'not restored'}), "
                         f"raw GLUE {_delta(row['glue_raw'], cross['glue_raw'])} points")
     intro = ("Variants of CrossBERT's loss trained only to an early probe step, under the whole run's schedule, beside "
              "the study's seed-1 runs read at the same step (all tokens, after the final norm). Token columns: the "
