@@ -43,7 +43,10 @@ def test_an_early_variant_runs_at_every_study_seed_beside_that_seeds_study_runs(
     assert rows["tokloss-s3"].run.seed == 3 and rows["tokloss-s3"].exit_at == 1
     assert "tokloss-s2~geometry@1" in rows
     references = [key for key, row in rows.items() if row.group == "early-reference"]
-    assert references == ["crossbert-compl-s2--r0@1", "bert-s2--r0@1", "crossbert-compl-s3--r0@1", "bert-s3--r0@1"]
+    assert references == ["crossbert-compl-s2--r0@1", "bert-s2--r0@1", "crossbert-compl-s3--r0@1", "bert-s3--r0@1",
+                          *[f"init-reference-s{seed}--r0@1" for seed in (1, 2, 3)]]  # at its one step
+    untrained = rows["init-reference-s2--r0@1"]
+    assert (untrained.run.train_steps, untrained.read_step, untrained.with_mteb) == (1, 1, False)
     reference = rows["bert-s3--r0@1"]
     assert (reference.run.seed, reference.step, reference.trained_here, reference.run_dir) == (
         3, 1, False, tmp_path / "work")  # the study's own run, in the study's work dir
@@ -113,11 +116,15 @@ def test_the_page_pairs_an_early_variant_with_the_study_runs_seed_by_seed():
                  _reading(f"bert-s{seed}--r0@610", group, f"bert-s{seed}", bert, 50.0, seed=seed),
                  {**_reading(f"tokloss-s{seed}", "early", f"crossbert-compl-tokloss-s{seed}", mine, 50.0, seed=seed),
                   "what": "own ids"}]
+        rows.append(_reading(f"init-reference-s{seed}--r0@1", "early-reference", f"init-reference-s{seed}", 72.0 + seed,
+                             49.0, step=1, seed=seed))
     rows.append(_reading("crossbert-compl-s1--r0", "probe-time", "crossbert-compl-s1", 10.9, 40.0, step=4880))
     text = render_section(Section("s", Heading("t", 3), "", "now", early_seed_blocks(rows)))
     assert "| own ids | pooled effective rank − the study's CrossBERT | +62.3 ± 1.4 (n=3) | higher |" in text
     assert "| own ids | GLUE raw − the study's CrossBERT | +8.0 ± 2.5 (n=3) | higher |" in text
     assert "| own ids | GLUE raw − the study's BERT | +0.0 ± 0.0 (n=3) | not resolved at this scale |" in text
+    assert "| own ids | pooled effective rank − the untrained encoder | -3.7 ± 5.2 (n=3) | not resolved at this scale |" in text
+    assert "| own ids | GLUE raw − the untrained encoder | +1.0 ± 0.0 (n=3) | higher |" in text
     one = [row for row in rows if row["seed"] == 1]
     assert "+62.0 (n=1) | not resolved at this scale |" in render_section(Section("s", Heading("t", 3), "", "now",
                                                                     early_seed_blocks(one)))

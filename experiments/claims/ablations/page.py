@@ -198,6 +198,9 @@ def early_blocks(rows: list[dict]) -> list:
             *early_seed_blocks(rows)]
 
 
+EARLY_ARMS = (("crossbert-compl", "the study's CrossBERT"), ("bert", "the study's BERT"),
+              ("init-reference", "the untrained encoder"))
+"""The study's arms each early variant is paired with (run-name prefix, label)."""
 EARLY_MEASURES = (("effective_rank", "pooled effective rank"), ("glue_raw", "GLUE raw"),
                   ("glue_whitened", "GLUE whitened"))
 """What the early variants are compared on across seeds: the pooled features' rank and the frozen GLUE readouts."""
@@ -207,15 +210,14 @@ def early_seed_blocks(rows: list[dict]) -> list:
     """Each early variant against the study's CrossBERT and BERT at the same step, paired by seed: the mean
     difference with its 95% interval and a verdict where the interval excludes zero."""
     at_step = [row for row in rows if row["done"] and row["group"] in ("trajectory", "early-reference")]
-    arms = {name: {row["seed"]: row for row in at_step if row["model"].startswith(f"{name}-s")}
-            for name in ("crossbert-compl", "bert")}
+    arms = {name: [row for row in at_step if row["model"].startswith(f"{name}-s")] for name, _ in EARLY_ARMS}
     body = []
     for variant in dict.fromkeys(row["what"] for row in rows if row["group"] == "early"):
         runs = [row for row in rows if row["group"] == "early" and row["what"] == variant and row["done"]]
         step = runs[0]["step"] if runs else None
         mine = {row["seed"]: row for row in runs}
-        for name, label in (("crossbert-compl", "the study's CrossBERT"), ("bert", "the study's BERT")):
-            theirs = {seed: row for seed, row in arms[name].items() if row["step"] == step}
+        for name, label in EARLY_ARMS:  # the untrained encoders are read at their one step
+            theirs = {row["seed"]: row for row in arms[name] if row["step"] == step or name == "init-reference"}
             for field, what in EARLY_MEASURES:
                 gap = paired_difference({s: r[field] for s, r in mine.items()}, {s: r[field] for s, r in theirs.items()})
                 body.append([variant, f"{what} − {label}", _interval(gap),

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from megatron_crossbert.evaluation.encoding import EncodingOptions
 
-from ..plan import main_runs
+from ..plan import main_runs, reference_runs
 from ..study.plan import Plan, RunSpec
 
 SEED = 1
@@ -220,13 +220,19 @@ def _early(plan: Plan, decoder: Decoder, out: Path) -> list[Row]:
 
 
 def early_references(plan: Plan, work: Path) -> list[Row]:
-    """The study's runs of seeds other than 1 read at the first probe step (seed 1's are its trajectory rows),
-    so each early variant is compared with its own seed's run: keyed ``<run>--r0@<step>``."""
+    """What each early variant is compared with at its own seed: the study's runs of seeds other than 1 read at
+    the first probe step (seed 1's are its trajectory rows), and the study's untrained encoders (its one-step
+    reference runs, whose features a collapse-free encoder may only match at this budget). Keyed
+    ``<run>--r0@<step>``."""
     steps = trajectory_steps(plan, seed_run(plan, "crossbert-compl"))
-    return [Row(f"{run.name}--r0@{steps[0]}", "early-reference", run.name, f"step {steps[0]}", run, work,
-                READINGS[0], step=steps[0])
-            for seed in study_seeds(plan) if seed != SEED and steps
-            for run in (seed_run(plan, arm, seed) for arm in PROBED_ARMS)]
+    if not steps:
+        return []
+    seeds = study_seeds(plan)
+    trained = [seed_run(plan, arm, seed) for seed in seeds if seed != SEED for arm in PROBED_ARMS]
+    untrained = [run for run in reference_runs(plan) if (run.seed or SEED) in seeds]
+    return [Row(f"{run.name}--r0@{step}", "early-reference", run.name, f"step {step}", run, work, READINGS[0],
+                step=step) for run, step in [*((run, steps[0]) for run in trained),
+                                              *((run, run.train_steps) for run in untrained)]]
 
 
 def row_path(out: Path, row: Row) -> Path:
