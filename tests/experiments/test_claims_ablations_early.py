@@ -92,14 +92,17 @@ def test_the_page_puts_an_early_variant_beside_the_study_runs_at_its_step():
             _reading("bert-s1--r0", "probe-time", "bert-s1", 64.7, 50.0, step=4880),
             _reading("bert-s1--r0@610", "trajectory", "bert-s1", 48.0, 48.0, base="bert-s1--r0"),
             _geometry("bert-s1--r0", 0.89), _geometry("tokloss", 0.75),
-            {**_reading("tokloss", "early", "crossbert-compl-tokloss-s1", 24.0, 45.5), "what": "own ids"}]
+            {**_reading("tokloss", "early", "crossbert-compl-tokloss-s1", 24.0, 45.5), "what": "own ids"},
+            {**_reading("tokloss-s2", "early", "crossbert-compl-tokloss-s2", 30.0, 46.0, seed=2), "what": "own ids"}]
     text = render_section(Section("s", Heading("t", 3), "", "now", early_blocks(rows)))
     assert "| crossbert-compl-s1 | the study's run | 610 | 43.0 | 50.0 | 8.0 | 0.400 |" in text
     assert "| bert-s1 | the study's run | 610 | 48.0 | 50.0 | 48.0 | 0.400 | 20.00 | 0.89 |" in text
     assert "| crossbert-compl-tokloss-s1 | own ids | 610 | 45.5 | 50.0 | 24.0 | 0.400 | 20.00 | 0.75 |" in text
+    assert "| crossbert-compl-tokloss-s2 | own ids | 610 |" not in text  # other seeds: in the paired table only
+    assert text.count("| crossbert-compl-s1 | the study's run |") == 1
     assert ("tokloss moves CrossBERT's pooled effective rank at step 610 from 8.0 to 24.0 (BERT's: 48.0; 50% of "
             "it: restored), raw GLUE +2.5 points.") in text
-    pending = [*rows[:-1], {**rows[-1], "done": False}]
+    pending = [*rows[:-2], {**rows[-2], "done": False}]
     text = render_section(Section("s", Heading("t", 3), "", "now", early_blocks(pending)))
     assert "| crossbert-compl-tokloss-s1 | own ids | 610 | not measured yet |" in text and "moves" not in text
     assert early_blocks([row for row in rows if row["group"] != "early"]) == []
@@ -114,17 +117,17 @@ def test_the_page_pairs_an_early_variant_with_the_study_runs_seed_by_seed():
         rows += [_reading(f"crossbert-compl-s{seed}--r0@610", group, f"crossbert-compl-s{seed}", cross, 40.0 + seed,
                           seed=seed),
                  _reading(f"bert-s{seed}--r0@610", group, f"bert-s{seed}", bert, 50.0, seed=seed),
-                 {**_reading(f"tokloss-s{seed}", "early", f"crossbert-compl-tokloss-s{seed}", mine, 50.0, seed=seed),
-                  "what": "own ids"}]
+                 {**_reading("tokloss" if seed == 1 else f"tokloss-s{seed}", "early",
+                             f"crossbert-compl-tokloss-s{seed}", mine, 50.0, seed=seed), "what": "own ids"}]
         rows.append(_reading(f"init-reference-s{seed}--r0@1", "early-reference", f"init-reference-s{seed}", 72.0 + seed,
                              49.0, step=1, seed=seed))
     rows.append(_reading("crossbert-compl-s1--r0", "probe-time", "crossbert-compl-s1", 10.9, 40.0, step=4880))
     text = render_section(Section("s", Heading("t", 3), "", "now", early_seed_blocks(rows)))
-    assert "| own ids | pooled effective rank − the study's CrossBERT | +62.3 ± 1.4 (n=3) | higher |" in text
-    assert "| own ids | GLUE raw − the study's CrossBERT | +8.0 ± 2.5 (n=3) | higher |" in text
-    assert "| own ids | GLUE raw − the study's BERT | +0.0 ± 0.0 (n=3) | not resolved at this scale |" in text
-    assert "| own ids | pooled effective rank − the untrained encoder | -3.7 ± 5.2 (n=3) | not resolved at this scale |" in text
-    assert "| own ids | GLUE raw − the untrained encoder | +1.0 ± 0.0 (n=3) | higher |" in text
+    assert "| tokloss | pooled effective rank − the study's CrossBERT | +62.3 ± 1.4 (n=3) | higher |" in text
+    assert "| tokloss | GLUE raw − the study's CrossBERT | +8.0 ± 2.5 (n=3) | higher |" in text
+    assert "| tokloss | GLUE raw − the study's BERT | +0.0 ± 0.0 (n=3) | not resolved at this scale |" in text
+    assert "| tokloss | pooled effective rank − the untrained encoder | -3.7 ± 5.2 (n=3) | not resolved at this scale |" in text
+    assert "| tokloss | GLUE raw − the untrained encoder | +1.0 ± 0.0 (n=3) | higher |" in text
     one = [row for row in rows if row["seed"] == 1]
     assert "+62.0 (n=1) | not resolved at this scale |" in render_section(Section("s", Heading("t", 3), "", "now",
                                                                     early_seed_blocks(one)))

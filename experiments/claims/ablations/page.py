@@ -162,10 +162,11 @@ EARLY_COLUMNS = [Column("run"), Column("change"), Column("step", "right"), *[Col
 """The early table: the pooled features' reading, then the token states' geometry, all at one step."""
 
 
-def early_blocks(rows: list[dict]) -> list:
-    """Each early variant beside the study's seed-1 runs read at the same step (their trajectory rows), with the
-    token geometry of each there, and a sentence: how far the variant moves CrossBERT's rank towards BERT's."""
-    early = [row for row in rows if row["group"] == "early"]
+def early_blocks(rows: list[dict], seed: int | None = 1) -> list:
+    """Each early variant at ``seed`` (the seed the trajectory rows read) beside the study's runs read at the same
+    step, with the token geometry of each there, and a sentence: how far the variant moves CrossBERT's rank
+    towards BERT's; then every seed, paired (``early_seed_blocks``)."""
+    early = [row for row in rows if row["group"] == "early" and row.get("seed", seed) in (seed, None)]
     if not early:
         return []
     by_key = {row["key"]: row for row in rows}
@@ -212,8 +213,12 @@ def early_seed_blocks(rows: list[dict]) -> list:
     at_step = [row for row in rows if row["done"] and row["group"] in ("trajectory", "early-reference")]
     arms = {name: [row for row in at_step if row["model"].startswith(f"{name}-s")] for name, _ in EARLY_ARMS}
     body = []
-    for variant in dict.fromkeys(row["what"] for row in rows if row["group"] == "early"):
-        runs = [row for row in rows if row["group"] == "early" and row["what"] == variant and row["done"]]
+    variants = {}
+    for row in rows:
+        if row["group"] == "early":
+            variants.setdefault(row["what"], row["key"])  # the first seed's key names the variant
+    for what, variant in variants.items():
+        runs = [row for row in rows if row["group"] == "early" and row["what"] == what and row["done"]]
         step = runs[0]["step"] if runs else None
         mine = {row["seed"]: row for row in runs}
         for name, label in EARLY_ARMS:  # the untrained encoders are read at their one step
@@ -261,7 +266,8 @@ def ablations_section(results: dict) -> Section:
         "(Roy & Vetterli) and mean pairwise cosine (uncentred) are those of the pooled features. A visible half "
         "pools half as many tokens, which by itself lowers the mean cosine: BERT's same row is the control."),
         Table(COLUMNS, [_row(row) for group in TABLE_GROUPS for row in rows if row["group"] == group]),
-        Paragraph(cause_text(rows)), *early_blocks(rows), *trajectory_blocks(rows), *geometry_blocks(rows),
+        Paragraph(cause_text(rows)), *early_blocks(rows, results["seed"]), *trajectory_blocks(rows),
+        *geometry_blocks(rows),
         Paragraph(f"{done} of {len(rows)} rows measured; {cpu / 3600:.2f} CPU-hours (decoder rows include their "
                   f"training; results.json written {results['written_utc']})."),
         Paragraph(f"Reproduce: `python -m experiments.claims.ablations --plan {results['plan']} --work-dir WORK` "
