@@ -53,7 +53,7 @@ def test_the_cause_says_whether_a_row_brings_crossberts_rank_near_berts():
     rows = [row("crossbert-compl-s1--r0", "crossbert-compl-s1", "probe-time", 10.0),
             row("crossbert-compl-s1--r1", "crossbert-compl-s1", "probe-time", 13.2),
             row("bert-s1--r0", "bert-s1", "probe-time", 60.0)]
-    assert "**No row measured restores the rank**: the highest is 22% of BERT's 60.0" in ablations_section_text(rows)
+    assert "**No final-checkpoint row restores the rank**: the highest is 22% of BERT's 60.0" in ablations_section_text(rows)
     rows.append(row("xattn", "crossbert-compl-xattn-s1", "decoder", 40.0))
     text = ablations_section_text(rows)
     assert "crossbert-compl-xattn-s1, xattn**, 10.0 -> 40.0" in text and "restores the rank to 67% of BERT's" in text

@@ -71,7 +71,7 @@ def _restored(best: dict, rows: list[dict]) -> str:
     share = best["effective_rank"] / bert["effective_rank"]
     if share >= RESTORED:
         return f" It restores the rank to {share:.0%} of BERT's {bert['effective_rank']:.1f}."
-    return (f" **No row measured restores the rank**: the highest is {share:.0%} of BERT's "
+    return (f" **No final-checkpoint row restores the rank**: the highest is {share:.0%} of BERT's "
             f"{bert['effective_rank']:.1f} (restoring = at least {RESTORED:.0%}).")
 
 
