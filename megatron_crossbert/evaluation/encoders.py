@@ -18,6 +18,7 @@ the last layer or for every hidden state (embedding output + each layer; ``layer
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import typing
 from dataclasses import asdict, dataclass
@@ -128,6 +129,17 @@ def tokenizer_identity(tokenizer_dir: str | Path) -> str:
     return _short(files_identity((name, Path(tokenizer_dir) / name) for name in _TOKENIZER_FILES))
 
 
+def export_schema() -> str:
+    """The config fields this code writes into a native export (``crossbert_run_config.json``), as a short digest.
+
+    An export is reused only by code with the same fields: a reader refuses keys it does not know, so code that
+    added a field must not hand its export to an older process sharing the cache (its key already differs)."""
+    from megatron_crossbert.config import RunConfig
+
+    sections = {name: sorted(fields) for name, fields in RunConfig().to_dict().items()}
+    return hashlib.sha256(json.dumps(sections, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def default_cache_dir() -> Path:
     """``$CROSSBERT_EVAL_CACHE`` or ``~/.cache/megatron_crossbert/eval``."""
     env = os.environ.get("CROSSBERT_EVAL_CACHE")
@@ -136,7 +148,8 @@ def default_cache_dir() -> Path:
 
 def export_native(checkpoint: str | Path, cache_dir: str | Path | None = None,
                   tokenizer_dir: str | Path | None = None, verify: str = "full") -> ResolvedModel:
-    """Export a native checkpoint to an HF dir under the cache (reused when the checkpoint is unchanged).
+    """Export a native checkpoint to an HF dir under the cache (reused when the checkpoint and the code's config
+    fields, ``export_schema``, are unchanged).
 
     The checkpoint is opened once, its files checked against their recorded hashes (``verify``: full
     or off) even when the export is cached; its identity and the export both read that one resolution.
@@ -148,7 +161,8 @@ def export_native(checkpoint: str | Path, cache_dir: str | Path | None = None,
     identity = native_checkpoint_identity(source)
     if tokenizer_dir is not None:
         identity += f":tok={tokenizer_identity(tokenizer_dir)}"
-    out_dir = Path(cache_dir or default_cache_dir()) / "hf_export" / hashlib.sha256(identity.encode()).hexdigest()[:16]
+    folder = hashlib.sha256(f"{identity}:schema={export_schema()}".encode()).hexdigest()[:16]
+    out_dir = Path(cache_dir or default_cache_dir()) / "hf_export" / folder
     if not (out_dir / "config.json").is_file():
         export_to_hf(source, out_dir, tokenizer_dir=tokenizer_dir, force=True)
     return ResolvedModel(hf_path=str(out_dir), identity=identity, native_checkpoint=str(checkpoint),

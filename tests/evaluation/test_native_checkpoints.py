@@ -4,6 +4,7 @@ then the HF path; and the in-training suite on the live ``CrossBertModel.encode`
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -109,3 +110,17 @@ def test_live_encode_suite_matches_exported_features(native):
     # the live model's in-training STS Spearman is crossbert-mteb's number on its export
     assert hook_scores["mteb/WordSTS/cosine_spearman"] == pytest.approx(exported_mteb["average"], abs=1e-3)
     assert hook_scores["mteb/avg"] == hook_scores["mteb/WordSTS/cosine_spearman"]
+
+
+def test_an_export_is_reused_only_by_code_with_the_same_config_fields(native, monkeypatch, tmp_path):
+    """A newer version adds a config field and writes it into its export; an older process sharing the cache would
+    refuse the unknown key, so each set of fields gets its own export folder (the model's identity is unchanged)."""
+    from megatron_crossbert.evaluation import encoders
+
+    work, _, _ = native
+    first = resolve_model(work / "ckpt", cache_dir=tmp_path)
+    assert resolve_model(work / "ckpt", cache_dir=tmp_path).hf_path == first.hf_path  # reused
+    monkeypatch.setattr(encoders, "export_schema", lambda: "another set of fields")
+    other = resolve_model(work / "ckpt", cache_dir=tmp_path)
+    assert other.hf_path != first.hf_path and other.identity == first.identity
+    assert (Path(other.hf_path) / "config.json").is_file()
