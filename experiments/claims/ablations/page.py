@@ -208,8 +208,9 @@ EARLY_MEASURES = (("effective_rank", "pooled effective rank"), ("glue_raw", "GLU
 
 
 def early_seed_blocks(rows: list[dict]) -> list:
-    """Each early variant against the study's CrossBERT and BERT at the same step, paired by seed: the mean
-    difference with its 95% interval and a verdict where the interval excludes zero."""
+    """Each early variant against the study's CrossBERT and BERT at the same step and its untrained encoder
+    (``EARLY_ARMS``), paired by seed: the mean difference with its 95% interval and a verdict where the interval
+    excludes zero."""
     at_step = [row for row in rows if row["done"] and row["group"] in ("trajectory", "early-reference")]
     arms = {name: [row for row in at_step if row["model"].startswith(f"{name}-s")] for name, _ in EARLY_ARMS}
     body = []
@@ -223,9 +224,9 @@ def early_seed_blocks(rows: list[dict]) -> list:
         mine = {row["seed"]: row for row in runs}
         for name, label in EARLY_ARMS:  # the untrained encoders are read at their one step
             theirs = {row["seed"]: row for row in arms[name] if row["step"] == step or name == "init-reference"}
-            for field, what in EARLY_MEASURES:
+            for field, measure in EARLY_MEASURES:
                 gap = paired_difference({s: r[field] for s, r in mine.items()}, {s: r[field] for s, r in theirs.items()})
-                body.append([variant, f"{what} − {label}", _interval(gap),
+                body.append([variant, f"{measure} − {label}", _interval(gap),
                              verdict(gap, "higher", "lower") if gap is not None else "—"])
     if not body:
         return []
