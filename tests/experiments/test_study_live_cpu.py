@@ -24,7 +24,7 @@ def test_pid_cpu_seconds_reads_this_process_and_nothing_for_a_missing_pid():
 def test_the_heartbeat_reports_a_running_childs_cpu_before_it_exits(tmp_path, monkeypatch):
     monkeypatch.setattr(commands, "HEARTBEAT_S", 0.1)
     noted: list[float] = []
-    monkeypatch.setattr(records, "note_session", lambda folder, started, cpu: noted.append(cpu))
+    monkeypatch.setattr(records, "note_session", lambda folder, started, cpu, session=None: noted.append(cpu))
     own = os.times()
     parent = own.user + own.system + own.children_user + own.children_system
     ran = lambda: commands.run_logged([sys.executable, "-c", BUSY], tmp_path, "busy")  # noqa: E731
