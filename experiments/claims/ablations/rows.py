@@ -167,8 +167,14 @@ def seed_run(plan: Plan, arm: str, seed: int = SEED) -> RunSpec:
 
 def study_seeds(plan: Plan) -> list[int]:
     """The seeds of the study's CrossBERT complementary runs (``[SEED]`` when the plan lists none)."""
-    return [seed for seed in dict.fromkeys(run.seed or SEED for run in main_runs(plan)
-                                           if run.name.startswith("crossbert-compl"))]
+    return list(dict.fromkeys(run.seed or SEED for run in main_runs(plan) if run.name.startswith("crossbert-compl")))
+
+
+def early_step(plan: Plan) -> int | None:
+    """The step early variants train to and are read at: the plan's first probe step (None when it probes on a
+    grid)."""
+    steps = trajectory_steps(plan, seed_run(plan, "crossbert-compl"))
+    return steps[0] if steps else None
 
 
 def decoder_run(plan: Plan, decoder: Decoder, seed: int = SEED) -> RunSpec:
@@ -206,16 +212,16 @@ def plan_rows(plan: Plan, work: Path, out: Path) -> list[Row]:
 
 
 def _early(plan: Plan, decoder: Decoder, out: Path) -> list[Row]:
-    """An early variant's rows at the plan's first probe step, one per study seed (keyed ``<key>`` for seed 1,
-    ``<key>-s<seed>`` for the others), each with its token geometry there (none when the plan probes on a grid)."""
-    steps = trajectory_steps(plan, seed_run(plan, "crossbert-compl"))
+    """An early variant's rows at ``early_step``, one per study seed (keyed ``<key>`` for seed 1, ``<key>-s<seed>``
+    for the others), each with its token geometry there (none when the plan probes on a grid)."""
+    step = early_step(plan)
     rows = []
-    for seed in study_seeds(plan) if steps else []:
+    for seed in study_seeds(plan) if step else []:
         run = decoder_run(plan, decoder, seed)
         key = decoder.key if seed == SEED else f"{decoder.key}-s{seed}"
-        row = Row(key, "early", run.name, decoder.label, run, out, READINGS[0], step=steps[0])
-        rows += [row, dataclasses.replace(row, key=f"{key}~geometry@{steps[0]}", group="geometry",
-                                          what=f"step {steps[0]}", measure="geometry", base=key)]
+        row = Row(key, "early", run.name, decoder.label, run, out, READINGS[0], step=step)
+        rows += [row, dataclasses.replace(row, key=f"{key}~geometry@{step}", group="geometry", what=f"step {step}",
+                                          measure="geometry", base=key)]
     return rows
 
 
@@ -224,15 +230,14 @@ def early_references(plan: Plan, work: Path) -> list[Row]:
     the first probe step (seed 1's are its trajectory rows), and the study's untrained encoders (its one-step
     reference runs, whose features a collapse-free encoder may only match at this budget). Keyed
     ``<run>--r0@<step>``."""
-    steps = trajectory_steps(plan, seed_run(plan, "crossbert-compl"))
-    if not steps:
+    step = early_step(plan)
+    if step is None:
         return []
     seeds = study_seeds(plan)
     trained = [seed_run(plan, arm, seed) for seed in seeds if seed != SEED for arm in PROBED_ARMS]
     untrained = [run for run in reference_runs(plan) if (run.seed or SEED) in seeds]
-    return [Row(f"{run.name}--r0@{step}", "early-reference", run.name, f"step {step}", run, work, READINGS[0],
-                step=step) for run, step in [*((run, steps[0]) for run in trained),
-                                              *((run, run.train_steps) for run in untrained)]]
+    return [Row(f"{run.name}--r0@{at}", "early-reference", run.name, f"step {at}", run, work, READINGS[0], step=at)
+            for run, at in [*((run, step) for run in trained), *((run, run.train_steps) for run in untrained)]]
 
 
 def row_path(out: Path, row: Row) -> Path:
