@@ -131,10 +131,12 @@ def test_a_probe_time_row_without_its_checkpoint_waits_in_one_line_per_run(tmp_p
     plan, rows, inputs, out, measured = _fake_rows(tmp_path, monkeypatch, checkpoints=False)
     ablations.measure_rows(plan, rows, inputs, out, ([], []))
     lines = [line for line in capsys.readouterr().out.splitlines() if "not trained yet" in line]
-    study = [line for line in lines if str(tmp_path / "work" / "runs") in line]
-    assert len(study) == 2 and "bert-s1" in " ".join(study)  # one line per study run, not per row
-    assert measured == ["dec1", "dec1-half", "xattn", "ctxpos", "xattn-ctxpos"]  # each trains its own run
-    assert len(lines) == 7  # and their geometry rows wait for the checkpoints this fake training did not write
+    study = [line.split(":")[0] for line in lines if str(tmp_path / "work" / "runs") in line]
+    assert study == ["[ablations] crossbert-compl-s1", "[ablations] bert-s1", "[ablations] crossbert-compl-s2",
+                     "[ablations] bert-s2", "[ablations] init-reference-s1", "[ablations] init-reference-s2"]
+    assert measured == ["dec1", "dec1-half", "xattn", "ctxpos", "xattn-ctxpos", "tokloss-final",
+                        "tokloss-final-s2"]  # each trains its own run; one line per study run, not per row
+    assert len(lines) == 13  # and their geometry rows wait for the checkpoints this fake training did not write
 
 
 def test_a_row_measured_here_is_sealed_without_its_checkpoint(tmp_path, monkeypatch):

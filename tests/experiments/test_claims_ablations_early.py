@@ -109,7 +109,7 @@ def test_the_page_puts_an_early_variant_beside_the_study_runs_at_its_step():
 
 
 def test_the_page_pairs_an_early_variant_with_the_study_runs_seed_by_seed():
-    from experiments.claims.ablations.page import early_seed_blocks
+    from experiments.claims.ablations.page_seeds import early_seed_blocks
 
     rows = []
     for seed, (cross, bert, mine) in {1: (8.0, 48.0, 70.0), 2: (9.0, 50.0, 72.0), 3: (7.0, 47.0, 69.0)}.items():

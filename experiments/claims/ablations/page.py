@@ -12,7 +12,7 @@ from pathlib import Path
 
 from megatron_crossbert.results_page import Column, Heading, Paragraph, Section, Table, publish
 
-from ..study.stats import paired_difference, verdict
+from .page_seeds import early_seed_blocks, final_seed_blocks
 
 SECTION = "collapse-ablations"
 
@@ -23,8 +23,15 @@ COLUMNS = [Column("model"), Column("change"), *[Column(name, "right", ".1f") for
 """The table's columns: scores 0-100, the effective rank (over the feature dimension), CPU time in minutes."""
 
 
-TABLE_GROUPS = ("probe-time", "decoder")
-"""The groups of the main table (final checkpoints); trajectory and geometry rows get their own tables."""
+TABLE_GROUPS = ("probe-time", "decoder", "final")
+"""The groups of the main table (final checkpoints, at the table's seed); trajectory and geometry rows get their
+own tables."""
+
+
+def main_rows(rows: list[dict], seed: int | None = 1) -> list[dict]:
+    """The main table's rows, group by group: the final checkpoints read at ``seed`` (other seeds are paired in
+    ``page_seeds``)."""
+    return [row for group in TABLE_GROUPS for row in rows if row["group"] == group and row.get("seed") in (seed, None)]
 
 
 def _rank(row: dict) -> float | str | None:
@@ -45,8 +52,8 @@ def strongest(rows: list[dict], baseline_key: str) -> tuple[dict, dict] | None:
     """(the study's CrossBERT reading, the CrossBERT row whose effective rank rises most above it), or None
     while either is unmeasured."""
     base = next((row for row in rows if row["key"] == baseline_key and row["done"]), None)
-    others = [row for row in rows if row["done"] and row["key"] != baseline_key and not row.get("same_as")
-              and row["model"].startswith("crossbert") and row["group"] in TABLE_GROUPS]
+    others = [row for row in main_rows(rows) if row["done"] and row["key"] != baseline_key
+              and not row.get("same_as") and row["model"].startswith("crossbert")]
     if base is None or not others:
         return None
     return base, max(others, key=lambda row: row["effective_rank"])
@@ -199,49 +206,6 @@ def early_blocks(rows: list[dict], seed: int | None = 1) -> list:
             *early_seed_blocks(rows)]
 
 
-EARLY_ARMS = (("crossbert-compl", "the study's CrossBERT"), ("bert", "the study's BERT"),
-              ("init-reference", "the untrained encoder"))
-"""The study's arms each early variant is paired with (run-name prefix, label)."""
-EARLY_MEASURES = (("effective_rank", "pooled effective rank"), ("glue_raw", "GLUE raw"),
-                  ("glue_whitened", "GLUE whitened"))
-"""What the early variants are compared on across seeds: the pooled features' rank and the frozen GLUE readouts."""
-
-
-def early_seed_blocks(rows: list[dict]) -> list:
-    """Each early variant against the study's CrossBERT and BERT at the same step and its untrained encoder
-    (``EARLY_ARMS``), paired by seed: the mean difference with its 95% interval and a verdict where the interval
-    excludes zero."""
-    at_step = [row for row in rows if row["done"] and row["group"] in ("trajectory", "early-reference")]
-    arms = {name: [row for row in at_step if row["model"].startswith(f"{name}-s")] for name, _ in EARLY_ARMS}
-    body = []
-    variants = {}
-    for row in rows:
-        if row["group"] == "early":
-            variants.setdefault(row["what"], row["key"])  # the first seed's key names the variant
-    for what, variant in variants.items():
-        runs = [row for row in rows if row["group"] == "early" and row["what"] == what and row["done"]]
-        step = runs[0]["step"] if runs else None
-        mine = {row["seed"]: row for row in runs}
-        for name, label in EARLY_ARMS:  # the untrained encoders are read at their one step
-            theirs = {row["seed"]: row for row in arms[name] if row["step"] == step or name == "init-reference"}
-            for field, measure in EARLY_MEASURES:
-                gap = paired_difference({s: r[field] for s, r in mine.items()}, {s: r[field] for s, r in theirs.items()})
-                body.append([variant, f"{measure} − {label}", _interval(gap),
-                             verdict(gap, "higher", "lower") if gap is not None else "—"])
-    if not body:
-        return []
-    return [Paragraph("The same at every study seed, paired by seed (mean difference ± 95% interval; a verdict only "
-                      "where the interval excludes zero):"),
-            Table([Column("variant"), Column("difference"), Column("mean ± 95%", "right"), Column("verdict")], body)]
-
-
-def _interval(gap) -> str:
-    if gap is None:
-        return "not measured yet"
-    spread = "" if gap.half_width is None else f" ± {gap.half_width:.1f}"
-    return f"{gap.mean:+.1f}{spread} (n={gap.n})"
-
-
 def _early_row(model: str, what: str, step: int, reading: dict | None, geometry: dict | None) -> list:
     pooled = ([reading["glue_raw"], reading["glue_whitened"], reading["effective_rank"], reading["mean_cosine"]]
               if reading else ["not measured yet", None, None, None])
@@ -266,8 +230,9 @@ def ablations_section(results: dict) -> Section:
         "linear probe's average (raw: pooled features as they are; whitened: PCA-whitened); effective rank "
         "(Roy & Vetterli) and mean pairwise cosine (uncentred) are those of the pooled features. A visible half "
         "pools half as many tokens, which by itself lowers the mean cosine: BERT's same row is the control."),
-        Table(COLUMNS, [_row(row) for group in TABLE_GROUPS for row in rows if row["group"] == group]),
-        Paragraph(cause_text(rows)), *early_blocks(rows, results["seed"]), *trajectory_blocks(rows),
+        Table(COLUMNS, [_row(row) for row in main_rows(rows, results["seed"])]),
+        Paragraph(cause_text(rows)), *early_blocks(rows, results["seed"]), *final_seed_blocks(rows),
+        *trajectory_blocks(rows),
         *geometry_blocks(rows),
         Paragraph(f"{done} of {len(rows)} rows measured; {cpu / 3600:.2f} CPU-hours (decoder rows include their "
                   f"training; results.json written {results['written_utc']})."),

@@ -66,6 +66,9 @@ class Decoder:
     """Trained only to the plan's first probe step, under the whole run's schedule (``--exit-at-iteration``), and
     read there beside the study's runs read at that step: the collapse is there by then, at an eighth of the
     cost of a whole run."""
+    final: bool = False
+    """Also trained on to its run's end at every study seed (the early run resumed past its step), and read there
+    beside the study's final checkpoints of that seed: whether what the variant changes early lasts."""
 
 
 DECODERS: tuple[Decoder, ...] = (
@@ -78,7 +81,7 @@ DECODERS: tuple[Decoder, ...] = (
     Decoder("xattn-ctxpos", "cross-attention only, adding each visible token's position to what it reads", layers=1,
             cross_attention_only=True, context_positions=True, counterpart="xattn"),
     Decoder("tokloss", "2 layers, plus decoding each visible token's own id from its encoder state (weight 1)",
-            token_loss=1.0, early=True),
+            token_loss=1.0, early=True, final=True),
 )
 
 
@@ -90,7 +93,9 @@ class Row:
     """File name of the row's JSON (``rows/<key>.json``)."""
     group: str
     """'probe-time', 'decoder' (final checkpoints), 'early' (a variant trained to the first probe step only),
-    'early-reference' (a study run of another seed read at that step), 'trajectory' or 'geometry'."""
+    'early-reference' (a study run of another seed read at that step), 'final' (a variant at every seed, trained to
+    its end), 'final-reference' (a study run of another seed, or an untrained encoder, read at its end),
+    'trajectory' or 'geometry'."""
     model: str
     """The run read (its name)."""
     what: str
@@ -113,8 +118,8 @@ class Row:
 
     @property
     def trained_here(self) -> bool:
-        """Whether the row trains its own run (a decoder or early row other than the study's 2 layers)."""
-        return self.group in ("decoder", "early") and self.same_as is None
+        """Whether the row trains its own run (a decoder, early or final row other than the study's 2 layers)."""
+        return self.group in ("decoder", "early", "final") and self.same_as is None
 
     @property
     def exit_at(self) -> int | None:
@@ -201,27 +206,33 @@ def plan_rows(plan: Plan, work: Path, out: Path) -> list[Row]:
         if decoder.key == "dec2":
             rows.append(Row("dec2", "decoder", seed_run(plan, "crossbert-compl").name, decoder.label,
                             seed_run(plan, "crossbert-compl"), work, READINGS[0], same_as=study))
-        elif decoder.early:
-            rows += _early(plan, decoder, out)
+        elif decoder.early or decoder.final:
+            rows += _seeded(plan, decoder, out)
         else:
             run = decoder_run(plan, decoder)
             row = Row(decoder.key, "decoder", run.name, decoder.label, run, out, READINGS[0],
                       counterpart=decoder.counterpart)
             rows += _with_steps(plan, row)
-    return rows + (early_references(plan, work) if any(decoder.early for decoder in DECODERS) else [])
+    early = early_references(plan, work) if any(decoder.early for decoder in DECODERS) else []
+    return rows + early + (final_references(plan, work) if any(decoder.final for decoder in DECODERS) else [])
 
 
-def _early(plan: Plan, decoder: Decoder, out: Path) -> list[Row]:
-    """An early variant's rows at ``early_step``, one per study seed (keyed ``<key>`` for seed 1, ``<key>-s<seed>``
-    for the others), each with its token geometry there (none when the plan probes on a grid)."""
+def _seeded(plan: Plan, decoder: Decoder, out: Path) -> list[Row]:
+    """A seeded variant's rows: at ``early_step`` when it is early (keyed ``<key>`` for seed 1, ``<key>-s<seed>``
+    for the others; none when the plan probes on a grid), then at its run's end when it is final (keyed
+    ``<key>-final[-s<seed>]``), one per study seed, each with its token geometry there."""
     step = early_step(plan)
+    stages = [*([("early", decoder.key, step)] if decoder.early and step else []),
+              *([("final", f"{decoder.key}-final", None)] if decoder.final else [])]
     rows = []
-    for seed in study_seeds(plan) if step else []:
-        run = decoder_run(plan, decoder, seed)
-        key = decoder.key if seed == SEED else f"{decoder.key}-s{seed}"
-        row = Row(key, "early", run.name, decoder.label, run, out, READINGS[0], step=step)
-        rows += [row, dataclasses.replace(row, key=f"{key}~geometry@{step}", group="geometry", what=f"step {step}",
-                                          measure="geometry", base=key)]
+    for group, name, at in stages:
+        for seed in study_seeds(plan):
+            run = decoder_run(plan, decoder, seed)
+            key = name if seed == SEED else f"{name}-s{seed}"
+            row = Row(key, group, run.name, decoder.label, run, out, READINGS[0], step=at)
+            end = row.read_step
+            rows += [row, dataclasses.replace(row, key=f"{key}~geometry@{end}", group="geometry", what=f"step {end}",
+                                              step=end, measure="geometry", base=key)]
     return rows
 
 
@@ -238,6 +249,17 @@ def early_references(plan: Plan, work: Path) -> list[Row]:
     untrained = [run for run in reference_runs(plan) if (run.seed or SEED) in seeds]
     return [Row(f"{run.name}--r0@{at}", "early-reference", run.name, f"step {at}", run, work, READINGS[0], step=at)
             for run, at in [*((run, step) for run in trained), *((run, run.train_steps) for run in untrained)]]
+
+
+def final_references(plan: Plan, work: Path) -> list[Row]:
+    """What each final variant is compared with at its own seed: the final checkpoints of the study's runs of
+    seeds other than 1 (seed 1's are its probe-time rows) and of its untrained encoders, read the study's way with
+    MTEB-lite. Keyed ``<run>--r0``."""
+    seeds = study_seeds(plan)
+    trained = [seed_run(plan, arm, seed) for seed in seeds if seed != SEED for arm in PROBED_ARMS]
+    untrained = [run for run in reference_runs(plan) if (run.seed or SEED) in seeds]
+    return [Row(f"{run.name}--r0", "final-reference", run.name, "final", run, work, READINGS[0])
+            for run in [*trained, *untrained]]
 
 
 def row_path(out: Path, row: Row) -> Path:

@@ -22,6 +22,10 @@ rank and mean pairwise cosine (``megatron_crossbert.evaluation.feature_stats``):
   probe step (under the whole run's schedule) and read there beside the study's runs read at that step: an
   auxiliary loss decoding each visible token's own id from its encoder state (``model.encoder_token_loss_weight``)
   asks whether the collapse comes from a loss that never reads the encoder's states directly, as an MLM's does.
+  They run at every study seed and are paired with that seed's runs.
+- **final rows**: the same early runs trained on to the end of the schedule (resumed from the early checkpoint),
+  at every seed, beside the study's final checkpoints of that seed and its untrained encoders (final references,
+  with MTEB-lite): whether what the change does early lasts at the plan's budget.
 - **trajectory rows**: each of those runs read the study's way at the plan's earlier probe steps (GLUE and the
   features' geometry, no MTEB-lite): when a run's rank falls, and an early reading of a decoder run still
   training (``--probe-only`` measures them beside the process that trains it).
