@@ -62,7 +62,7 @@ def test_the_final_row_trains_on_from_the_early_checkpoint_without_a_stop(tmp_pa
 def _final(key, group, model, seed, rank, glue, mteb):
     return {"key": key, "group": group, "model": model, "what": "w", "done": True, "base": None, "step": 4880,
             "seed": seed, "effective_rank": rank, "mean_cosine": 0.3, "glue_raw": glue, "glue_whitened": 50.0,
-            "mteb_raw": mteb}
+            "mteb_raw": mteb, "valid_loss": 5.4 - mteb / 1000}
 
 
 def _rows():
@@ -81,11 +81,13 @@ def _rows():
 def test_the_page_pairs_a_final_variant_with_the_study_runs_final_checkpoints_seed_by_seed():
     rows = _rows()
     text = render_section(Section("s", Heading("t", 3), "", "now", final_seed_blocks(rows)))
-    assert "| crossbert-compl-tokloss-s2 | 2 | 52.0 | 50.0 | 42.0 | 93.0 | 0.300 |" in text
+    assert "| crossbert-compl-tokloss-s2 | 2 | 52.0 | 50.0 | 42.0 | 93.0 | 0.300 | 5.358 |" in text
     assert "| init-reference-s3 | 3 | 47.0 | 50.0 | 40.0 | 80.0 | 0.300 |" in text
     assert "| tokloss-final | MTEB-lite raw − the study's CrossBERT | +12.0 ± 2.5 (n=3) | higher |" in text
     assert "| tokloss-final | GLUE raw − the study's BERT | +0.0 ± 2.5 (n=3) | not resolved at this scale |" in text
     assert "| tokloss-final | pooled effective rank − the untrained encoder | +11.0 ± 4.3 (n=3) | higher |" in text
+    assert "| tokloss-final | held-out loss − the study's CrossBERT | -0.012 ± 0.002 (n=3) | lower |" in text
+    assert "held-out loss − the study's BERT" not in text  # an MLM loss: not the same objective
     assert "not measured yet" not in text.split("Paired")[0]
     pending = [*rows[:-1], {**rows[-1], "done": False}]
     text = render_section(Section("s", Heading("t", 3), "", "now", final_seed_blocks(pending)))
@@ -99,3 +101,17 @@ def test_only_seed_ones_final_reading_joins_the_main_table_and_names_the_cause()
     text = render_section(ablations_section({"plan": "p", "seed": 1, "rows": rows, "written_utc": "now"}))
     assert "Largest rise in CrossBERT's effective rank: **crossbert-compl-tokloss-s1, own ids**, 10.0 -> 90.0" in text
     assert "It restores the rank to 150% of BERT's 60.0." in text
+
+
+def test_a_run_sealed_at_its_early_step_is_not_complete_so_its_final_row_trains_it_on(tmp_path):
+    from experiments.claims.study.records import SEAL_FILE
+    from experiments.claims.study.train_stage import is_complete, run_dir
+
+    plan, out = _plan(), tmp_path / "out"
+    rows = {row.key: row for row in plan_rows(plan, tmp_path / "work", out)}
+    folder = run_dir(out, rows["tokloss-final"].run)
+    folder.mkdir(parents=True)
+    (folder / SEAL_FILE).write_text('{"key": {"step": 1}, "losses": {"1": 6.0}}')  # the early row's record
+    assert not is_complete(out, rows["tokloss-final"].run)
+    (folder / SEAL_FILE).write_text('{"key": {}, "losses": {}}')  # the final row's record: its whole schedule
+    assert is_complete(out, rows["tokloss-final"].run)

@@ -23,7 +23,7 @@ SWEEP = {"sweep": "tiny", "plan": "smoke", "seed": 1, "written_utc": "2026-12-07
 ABLATIONS = {"plan": "smoke", "seed": 1, "written_utc": "now", "rows": [
     {"key": "c--r0", "group": "probe-time", "model": "crossbert-compl-s1", "what": "all tokens", "done": True,
      "glue_raw": 40.25, "glue_whitened": 60.0, "mteb_raw": 20.0, "effective_rank": 5.9, "dim": 32, "mean_cosine": 0.81,
-     "cpu_s": 60.0},
+     "valid_loss": 5.25, "cpu_s": 60.0},
     {"key": "dec1", "group": "decoder", "model": "crossbert-compl-s1", "what": "1 decoder layer", "done": False}]}
 GPU = {"meta": {"device": "H200", "toy": False, "started_utc": "2026-12-08T00:00:00Z", "torch": "2", "python": "3",
                 "command": "scripts/device_check.sh run", "transformer_engine": "TE", "stages": ["memory"]},
@@ -57,7 +57,7 @@ def test_the_ablations_and_the_gpu_sections_are_their_json_and_keep_each_other(t
     assert json.loads((json_dir(page) / "_page.json").read_text())["sections"] == ["collapse-ablations",
                                                                                   "gpu-validation"]
     ablations = json.loads((json_dir(page) / "collapse-ablations.json").read_text())["blocks"][1]["rows"]
-    assert ablations[0][2:] == [40.25, 60.0, 20.0, "5.9 / 32", 0.81, 1.0]
+    assert ablations[0][2:] == [40.25, 60.0, 20.0, "5.9 / 32", 0.81, 5.25, 1.0]
     memory = json.loads((json_dir(page) / "gpu-validation.json").read_text())["blocks"][-1]["rows"]
     assert memory == [["bert", 6 << 20, 5 << 20, 1.2, 9 << 20, None, None]]  # bytes, shown in MiB
     before = page.read_text()

@@ -19,8 +19,9 @@ SECTION = "collapse-ablations"
 
 COLUMNS = [Column("model"), Column("change"), *[Column(name, "right", ".1f") for name in (
     "GLUE raw", "GLUE whitened", "MTEB-lite raw", "effective rank / dim")], Column("mean cosine", "right", ".3f"),
-    Column("CPU-min", "right", ".1f")]
-"""The table's columns: scores 0-100, the effective rank (over the feature dimension), CPU time in minutes."""
+    Column("held-out loss", "right", ".3f"), Column("CPU-min", "right", ".1f")]
+"""The table's columns: scores 0-100, the effective rank (over the feature dimension), the run's held-out loss in
+nats at that checkpoint (reconstruction for CrossBERT, MLM for BERT), CPU time in minutes."""
 
 
 TABLE_GROUPS = ("probe-time", "decoder", "final")
@@ -42,10 +43,10 @@ def _rank(row: dict) -> float | str | None:
 
 def _row(row: dict) -> list:
     if not row["done"]:
-        return [row["model"], row["what"], "not measured yet", None, None, None, None, None]
+        return [row["model"], row["what"], "not measured yet", None, None, None, None, None, None]
     cost = "(the study's reading, first row)" if row.get("same_as") else row.get("cpu_s", 0.0) / 60
     return [row["model"], row["what"], row["glue_raw"], row["glue_whitened"], row["mteb_raw"], _rank(row),
-            row["mean_cosine"], cost]
+            row["mean_cosine"], row.get("valid_loss"), cost]
 
 
 def strongest(rows: list[dict], baseline_key: str) -> tuple[dict, dict] | None:
@@ -228,7 +229,8 @@ def ablations_section(results: dict) -> Section:
         "the tensor before the encoder's final norm; a middle layer); decoder rows train CrossBERT "
         "complementary again at the same steps with a weaker reconstruction decoder. GLUE is the frozen "
         "linear probe's average (raw: pooled features as they are; whitened: PCA-whitened); effective rank "
-        "(Roy & Vetterli) and mean pairwise cosine (uncentred) are those of the pooled features. A visible half "
+        "(Roy & Vetterli) and mean pairwise cosine (uncentred) are those of the pooled features; the held-out loss is "
+        "the run's own at that checkpoint (reconstruction for CrossBERT, MLM for BERT). A visible half "
         "pools half as many tokens, which by itself lowers the mean cosine: BERT's same row is the control."),
         Table(COLUMNS, [_row(row) for row in main_rows(rows, results["seed"])]),
         Paragraph(cause_text(rows)), *early_blocks(rows, results["seed"]), *final_seed_blocks(rows),

@@ -18,16 +18,24 @@ ARMS = (("crossbert-compl", "the study's CrossBERT"), ("bert", "the study's BERT
 EARLY_MEASURES = (("effective_rank", "pooled effective rank"), ("glue_raw", "GLUE raw"),
                   ("glue_whitened", "GLUE whitened"))
 """What the early variants are compared on across seeds: the pooled features' rank and the frozen GLUE readouts."""
-FINAL_MEASURES = (*EARLY_MEASURES, ("mteb_raw", "MTEB-lite raw"))
-"""At the runs' end MTEB-lite is measured too (every final reading scores it)."""
+FINAL_MEASURES = (*EARLY_MEASURES, ("mteb_raw", "MTEB-lite raw"), ("valid_loss", "held-out loss"))
+"""At the runs' end MTEB-lite is measured too (every final reading scores it), and the held-out loss says what the
+variant costs the reconstruction objective."""
+ONLY_AGAINST = {"valid_loss": "crossbert-compl"}
+"""Measures compared with one arm alone: the held-out loss is CrossBERT's reconstruction loss only beside
+CrossBERT's (BERT's is an MLM loss, the untrained encoder's its first step's)."""
 PAIRED_COLUMNS = [Column("variant"), Column("difference"), Column("mean ± 95%", "right"), Column("verdict")]
 
 
-def _interval(gap) -> str:
+DIGITS = {"valid_loss": 3}
+"""Decimals of a measure's differences where one is too few (losses differ by hundredths of a nat)."""
+
+
+def _interval(gap, digits: int = 1) -> str:
     if gap is None:
         return "not measured yet"
-    spread = "" if gap.half_width is None else f" ± {gap.half_width:.1f}"
-    return f"{gap.mean:+.1f}{spread} (n={gap.n})"
+    spread = "" if gap.half_width is None else f" ± {gap.half_width:.{digits}f}"
+    return f"{gap.mean:+.{digits}f}{spread} (n={gap.n})"
 
 
 def _variants(rows: list[dict], group: str) -> dict[str, list[dict]]:
@@ -48,9 +56,11 @@ def paired_rows(variants: dict[str, list[dict]], arms: dict[str, list[dict]], me
         for name, label in ARMS:
             theirs = {row["seed"]: row for row in arms[name]}
             for field, measure in measures:
+                if ONLY_AGAINST.get(field, name) != name:
+                    continue
                 gap = paired_difference({s: r.get(field) for s, r in mine.items()},
                                         {s: r.get(field) for s, r in theirs.items()})
-                body.append([variant, f"{measure} − {label}", _interval(gap),
+                body.append([variant, f"{measure} − {label}", _interval(gap, DIGITS.get(field, 1)),
                              verdict(gap, "higher", "lower") if gap is not None else "—"])
     return body
 
@@ -84,7 +94,8 @@ def final_readings(rows: list[dict]) -> list[dict]:
 
 
 FINAL_COLUMNS = [Column("run"), Column("seed", "right"), *[Column(name, "right", ".1f") for name in (
-    "GLUE raw", "GLUE whitened", "MTEB-lite raw", "effective rank")], Column("mean cosine", "right", ".3f")]
+    "GLUE raw", "GLUE whitened", "MTEB-lite raw", "effective rank")], Column("mean cosine", "right", ".3f"),
+    Column("held-out loss", "right", ".3f")]
 
 
 def final_seed_blocks(rows: list[dict]) -> list:
@@ -96,11 +107,13 @@ def final_seed_blocks(rows: list[dict]) -> list:
     readings = final_readings(rows)
     shown = [*readings, *(row for runs in variants.values() for row in runs)]
     body = [[row["model"], row["seed"], row["glue_raw"], row["glue_whitened"], row.get("mteb_raw"),
-             row["effective_rank"], row["mean_cosine"]] for row in sorted(shown, key=lambda r: (r["seed"], r["model"]))]
+             row["effective_rank"], row["mean_cosine"], row.get("valid_loss")]
+            for row in sorted(shown, key=lambda row: (row["seed"], row["model"]))]
     pending = sum(not row["done"] for row in rows if row["group"] in ("final", "final-reference"))
     intro = ("The same variants trained on to the end of the study's schedule (the early runs resumed), at every "
              "seed, beside the study's final checkpoints of that seed and the untrained encoders (all tokens, after "
-             "the final norm)." + (f" Not measured yet: {pending} of these readings." if pending else ""))
+             "the final norm; the held-out loss is each run's own: reconstruction for CrossBERT, MLM for BERT, "
+             "the first step's for the untrained encoder)." + (f" Not measured yet: {pending} of these readings." if pending else ""))
     paired = paired_rows(variants, _by_arm(readings), FINAL_MEASURES)
     return [Paragraph(intro), Table(FINAL_COLUMNS, body),
             Paragraph("Paired by seed at the end (mean difference ± 95% interval; a verdict only where the interval "

@@ -64,7 +64,7 @@ from ..study.claims_lock import claim, release
 from ..study.data_stage import data_prefix, tokenizer_dir
 from ..study.plan import Plan, RunSpec, resolve_plan
 from ..study.stopping import stop_requested, stopping
-from ..study.train_stage import checkpoints, run_dir
+from ..study.train_stage import checkpoints, run_dir, valid_losses
 from .page import SECTION
 from .rows import SEED, Row, plan_rows, row_path
 from .sealed_rows import restore_rows, seal_row, shared_keys
@@ -164,9 +164,21 @@ def run_row(plan: Plan, row: Row, inputs: Inputs, out: Path, tasks: tuple[list, 
     return True
 
 
+def held_out_loss(row: Row, cache: dict) -> float | None:
+    """The held-out loss its run logged at the step the row reads (reconstruction loss for CrossBERT, MLM loss for
+    BERT; ``train_stage.valid_losses``), None where it logged none there; ``cache`` holds each run's losses."""
+    if row.measure != "probe":
+        return None
+    where = (row.run_dir, row.run.name)
+    if where not in cache:
+        cache[where] = valid_losses(row.run_dir, row.run)
+    return cache[where].get(row.read_step)
+
+
 def collect(plan: Plan, rows: list[Row], out: Path) -> dict:
-    """``results.json``: every row, measured (its JSON) or not yet (``done: false``)."""
-    table = []
+    """``results.json``: every row, measured (its JSON) or not yet (``done: false``), with its run's held-out loss
+    at the step it reads."""
+    table, losses = [], {}
     for row in rows:
         source = row_path(out, row) if row.same_as is None else out / "rows" / f"{row.same_as}.json"
         measured = json.loads(source.read_text()) if source.is_file() else {}
@@ -175,7 +187,7 @@ def collect(plan: Plan, rows: list[Row], out: Path) -> dict:
             measured = {**measured, "cpu_s": 0.0, "train_cpu_s": 0.0, "same_as": row.same_as}
         table.append({**measured, "key": row.key, "group": row.group, "model": row.model, "what": row.what,
                       "base": row.base, "step": row.read_step, "seed": row.run.seed,
-                      "counterpart": row.counterpart, "done": done})
+                      "counterpart": row.counterpart, "valid_loss": held_out_loss(row, losses), "done": done})
     results = {"plan": plan.name, "seed": SEED, "rows": table,
                "written_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     atomic_write_text(out / "results.json", json.dumps(results, indent=1) + "\n")

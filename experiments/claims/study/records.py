@@ -136,6 +136,12 @@ def sealed_record(run_folder: Path) -> dict | None:
     return _read(path) if path.is_file() else None
 
 
+def sealed_steps(record: dict, steps: int) -> int:
+    """The step a sealed run was trained to: the step its key names when it was sealed part-way (an ablation row
+    read before its run's end, as an early row is), else ``steps``, its whole schedule."""
+    return int(record.get("key", {}).get("step", steps))
+
+
 def note_session(records: Path, started: float, cpu: float, session: str | None = None) -> None:
     """Rewrite this invocation's entry of ``sessions.json``: its machine boot, start, last update, CPU seconds
     (the process and its finished children), and its working session's label when it was given one."""

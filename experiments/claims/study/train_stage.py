@@ -18,7 +18,7 @@ import yaml
 from .commands import module_argv, read_command_log, run_logged
 from .plan import Plan, RunSpec, run_spec_config
 from .claims_lock import claim, release
-from .records import sealed_record
+from .records import sealed_record, sealed_steps
 from megatron_crossbert.checkpoint.directories import ITER_PREFIX, RUN_CONFIG_FILE, latest_iteration
 
 
@@ -39,9 +39,11 @@ def resolved_config(plan: Plan, run: RunSpec, work_dir: Path, data_prefix: str, 
 
 
 def is_complete(work_dir: Path, run: RunSpec) -> bool:
-    """Trained to its steps here, or restored from the study's records (``records.SEAL_FILE``)."""
-    done = latest_iteration(run_dir(work_dir, run))
-    return (done is not None and done >= run.train_steps) or sealed_record(run_dir(work_dir, run)) is not None
+    """Trained to its steps here, or restored from the study's records (``records.SEAL_FILE``) sealed at its end
+    (a record sealed part-way leaves the rest to train)."""
+    done, record = latest_iteration(run_dir(work_dir, run)), sealed_record(run_dir(work_dir, run))
+    return ((done is not None and done >= run.train_steps)
+            or (record is not None and sealed_steps(record, run.train_steps) >= run.train_steps))
 
 
 def log_name(run: RunSpec) -> str:
