@@ -197,7 +197,9 @@ def test_the_ablations_measure_every_row_and_resume_from_their_records(tmp_path)
     assert {name: (out / "rows" / name).read_bytes() for name in sealed} == sealed  # restored, not measured again
     trained = [entry["argv"][-1].rsplit("/", 1)[-1] for entry in read_command_log(out)]
     assert trained == ["crossbert-compl-dec1-half-s1.yaml", "crossbert-compl-xattn-s1.yaml",
-                       "crossbert-compl-ctxpos-s1.yaml", "crossbert-compl-xattn-ctxpos-s1.yaml"]  # the unsealed only
+                       "crossbert-compl-ctxpos-s1.yaml", "crossbert-compl-xattn-ctxpos-s1.yaml",
+                       "crossbert-compl-tokloss-s1.yaml"]  # the unsealed only; the final row's to its end
+    assert "--exit-at-iteration" not in read_command_log(out)[-1]["argv"]
     assert rec.sealed_record(out / "runs" / "crossbert-compl-dec1-s1") is not None  # the sealed one: complete
     results = json.loads((out / "results.json").read_text())
     rows = {row["key"]: row for row in results["rows"]}
@@ -208,7 +210,7 @@ def test_the_ablations_measure_every_row_and_resume_from_their_records(tmp_path)
     geometry = {key: rows.pop(key) for key in list(rows) if rows[key]["group"] == "geometry"}
     assert sorted(geometry) == sorted(f"{key}~geometry@2" for key in ("crossbert-compl-s1--r0", "bert-s1--r0",
                                                                       "dec1", "dec1-half", "xattn", "ctxpos",
-                                                                      "xattn-ctxpos"))
+                                                                      "xattn-ctxpos", "tokloss-final"))
     for key, row in geometry.items():
         assert row["done"] and 0 < row["token_effective_rank"] <= 32 and 0 <= row["position_share"] <= 1, key
         assert 0 <= row["identity_share"] <= 1 and row["n_texts"] > 0 and rec.is_sealed(records, key)
@@ -217,6 +219,8 @@ def test_the_ablations_measure_every_row_and_resume_from_their_records(tmp_path)
         assert row["mteb_raw"] is not None and 0 < row["effective_rank"] <= row["dim"] == 32
         assert -1 <= row["mean_cosine"] <= 1
         assert row.get("same_as") or rec.is_sealed(records, row["key"]), row["key"]
+    assert rows["tokloss-final"]["group"] == "final" and rows["tokloss-final"]["steps"] == 2
+    assert all(rows[key]["valid_loss"] > 0 for key in ("dec1", "tokloss-final"))  # their held-out loss, restored too
     assert rows["dec2"]["same_as"] == "crossbert-compl-s1--r0"
     assert rows["dec2"]["effective_rank"] == rows["crossbert-compl-s1--r0"]["effective_rank"]
     assert rows["crossbert-compl-s1--r1"]["encoding"]["visible_fraction"] == 0.5
