@@ -52,14 +52,13 @@ def test_an_early_variant_runs_at_every_study_seed_beside_that_seeds_study_runs(
         3, 1, False, tmp_path / "work")  # the study's own run, in the study's work dir
 
 
-def test_the_training_stops_at_its_step_and_is_not_run_again_once_that_checkpoint_exists(tmp_path, monkeypatch):
-    plan, out = _plan(), tmp_path / "work" / "ablations"
-    row = next(row for row in plan_rows(plan, tmp_path / "work", out) if row.key == "tokloss")
+def fake_training(monkeypatch, tmp_path, out, run, step: int) -> list:
+    """Training ``run`` replaced by writing its checkpoint at ``step``; returns the list its commands go to."""
     commands = []
 
     def fake_logged(argv, work_dir, name):
         commands.append(argv)
-        _checkpoint(out, row.run, 1)
+        _checkpoint(out, run, step)
 
     monkeypatch.setattr(train_stage, "run_logged", fake_logged)
     monkeypatch.setattr(ablations, "tokenizer_dir", lambda work: tmp_path / "tokenizer")
@@ -67,6 +66,13 @@ def test_the_training_stops_at_its_step_and_is_not_run_again_once_that_checkpoin
     monkeypatch.setattr("megatron_crossbert.data.tokenizers.tokenizer.load_tokenizer",
                         lambda path: type("T", (), {"vocab_size": 64})())
     monkeypatch.setattr(ablations, "measure", lambda *args: {"effective_rank": 3.0})
+    return commands
+
+
+def test_the_training_stops_at_its_step_and_is_not_run_again_once_that_checkpoint_exists(tmp_path, monkeypatch):
+    plan, out = _plan(), tmp_path / "work" / "ablations"
+    row = next(row for row in plan_rows(plan, tmp_path / "work", out) if row.key == "tokloss")
+    commands = fake_training(monkeypatch, tmp_path, out, row.run, 1)
     inputs = ablations.Inputs(tmp_path / "work", "glue", None, None)
     assert ablations.run_row(plan, row, inputs, out, ([], []))
     assert len(commands) == 1 and commands[0][-2:] == ["--exit-at-iteration", "1"]

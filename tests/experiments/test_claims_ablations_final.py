@@ -14,10 +14,10 @@ from experiments.claims.ablations import run as ablations
 from experiments.claims.ablations.page import ablations_section, main_rows
 from experiments.claims.ablations.page_seeds import final_seed_blocks
 from experiments.claims.ablations.rows import plan_rows
-from experiments.claims.study import train_stage
 from experiments.claims.study.plan import run_spec_config
 from megatron_crossbert.results_page import Heading, Section
 from megatron_crossbert.results_page.render import render_section
+from tests.experiments.test_claims_ablations_early import fake_training
 from tests.experiments.test_claims_ablations_trajectory import _checkpoint, _plan
 
 
@@ -42,18 +42,7 @@ def test_the_final_row_trains_on_from_the_early_checkpoint_without_a_stop(tmp_pa
     plan, out = _plan(), tmp_path / "work" / "ablations"
     row = next(row for row in plan_rows(plan, tmp_path / "work", out) if row.key == "tokloss-final")
     _checkpoint(out, row.run, 1)  # the early row's checkpoint
-    commands = []
-
-    def fake_logged(argv, work_dir, name):
-        commands.append(argv)
-        _checkpoint(out, row.run, plan.sample_steps)
-
-    monkeypatch.setattr(train_stage, "run_logged", fake_logged)
-    monkeypatch.setattr(ablations, "tokenizer_dir", lambda work: tmp_path / "tokenizer")
-    monkeypatch.setattr(ablations, "data_prefix", lambda work: "prefix")
-    monkeypatch.setattr("megatron_crossbert.data.tokenizers.tokenizer.load_tokenizer",
-                        lambda path: type("T", (), {"vocab_size": 64})())
-    monkeypatch.setattr(ablations, "measure", lambda *args: {"effective_rank": 3.0})
+    commands = fake_training(monkeypatch, tmp_path, out, row.run, plan.sample_steps)
     assert ablations.run_row(plan, row, ablations.Inputs(tmp_path / "work", "glue", None, None), out, ([], []))
     assert len(commands) == 1 and "--exit-at-iteration" not in commands[0]
     assert (out / "rows" / "tokloss-final.json").is_file()
