@@ -104,3 +104,17 @@ def test_a_run_sealed_at_its_early_step_is_not_complete_so_its_final_row_trains_
     assert not is_complete(out, rows["tokloss-final"].run)
     (folder / SEAL_FILE).write_text('{"key": {}, "losses": {}}')  # the final row's record: its whole schedule
     assert is_complete(out, rows["tokloss-final"].run)
+
+
+def test_a_run_sealed_early_and_at_its_end_is_restored_as_trained_to_its_end_in_either_order(tmp_path):
+    from experiments.claims.study import records as rec
+
+    records, run = tmp_path / "records", tmp_path / "work" / "runs" / "crossbert-compl-tokloss-s1"
+    early = rec.seal(records, "tokloss", {"step": 1}, {1: 6.0}, [], [])
+    final = rec.seal(records, "tokloss-final", {}, {1: 6.0, 4: 5.5}, [], [])
+    assert early.is_file() and final.is_file()
+    for order in (["tokloss", "tokloss-final"], ["tokloss-final", "tokloss"]):
+        for name in order:
+            rec.restore(records, name, {"step": 1} if name == "tokloss" else {}, run, tmp_path / "rows")
+        assert sorted(rec.sealed_record(run)["losses"]) == ["1", "4"], order
+        (run / rec.SEAL_FILE).unlink()

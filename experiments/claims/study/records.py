@@ -26,6 +26,7 @@ import json
 import os
 import shutil
 import socket
+import sys
 import time
 from pathlib import Path
 
@@ -124,10 +125,17 @@ def restore(records: Path, name: str, key: dict, run_folder: Path | None, probe_
     for probe in record.get("probes", []):
         if not (probe_folder / probe).is_file():
             shutil.copyfile(records / "probes" / name / probe, probe_folder / probe)
-    if run_folder is not None and not (run_folder / SEAL_FILE).is_file():
+    if run_folder is not None and _reaches_further(record, run_folder / SEAL_FILE):
         run_folder.mkdir(parents=True, exist_ok=True)
         _write(run_folder / SEAL_FILE, record)
     return record
+
+
+def _reaches_further(record: dict, seal: Path) -> bool:
+    """Whether ``record`` says its run was trained further than the record already beside it (none: it does), so
+    a run sealed part-way and again at its end is restored as trained to its end, whatever the order."""
+    whole = sys.maxsize
+    return not seal.is_file() or sealed_steps(record, whole) > sealed_steps(_read(seal), whole)
 
 
 def sealed_record(run_folder: Path) -> dict | None:
@@ -139,7 +147,8 @@ def sealed_record(run_folder: Path) -> dict | None:
 def sealed_steps(record: dict, steps: int) -> int:
     """The step a sealed run was trained to: the step its key names when it was sealed part-way (an ablation row
     read before its run's end, as an early row is), else ``steps``, its whole schedule."""
-    return int(record.get("key", {}).get("step", steps))
+    step = record.get("key", {}).get("step")
+    return steps if step is None else int(step)
 
 
 def note_session(records: Path, started: float, cpu: float, session: str | None = None) -> None:
