@@ -34,6 +34,8 @@ def test_the_heartbeat_reports_a_running_childs_cpu_before_it_exits(tmp_path, mo
     assert max(live) - parent > 0.5, f"the running child's CPU is missing: {live} against {parent:.2f} before"
     assert noted[-1] >= max(live) - 0.05  # reaped, it moves to os.times() and is counted once, not twice
     assert noted[-1] - parent < 3.0
+    entry = commands.read_command_log(tmp_path)[-1]
+    assert 0.7 < entry["cpu_s"] < 3.0 and entry["seconds"] >= 1.0  # the command's own CPU, beside its wall time
 
 
 def test_no_heartbeat_outside_the_block(tmp_path, monkeypatch):

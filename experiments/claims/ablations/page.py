@@ -236,8 +236,10 @@ def ablations_section(results: dict) -> Section:
         Paragraph(cause_text(rows)), *early_blocks(rows, results["seed"]), *final_seed_blocks(rows),
         *trajectory_blocks(rows),
         *geometry_blocks(rows),
-        Paragraph(f"{done} of {len(rows)} rows measured; {cpu / 3600:.2f} CPU-hours (decoder rows include their "
-                  f"training; results.json written {results['written_utc']})."),
+        Paragraph(f"{done} of {len(rows)} rows measured; {cpu / 3600:.2f} CPU-hours (a trained row includes the "
+                  "training its measuring process did: a training resumed across processes counts its last "
+                  "segment here, and every segment's wall and CPU time is in `ablations/commands.jsonl`; "
+                  f"results.json written {results['written_utc']})."),
         Paragraph(f"Reproduce: `python -m experiments.claims.ablations --plan {results['plan']} --work-dir WORK` "
                   "(WORK: the study's work dir; resumable).")]
     title = Heading(f"CrossBERT's raw-feature collapse: ablations (plan `{results['plan']}`, seed {results['seed']})", 3)

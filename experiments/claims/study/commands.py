@@ -52,6 +52,13 @@ def heartbeat(fn: Callable[[], None]) -> Iterator[None]:
         _heartbeat = previous
 
 
+def _children_cpu() -> float:
+    """CPU seconds of this process's reaped children: a command's own, once it is waited for, is the difference
+    around it (one command runs at a time), so a resumed run's segments each say what they cost."""
+    times = os.times()
+    return times.children_user + times.children_system
+
+
 def running_child_cpu() -> float:
     """CPU seconds of the command running now (its reaped children included); 0 when none runs."""
     child = _child
@@ -78,13 +85,14 @@ def run_logged(argv: list[str], work_dir: Path, log_name: str, env: dict | None 
     log_path = logs / f"{log_name}.log"
     inherited = {k: v for k, v in os.environ.items() if k not in _RENDEZVOUS_VARS}
     full_env = {**inherited, "PYTHONWARNINGS": "ignore", "TOKENIZERS_PARALLELISM": "false", **(env or {})}
-    start = time.time()
+    start, cpu = time.time(), _children_cpu()
     with log_path.open("a") as log:
         log.write(f"\n$ {' '.join(argv)}\n")
         log.flush()
         code = _wait(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=full_env))
     seconds = time.time() - start
-    _record(work_dir, {"argv": argv, "seconds": round(seconds, 1), "exit_code": code, "log": str(log_path),
+    _record(work_dir, {"argv": argv, "seconds": round(seconds, 1), "cpu_s": round(_children_cpu() - cpu, 1),
+                       "exit_code": code, "log": str(log_path),
                        "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
     if code != 0:
         raise StageError(f"command failed with exit code {code}: {' '.join(argv)} (see {log_path})")
