@@ -118,3 +118,17 @@ def test_a_run_sealed_early_and_at_its_end_is_restored_as_trained_to_its_end_in_
             rec.restore(records, name, {"step": 1} if name == "tokloss" else {}, run, tmp_path / "rows")
         assert sorted(rec.sealed_record(run)["losses"]) == ["1", "4"], order
         (run / rec.SEAL_FILE).unlink()
+
+
+def test_a_final_row_of_a_run_sealed_part_way_waits_for_its_training_not_for_another_work_dir(tmp_path):
+    from experiments.claims.study.records import SEAL_FILE
+    from experiments.claims.study.train_stage import run_dir
+
+    plan, out = _plan(), tmp_path / "out"
+    rows = {row.key: row for row in plan_rows(plan, tmp_path / "work", out)}
+    folder = run_dir(out, rows["tokloss-final"].run)
+    folder.mkdir(parents=True)
+    (folder / SEAL_FILE).write_text('{"key": {"step": 1}, "losses": {}}')  # the early row's record, no checkpoint
+    assert "is not trained yet (no checkpoint at step 4)" in ablations.waiting(rows["tokloss-final"], train=False)
+    assert "restored from the records" in ablations.waiting(rows["tokloss"], train=False)
+    assert ablations.waiting(rows["tokloss-final"], train=True) is None  # this process trains it

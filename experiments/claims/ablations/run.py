@@ -209,7 +209,8 @@ def waiting(row: Row, train: bool = True) -> str | None:
     if (row.trained_here and train) or row_checkpoint(row) is not None:
         return None
     folder = run_dir(row.run_dir, row.run)
-    if rec.sealed_record(folder) is not None:
+    record = rec.sealed_record(folder)
+    if record is not None and rec.sealed_steps(record, row.run.train_steps) >= row.read_step:
         return (f"{folder} was restored from the records without its checkpoints: its rows wait for a work "
                 "dir that holds them")
     return f"{folder} is not trained yet (no checkpoint at step {row.read_step}): its rows wait"
